@@ -1,0 +1,125 @@
+"""Kaska's error taxonomy: one base error, a `retriable` flag, and a wire code for each class.
+
+Modelled on aiokafka's errors: the broker answers every failed request with a code; the client
+maps the code back to the class with `error_for_code` and retries only the retriable ones.
+"""
+
+from __future__ import annotations
+
+
+class KaskaError(Exception):
+    """Base of every Kaska error. `code` travels on the wire; `retriable` drives client retries."""
+
+    code = -1
+    retriable = False
+
+
+class UnknownServerError(KaskaError):
+    code = -1
+
+
+class CorruptBatchError(KaskaError):
+    """A record batch whose length, header or CRC32C does not hold."""
+
+    code = 2
+
+
+class UnknownTopicOrPartitionError(KaskaError):
+    code = 3
+    retriable = True
+
+
+class OffsetOutOfRangeError(KaskaError):
+    code = 1
+
+
+class NotLeaderError(KaskaError):
+    """This broker does not lead the partition; the answer names the leader when it knows it."""
+
+    code = 6
+    retriable = True
+
+
+class RequestTimedOutError(KaskaError):
+    code = 7
+    retriable = True
+
+
+class BrokerUnavailableError(KaskaError):
+    """No broker of the bootstrap list answered (client side only; never sent on the wire)."""
+
+    code = 8
+    retriable = True
+
+
+class MessageTooLargeError(KaskaError):
+    code = 10
+
+
+class FrameTooLargeError(KaskaError):
+    """A request frame above the broker's `frame_bytes_max`; the connection is closed after it."""
+
+    code = 11
+
+
+class InvalidRequestError(KaskaError):
+    """A body that does not parse, or an unknown api or version."""
+
+    code = 42
+
+
+class UnsupportedVersionError(KaskaError):
+    code = 35
+
+
+class InvalidTopicError(KaskaError):
+    """A topic name that is empty, too long, or holds `/`, `..`, NUL or other unsafe characters."""
+
+    code = 17
+
+
+class TopicAlreadyExistsError(KaskaError):
+    code = 36
+
+
+class NotEnoughReplicasError(KaskaError):
+    code = 19
+    retriable = True
+
+
+class DuplicateSequenceError(KaskaError):
+    """A sequence number older than the producer window the broker remembers."""
+
+    code = 46
+
+
+class OutOfOrderSequenceError(KaskaError):
+    """A gap in a producer's sequence numbers: a batch in between was never stored."""
+
+    code = 45
+
+
+class AuthenticationError(KaskaError):
+    code = 58
+
+
+class ConnectionLostError(KaskaError):
+    """The connection broke with this request in flight (client side only)."""
+
+    code = 9
+    retriable = True
+
+
+NONE = 0
+
+_BY_CODE: dict[int, type[KaskaError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, KaskaError) and _cls is not KaskaError:
+        assert _cls.code not in _BY_CODE or _cls is UnknownServerError, _cls
+        _BY_CODE.setdefault(_cls.code, _cls)
+
+
+def error_for_code(code: int) -> type[KaskaError]:
+    """The error class for a wire code (UnknownServerError for codes this client does not know)."""
+    assert code != NONE, "code 0 means success"
+    return _BY_CODE.get(code, UnknownServerError)
