@@ -1,0 +1,208 @@
+"""Heartbeats: every supervised service tells every health checker "I am alive" over TCP.
+
+Wire format: a stream of frames on one TCP connection per health checker, each frame
+
+    u32 big-endian length (<= FRAME_BYTES_MAX) | UTF-8 JSON object
+    {"name": "broker-1", "instance": "host:pid", "pid": 1234, "timestamp": <wall clock s>,
+     "seq": <n>, "state": "alive" | "stopping"}
+
+"stopping" is sent once by `HeartbeatSender.stop()` so that a service that ends on purpose (a
+client that finished, a SIGTERM) is not restarted; a SIGKILLed or hung service sends nothing
+and its health checkers notice the silence. The receiver's clock, not `timestamp`, decides
+liveness (`timestamp` is for logs only).
+
+`HeartbeatSender` is dependency-free and never raises into the service: one daemon thread per
+target reconnects after failures with bounded timeouts and sends only the newest heartbeat (there
+is no queue to grow). Thread-safety: start() and stop() from one owner thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FRAME_BYTES_MAX = 4096
+NAME_CHARS_MAX = 128
+STATE_ALIVE = "alive"
+STATE_STOPPING = "stopping"
+_LENGTH = struct.Struct(">I")
+
+log = logging.getLogger(__name__)
+
+
+class MalformedHeartbeatError(ValueError):
+    """A heartbeat frame that is too long, not JSON, or lacks a field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    name: str
+    instance: str
+    pid: int
+    timestamp: float
+    seq: int
+    state: str = STATE_ALIVE
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "instance": self.instance,
+            "pid": self.pid,
+            "timestamp": self.timestamp,
+            "seq": self.seq,
+            "state": self.state,
+        }
+
+
+def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
+    body = json.dumps(heartbeat.to_json(), separators=(",", ":")).encode("utf-8")
+    assert len(body) <= FRAME_BYTES_MAX, "heartbeat fields are bounded; this cannot grow"
+    return _LENGTH.pack(len(body)) + body
+
+
+def frame_length(prefix: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> int:
+    """The body length announced by a 4-byte prefix; raises when above the bound."""
+    (length,) = _LENGTH.unpack(prefix)
+    if length == 0 or length > frame_bytes_max:
+        raise MalformedHeartbeatError(f"frame length {length} outside 1..{frame_bytes_max}")
+    return length
+
+
+def decode_heartbeat_body(body: bytes) -> Heartbeat:
+    try:
+        fields = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MalformedHeartbeatError(f"not a JSON frame: {error}") from error
+    if not isinstance(fields, dict):
+        raise MalformedHeartbeatError("frame is not a JSON object")
+    name, instance, state = fields.get("name"), fields.get("instance"), fields.get("state")
+    pid, timestamp, seq = fields.get("pid"), fields.get("timestamp"), fields.get("seq")
+    if not (isinstance(name, str) and 0 < len(name) <= NAME_CHARS_MAX):
+        raise MalformedHeartbeatError(f"bad name {name!r}")
+    if not (isinstance(instance, str) and len(instance) <= NAME_CHARS_MAX):
+        raise MalformedHeartbeatError(f"bad instance {instance!r}")
+    if state not in (STATE_ALIVE, STATE_STOPPING):
+        raise MalformedHeartbeatError(f"bad state {state!r}")
+    if not (isinstance(pid, int) and isinstance(seq, int) and isinstance(timestamp, int | float)):
+        raise MalformedHeartbeatError("pid, seq and timestamp must be numbers")
+    return Heartbeat(name, instance, pid, float(timestamp), seq, state)
+
+
+def parse_target(text: str) -> tuple[str, int]:
+    """'host:port' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+class _TargetLink:
+    """One reconnecting TCP connection to one health checker (used by one thread only)."""
+
+    def __init__(self, target: tuple[str, int], connect_timeout_s: float, send_timeout_s: float):
+        self.target = target
+        self.connect_timeout_s = connect_timeout_s
+        self.send_timeout_s = send_timeout_s
+        self._sock: socket.socket | None = None
+        self.failures = 0
+
+    def send(self, frame: bytes) -> bool:
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection(self.target, timeout=self.connect_timeout_s)
+                self._sock.settimeout(self.send_timeout_s)
+            self._sock.sendall(frame)
+        except OSError as error:
+            # Down or restarting health checkers are normal; retry on the next beat.
+            self.failures += 1
+            if self.failures == 1 or self.failures % 60 == 0:
+                log.debug("heartbeat to %s:%s failed (%s)", *self.target, error)
+            self.close()
+            return False
+        self.failures = 0
+        return True
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+class HeartbeatSender:
+    """Sends `{name, instance, pid, timestamp}` to every target every `interval_s` (module doc)."""
+
+    def __init__(
+        self,
+        name: str,
+        instance: str | None = None,
+        targets: Sequence[tuple[str, int]] = (),
+        interval_s: float = 1.0,
+        connect_timeout_s: float = 0.5,
+        send_timeout_s: float = 0.5,
+    ) -> None:
+        assert 0 < len(name) <= NAME_CHARS_MAX
+        assert interval_s > 0 and connect_timeout_s > 0 and send_timeout_s > 0
+        self.name = name
+        self.pid = os.getpid()
+        self.instance = instance or f"{socket.gethostname()}:{self.pid}"
+        self.targets = [tuple(target) for target in targets]
+        self.interval_s = interval_s
+        self._connect_timeout_s = min(connect_timeout_s, interval_s)
+        self._send_timeout_s = min(send_timeout_s, interval_s)
+        self._stop = threading.Event()
+        self._say_goodbye = True
+        self._threads: list[threading.Thread] = []
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self.sent = 0
+
+    def start(self) -> HeartbeatSender:
+        assert not self._threads, "start() once"
+        for target in self.targets:
+            thread = threading.Thread(
+                target=self._run, args=(target,), name=f"heartbeat->{target[0]}:{target[1]}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, say_goodbye: bool = True, join_timeout_s: float = 1.0) -> None:
+        """Stop beating; with `say_goodbye`, tell the checkers this stop is deliberate."""
+        self._say_goodbye = say_goodbye
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=join_timeout_s)
+
+    def __enter__(self) -> HeartbeatSender:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def _next_frame(self, state: str) -> bytes:
+        with self._seq_lock:
+            self._seq += 1
+            seq = self._seq
+        heartbeat = Heartbeat(self.name, self.instance, self.pid, time.time(), seq, state)
+        return encode_heartbeat(heartbeat)
+
+    def _run(self, target: tuple[str, int]) -> None:
+        link = _TargetLink(target, self._connect_timeout_s, self._send_timeout_s)
+        try:
+            while not self._stop.is_set():
+                if link.send(self._next_frame(STATE_ALIVE)):
+                    with self._seq_lock:
+                        self.sent += 1
+                self._stop.wait(self.interval_s)
+            if self._say_goodbye:
+                link.send(self._next_frame(STATE_STOPPING))
+        finally:
+            link.close()
