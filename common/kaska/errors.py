@@ -68,6 +68,13 @@ class InvalidRequestError(KaskaError):
     code = 42
 
 
+class InvalidResponseError(KaskaError):
+    """A response the client cannot parse (client side only; the connection is dropped)."""
+
+    code = 43
+    retriable = True
+
+
 class UnsupportedVersionError(KaskaError):
     code = 35
 

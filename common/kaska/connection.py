@@ -1,0 +1,200 @@
+"""One TCP connection from a client to one broker, multiplexing requests by correlation id.
+
+Any thread may send; frames are written whole under a send lock. A reader thread matches each
+response to its pending request by correlation id. When the connection breaks (the broker
+closes it, a send fails, a response cannot be parsed, a request times out) the connection is
+dead for good: every pending request fails with ConnectionLostError at once, later sends
+raise it immediately, and the caller's retry logic opens a new connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+
+from common.kaska.errors import (
+    BrokerUnavailableError,
+    ConnectionLostError,
+    InvalidResponseError,
+    KaskaError,
+    RequestTimedOutError,
+    error_for_code,
+)
+from common.kaska.protocol import RESPONSE_TYPES
+from common.kaska.protocol.authenticate import AuthenticateRequest
+from common.kaska.protocol.frames import (
+    CORRELATION_ID_MODULUS,
+    RESPONSE_HEADER,
+    ErrorBody,
+    decode_response_header,
+    encode_request_header,
+)
+
+log = logging.getLogger(__name__)
+
+RESPONSE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024 + 64 * 1024
+
+
+def send_parts(sock: socket.socket, parts: list) -> None:
+    """Write every part with scatter-gather sends: the parts (e.g. a 1 MiB batch) are never
+    joined into a new buffer."""
+    views = [memoryview(part) for part in parts if len(part)]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def recv_exactly(sock: socket.socket, nbytes: int) -> bytearray | None:
+    """nbytes from the socket; None when the stream ends first."""
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    got = 0
+    while got < nbytes:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            return None
+        got += n
+    return buf
+
+
+def error_from_answer(code: int, body: bytes) -> KaskaError:
+    """The KaskaError a non-zero answer stands for, with the broker's message (and leader)."""
+    try:
+        detail = ErrorBody.decode(body)
+    except InvalidResponseError:
+        detail = ErrorBody(f"error code {code} with an unreadable body")
+    error = error_for_code(code)(detail.message)
+    error.leader = detail.leader
+    return error
+
+
+class BrokerConnection:
+    def __init__(self, address: tuple[str, int], *, token: str | None = None,
+                 connect_timeout_s: float = 5.0, request_timeout_s: float = 30.0,
+                 response_bytes_max: int = RESPONSE_BYTES_MAX_DEFAULT) -> None:
+        self.address = address
+        self.request_timeout_s = request_timeout_s
+        self._response_bytes_max = response_bytes_max
+        try:
+            self._sock = socket.create_connection(address, timeout=connect_timeout_s)
+        except OSError as exc:
+            raise BrokerUnavailableError(f"cannot connect to {address[0]}:{address[1]}: "
+                                         f"{exc}") from exc
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        whole = int(request_timeout_s)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
+            "ll", whole, int((request_timeout_s - whole) * 1_000_000)))
+        self._lock = threading.Lock()
+        self._pending: dict[int, Future] = {}
+        self._next_correlation_id = 0
+        self._closed_because: str | None = None
+        self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                        name=f"kaska-client-{address[0]}:{address[1]}")
+        self._reader.start()
+        if token is not None:
+            try:
+                self.request(AuthenticateRequest(token.encode()))
+            except KaskaError:
+                self.close("authentication failed")
+                raise
+
+    @property
+    def alive(self) -> bool:
+        return self._closed_because is None
+
+    def send(self, api: int, parts: list) -> Future:
+        """Send one request; the future resolves to (error code, body bytes)."""
+        body_bytes = sum(len(part) for part in parts)
+        with self._lock:
+            if self._closed_because is not None:
+                raise ConnectionLostError(self._describe(self._closed_because))
+            correlation_id = self._next_correlation_id
+            self._next_correlation_id = (correlation_id + 1) % CORRELATION_ID_MODULUS
+            future: Future = Future()
+            self._pending[correlation_id] = future
+            header = encode_request_header(api, correlation_id, body_bytes)
+            try:
+                send_parts(self._sock, [header, *parts])
+            except OSError as exc:
+                self._fail_locked(f"send failed: {exc}")
+                raise ConnectionLostError(self._describe(f"send failed: {exc}")) from exc
+        return future
+
+    def request(self, request, timeout_s: float | None = None):
+        """Send a protocol request object and wait for its decoded response.
+
+        Raises the broker's error as its KaskaError class; RequestTimedOutError (and the
+        connection is closed) when no answer comes within timeout_s.
+        """
+        parts = list(request.encode_parts()) if hasattr(request, "encode_parts") \
+            else [request.encode()]
+        future = self.send(request.API, parts)
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        try:
+            code, body = future.result(timeout_s)
+        except FutureTimeoutError as exc:
+            self.close(f"no answer within {timeout_s:.1f} s")
+            raise RequestTimedOutError(self._describe(f"no answer within {timeout_s:.1f} s")) \
+                from exc
+        if code:
+            raise error_from_answer(code, body)
+        try:
+            return RESPONSE_TYPES[request.API].decode(body)
+        except InvalidResponseError as exc:
+            self.close(f"unreadable answer: {exc}")
+            raise
+
+    def close(self, reason: str = "closed by the client") -> None:
+        with self._lock:
+            self._fail_locked(reason)
+
+    def _describe(self, reason: str) -> str:
+        return f"connection to {self.address[0]}:{self.address[1]}: {reason}"
+
+    def _fail_locked(self, reason: str) -> None:
+        if self._closed_because is not None:
+            return
+        self._closed_because = reason
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            future.set_exception(ConnectionLostError(self._describe(reason)))
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:  # already disconnected by the peer
+            log.debug("shutdown: %s", exc)
+        self._sock.close()
+
+    def _read_loop(self) -> None:
+        reason = "the broker closed the connection"
+        try:
+            while True:
+                raw = recv_exactly(self._sock, RESPONSE_HEADER.size)
+                if raw is None:
+                    break
+                header = decode_response_header(raw)
+                if header.body_bytes > self._response_bytes_max:
+                    reason = f"answer of {header.body_bytes} bytes over the client's bound"
+                    break
+                body = recv_exactly(self._sock, header.body_bytes)
+                if body is None:
+                    break
+                with self._lock:
+                    future = self._pending.pop(header.correlation_id, None)
+                if future is None:
+                    reason = f"answer to unknown correlation id {header.correlation_id}"
+                    break
+                future.set_result((header.error_code, body))
+        except (OSError, InvalidResponseError) as exc:
+            reason = f"read failed: {exc}"
+        self.close(reason)

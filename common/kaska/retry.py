@@ -1,0 +1,18 @@
+"""Retry policy of the clients: bounded attempts, exponential backoff with jitter."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    retries_max: int = 6
+    backoff_s_initial: float = 0.05
+    backoff_s_max: float = 2.0
+
+    def backoff_s(self, attempt: int) -> float:
+        """Pause before retry number `attempt` (0-based); jitter spreads clients apart."""
+        ceiling = min(self.backoff_s_max, self.backoff_s_initial * (2 ** attempt))
+        return ceiling * random.uniform(0.5, 1.0)

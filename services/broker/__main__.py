@@ -1,0 +1,94 @@
+"""`python -m services.broker --node-id 1 --listen 127.0.0.1:9092 --data-dir DIR [...]`
+
+Prints `kaska broker <id> listening on <host>:<port>` on stdout once it serves (port 0 picks a
+free port; tests read the line). SIGTERM or SIGINT stop it gracefully, exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from services.broker.config import BrokerConfig, Peer
+from services.broker.server import BrokerServer
+
+TOKEN_ENV = "KASKA_TOKEN"
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _peers(text: str) -> tuple[Peer, ...]:
+    try:
+        return tuple(Peer.parse(item) for item in text.split(",") if item)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m services.broker",
+                                     description="Kaska broker (single node today).")
+    parser.add_argument("--node-id", type=int, required=True)
+    parser.add_argument("--listen", type=_address, default=("127.0.0.1", 9092),
+                        help="HOST:PORT to listen on (port 0: any free port)")
+    parser.add_argument("--advertise", type=_address, default=None,
+                        help="HOST:PORT clients are told to use (default: the listen address)")
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--peers", type=_peers, default=(),
+                        help="other brokers, ID@HOST:PORT[,...] (for replication)")
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                        help=f"shared token clients must present (default: ${TOKEN_ENV})")
+    parser.add_argument("--frame-bytes-max", type=int, default=BrokerConfig.frame_bytes_max)
+    parser.add_argument("--connections-max", type=int, default=BrokerConfig.connections_max)
+    parser.add_argument("--segment-bytes-max", type=int,
+                        default=BrokerConfig.segment_bytes_max)
+    parser.add_argument("--retention-bytes", type=int, default=None)
+    parser.add_argument("--retention-ms", type=int, default=None)
+    parser.add_argument("--retention-check-interval-ms", type=int,
+                        default=BrokerConfig.retention_check_interval_ms)
+    parser.add_argument("--flush-interval-ms", type=int, default=None)
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    host, port = args.listen
+    advertised_host, advertised_port = args.advertise or (None, None)
+    return BrokerConfig(
+        node_id=args.node_id, data_dir=args.data_dir, host=host, port=port,
+        advertised_host=advertised_host, advertised_port=advertised_port, peers=args.peers,
+        token=args.token, frame_bytes_max=args.frame_bytes_max,
+        connections_max=args.connections_max, segment_bytes_max=args.segment_bytes_max,
+        retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
+        retention_check_interval_ms=args.retention_check_interval_ms,
+        flush_interval_ms=args.flush_interval_ms)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop_requested = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop_requested.set())
+    # Heartbeats: when common/heartbeat.py lands, build its sender here and pass it in
+    # `companions`; the server starts it once listening and stops it first on shutdown.
+    server = BrokerServer(config_from_args(args), companions=()).start()
+    host, port = server.address
+    print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
+    stop_requested.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

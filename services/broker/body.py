@@ -1,0 +1,66 @@
+"""The unread body of the request frame being served, read straight from the socket.
+
+A `RequestBody` knows how many bytes of the current frame are still on the wire, so whatever
+a handler reads (or does not read, when it fails early), the connection can drain the rest and
+stay in step with the frame boundaries. Used by one connection thread only.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from common.kaska.errors import FrameTooLargeError, InvalidRequestError
+
+DRAIN_CHUNK_BYTES = 64 * 1024
+
+
+class PeerClosedError(ConnectionError):
+    """The client closed the connection in the middle of a frame."""
+
+
+class RequestBody:
+    def __init__(self, sock: socket.socket, nbytes: int) -> None:
+        assert nbytes >= 0
+        self._sock = sock
+        self.remaining = nbytes
+
+    def read_exact(self, nbytes: int) -> bytes:
+        """The next nbytes; InvalidRequestError if the frame holds fewer."""
+        if nbytes > self.remaining:
+            raise InvalidRequestError(f"body ends early: {nbytes} bytes wanted, "
+                                      f"{self.remaining} left in the frame")
+        buf = bytearray(nbytes)
+        self._fill(memoryview(buf))
+        return bytes(buf)
+
+    def read_all(self, bytes_max: int) -> bytes:
+        """The whole rest of the body; FrameTooLargeError (nothing read) above bytes_max."""
+        if self.remaining > bytes_max:
+            raise FrameTooLargeError(f"request body of {self.remaining} bytes, this api takes "
+                                     f"at most {bytes_max}")
+        return self.read_exact(self.remaining)
+
+    def recv_into_exactly(self, region: memoryview) -> None:
+        """Fill region (e.g. a reserved slice of the log's mmap) from the socket, zero copy."""
+        if len(region) > self.remaining:
+            raise InvalidRequestError(f"{len(region)} bytes wanted, {self.remaining} in frame")
+        self._fill(region)
+
+    def _fill(self, view: memoryview) -> None:
+        # Count what arrived even if the stream breaks halfway, so `remaining` stays true.
+        size = len(view)
+        got = 0
+        try:
+            while got < size:
+                n = self._sock.recv_into(view[got:])
+                if n == 0:
+                    raise PeerClosedError(f"stream ended {size - got} bytes short")
+                got += n
+        finally:
+            self.remaining -= got
+
+    def drain(self) -> None:
+        """Read and drop what is left of the frame, in bounded chunks."""
+        scratch = memoryview(bytearray(min(self.remaining, DRAIN_CHUNK_BYTES)))
+        while self.remaining:
+            self._fill(scratch[:min(self.remaining, len(scratch))])

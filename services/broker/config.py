@@ -1,0 +1,64 @@
+"""The broker's settings: one frozen dataclass, built by `__main__` from flags or by tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    node_id: int
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Peer:
+        """`ID@HOST:PORT`."""
+        node, _, address = text.partition("@")
+        host, _, port = address.rpartition(":")
+        if not node or not host or not port:
+            raise ValueError(f"peer {text!r} is not ID@HOST:PORT")
+        return cls(int(node), host, int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: int
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9092  # 0: any free port (read it back from BrokerServer.address)
+    advertised_host: str | None = None  # what METADATA tells clients; default: host
+    advertised_port: int | None = None
+    peers: tuple[Peer, ...] = ()  # kept for replication; single node today
+    token: str | None = None
+    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
+    # Requests other than PRODUCE are read whole into memory; they are tiny, so a much smaller
+    # bound than frame_bytes_max applies to them.
+    control_body_bytes_max: int = MIB
+    connections_max: int = 256
+    idle_timeout_s: float = 600.0  # no request for this long: the broker closes the connection
+    read_timeout_s: float = 30.0  # a started frame must keep arriving; also bounds each send
+    fetch_wait_ms_max: int = 30_000
+    shutdown_grace_s: float = 3.0
+    retention_check_interval_ms: int = 60_000
+    listen_backlog: int = 128
+    segment_bytes_max: int = 64 * MIB
+    index_interval_bytes: int = 4096
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    flush_interval_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        assert self.frame_bytes_max >= 1024, "frame_bytes_max below 1 KiB"
+        assert self.control_body_bytes_max <= self.frame_bytes_max
+        assert self.connections_max >= 1
+        assert self.read_timeout_s > 0 and self.idle_timeout_s > 0
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.advertised_port or self.port)

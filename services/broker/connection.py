@@ -1,0 +1,211 @@
+"""One client connection: read a frame header, dispatch the body to its API handler, write the
+answer (header and small body with `sendall`, fetched batches with `os.sendfile`).
+
+Stream discipline: whatever a handler does, the unread rest of the frame is drained (in
+bounded chunks) before the answer goes out, so every error answer leaves the connection usable.
+The connection is closed instead when the frame cannot be trusted or bounded: a length below
+the header, a frame above `frame_bytes_max` (answered FrameTooLarge first, never read), a
+broken or stalled socket, a failed or missing authentication.
+
+Used by exactly one thread (its own); `interrupt()` and `force_close()` are the only methods
+other threads call, and they only touch the socket under `_state_lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+from common.kaska.errors import (
+    AuthenticationError,
+    FrameTooLargeError,
+    InvalidRequestError,
+    KaskaError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
+from common.kaska.protocol.frames import (
+    REQUEST_HEADER,
+    Api,
+    ErrorBody,
+    RequestHeader,
+    decode_request_header,
+    encode_response_header,
+)
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers import HANDLERS
+from services.broker.reply import Reply
+
+log = logging.getLogger(__name__)
+
+WIRE_CODE_MASK = 0xFFFF
+
+
+class StalledPeerError(TimeoutError):
+    """A frame header started arriving and then stopped for longer than read_timeout_s."""
+
+
+class Connection:
+    def __init__(self, sock: socket.socket, peer: str, ctx: BrokerContext,
+                 on_closed: Callable[[Connection], None]) -> None:
+        self._sock = sock
+        self.peer = peer
+        self._ctx = ctx
+        self._on_closed = on_closed
+        self._state_lock = threading.Lock()
+        self._busy = False
+        self._closing = False
+        self._authenticated = ctx.config.token is None
+        self._header_buf = bytearray(REQUEST_HEADER.size)
+
+    # -- called by other threads -------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """End the connection: at once when idle, after the request in flight otherwise."""
+        with self._state_lock:
+            self._closing = True
+            if not self._busy:
+                self._shutdown(socket.SHUT_RD)
+
+    def force_close(self) -> None:
+        """Break a request that outlived the shutdown grace period (its reads and sends fail)."""
+        with self._state_lock:
+            self._closing = True
+            self._shutdown(socket.SHUT_RDWR)
+
+    def _shutdown(self, how: int) -> None:
+        try:
+            self._sock.shutdown(how)
+        except OSError as exc:  # already disconnected: nothing left to wake
+            log.debug("shutdown of %s: %s", self.peer, exc)
+
+    # -- the connection's own thread ---------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._serve()
+        except OSError as exc:
+            log.debug("connection %s ended: %r", self.peer, exc)
+        finally:
+            self._sock.close()
+            self._on_closed(self)
+
+    def _serve(self) -> None:
+        while True:
+            raw = self._read_header()
+            if raw is None:
+                return
+            with self._state_lock:
+                if self._closing:
+                    return
+                self._busy = True
+            try:
+                keep_open = self._serve_frame(raw)
+            finally:
+                with self._state_lock:
+                    self._busy = False
+                    closing = self._closing
+            if not keep_open or closing:
+                return
+
+    def _read_header(self) -> bytes | None:
+        """The next 12-byte request header; None when the client leaves or stays idle too long.
+
+        The socket's SO_RCVTIMEO is read_timeout_s, so an idle wait wakes up that often to
+        count towards idle_timeout_s.
+        """
+        config = self._ctx.config
+        view = memoryview(self._header_buf)
+        got = 0
+        idle_s = 0.0
+        while got < len(view):
+            try:
+                n = self._sock.recv_into(view[got:])
+            except BlockingIOError as exc:
+                if got:
+                    raise StalledPeerError(f"frame header from {self.peer} stalled") from exc
+                idle_s += config.read_timeout_s
+                if idle_s >= config.idle_timeout_s:
+                    log.info("closing idle connection %s", self.peer)
+                    return None
+                continue
+            if n == 0:
+                return None
+            got += n
+        return bytes(self._header_buf)
+
+    def _serve_frame(self, raw: bytes) -> bool:
+        """Answer one request; False when the connection must close afterwards."""
+        try:
+            header = decode_request_header(raw)
+        except InvalidRequestError as exc:
+            log.info("closing %s: %s", self.peer, exc)
+            return False
+        config = self._ctx.config
+        if header.body_bytes > config.frame_bytes_max:
+            self._send_error(header.correlation_id, FrameTooLargeError(
+                f"frame of {header.length} bytes over frame_bytes_max {config.frame_bytes_max}"))
+            return False
+        if not self._authenticated and header.api != Api.AUTHENTICATE:
+            self._send_error(header.correlation_id,
+                             AuthenticationError("authenticate first: this broker needs a token"))
+            return False
+        body = RequestBody(self._sock, header.body_bytes)
+        reply, error = self._dispatch(header, body)
+        if isinstance(error, FrameTooLargeError):
+            self._send_error(header.correlation_id, error)
+            return False
+        body.drain()
+        if error is not None:
+            self._send_error(header.correlation_id, error)
+            return self._authenticated
+        self._send_reply(header.correlation_id, reply)
+        if header.api == Api.AUTHENTICATE:
+            self._authenticated = True
+        return True
+
+    def _dispatch(self, header: RequestHeader,
+                  body: RequestBody) -> tuple[Reply | None, KaskaError | None]:
+        handler = HANDLERS.get(header.api)
+        try:
+            if handler is None:
+                raise InvalidRequestError(f"unknown api {header.api}")
+            if header.version not in handler.versions:
+                raise UnsupportedVersionError(
+                    f"api {Api(header.api).name} has no version {header.version}")
+            return handler.handle(self._ctx, body), None
+        except KaskaError as error:
+            return None, error
+        except OSError:
+            raise
+        except Exception:
+            # A bug in one handler must cost one request, not the connection or the broker.
+            log.exception("api %d from %s failed", header.api, self.peer)
+            return None, UnknownServerError("internal error in the broker")
+
+    def _send_error(self, correlation_id: int, error: KaskaError) -> None:
+        log.debug("answering %s to %s: %s", type(error).__name__, self.peer, error)
+        body = ErrorBody.from_error(error).encode()
+        code = error.code & WIRE_CODE_MASK
+        self._sock.sendall(encode_response_header(correlation_id, code, len(body)) + body)
+
+    def _send_reply(self, correlation_id: int, reply: Reply) -> None:
+        head = encode_response_header(correlation_id, 0, reply.nbytes) + reply.body
+        if not reply.slices:
+            self._sock.sendall(head)
+            return
+        self._sock.sendall(head, socket.MSG_MORE)
+        out_fd = self._sock.fileno()
+        for piece in reply.slices:
+            position, left = piece.position, piece.nbytes
+            while left:
+                sent = os.sendfile(out_fd, piece.fd, position, left)
+                if sent == 0:
+                    # The frame length is already on the wire; the stream cannot be repaired.
+                    raise ConnectionAbortedError("segment file ended inside a fetch slice")
+                position += sent
+                left -= sent

@@ -1,0 +1,20 @@
+"""Everything a request handler may use, passed explicitly (no globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.broker.config import BrokerConfig
+from services.broker.notifier import DataNotifier
+from services.broker.offsets import CommittedOffsets
+from services.broker.replica_manager import SingleNodeReplicaManager
+from services.broker.storage.log import Log
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerContext:
+    config: BrokerConfig
+    log: Log
+    offsets: CommittedOffsets
+    replicas: SingleNodeReplicaManager
+    notifier: DataNotifier

@@ -1,0 +1,51 @@
+"""One module per API; `HANDLERS` maps an api number to (supported versions, handle).
+
+Each `handle(ctx, body) -> Reply` reads its own body from the `RequestBody` and raises a
+`KaskaError` to answer with an error code; the connection turns either into a frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.kaska.protocol.frames import VERSION, Api
+from services.broker.handlers import (
+    authenticate,
+    commit_offset,
+    create_topic,
+    delete_topic,
+    fetch,
+    fetch_committed,
+    list_offsets,
+    list_topics,
+    message_length,
+    metadata,
+    produce,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    versions: frozenset[int]
+    handle: Callable
+
+
+def _v0(module) -> Handler:
+    return Handler(frozenset({VERSION}), module.handle)
+
+
+HANDLERS: dict[int, Handler] = {
+    Api.PRODUCE: _v0(produce),
+    Api.FETCH: _v0(fetch),
+    Api.LIST_OFFSETS: _v0(list_offsets),
+    Api.METADATA: _v0(metadata),
+    Api.CREATE_TOPIC: _v0(create_topic),
+    Api.DELETE_TOPIC: _v0(delete_topic),
+    Api.LIST_TOPICS: _v0(list_topics),
+    Api.MESSAGE_LENGTH: _v0(message_length),
+    Api.COMMIT_OFFSET: _v0(commit_offset),
+    Api.FETCH_COMMITTED: _v0(fetch_committed),
+    Api.AUTHENTICATE: _v0(authenticate),
+}
+assert set(HANDLERS) == set(Api)

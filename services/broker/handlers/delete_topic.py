@@ -1,0 +1,18 @@
+"""DELETE_TOPIC: the topic's files, its committed offsets, and wakes its long-polls."""
+
+from __future__ import annotations
+
+from common.kaska.protocol.delete_topic import DeleteTopicRequest
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers.common import client_writable_topic, read_request
+from services.broker.reply import Reply
+
+
+def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
+    request = read_request(ctx, body, DeleteTopicRequest)
+    client_writable_topic(request.topic)
+    ctx.log.delete_topic(request.topic)
+    ctx.notifier.forget_topic(request.topic)
+    ctx.offsets.forget_topic(request.topic)
+    return Reply()

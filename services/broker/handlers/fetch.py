@@ -1,0 +1,37 @@
+"""FETCH: whole batches below the high watermark, sent from the segment files with sendfile.
+
+When the consumer is caught up (offset == high watermark) and asks to wait, the request
+long-polls on the partition's condition variable, at most `fetch_wait_ms_max`.
+"""
+
+from __future__ import annotations
+
+from common.kaska.errors import OffsetOutOfRangeError
+from common.kaska.protocol.fetch import FetchRequest, encode_response_prefix
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers.common import led_partition, read_request
+from services.broker.reply import Reply
+
+
+def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
+    request = read_request(ctx, body, FetchRequest)
+    _role, log = led_partition(ctx, request.topic, request.partition)
+    replicas = ctx.replicas
+
+    def high_watermark() -> int:
+        return replicas.high_watermark(request.topic, request.partition, log)
+
+    start = log.log_start_offset
+    if request.offset < start or request.offset > high_watermark():
+        raise OffsetOutOfRangeError(f"offset {request.offset} outside [{start}, "
+                                    f"{high_watermark()}] of {request.topic}/{request.partition}")
+    wait_ms = min(request.max_wait_ms, ctx.config.fetch_wait_ms_max)
+    if request.offset == high_watermark() and wait_ms > 0:
+        ctx.notifier.wait_until(request.topic, request.partition,
+                                lambda: high_watermark() > request.offset, wait_ms / 1000)
+    visible_end = high_watermark()
+    max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
+    slices = log.read(request.offset, max_bytes, upto_offset=visible_end)
+    prefix = encode_response_prefix(visible_end, log.log_start_offset)
+    return Reply(prefix, slices)

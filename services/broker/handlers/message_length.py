@@ -1,0 +1,47 @@
+"""MESSAGE_LENGTH: the length of one record, found by walking the record lengths of the batch
+that holds it (the only place the broker looks inside a batch, and it copies nothing)."""
+
+from __future__ import annotations
+
+import struct
+
+from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
+from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
+from common.kaska.record_batch import HEADER_BYTES, RECORD_LENGTH_BYTES, parse_header
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers.common import led_partition, read_request
+from services.broker.reply import Reply
+
+_RECORD_LEN = struct.Struct(">I")
+
+
+def record_length_at(batch: bytes, offset: int) -> int:
+    """Length of the record at `offset` inside one stamped batch."""
+    header = parse_header(batch)
+    if not header.base_offset <= offset < header.next_offset:
+        raise OffsetOutOfRangeError(f"offset {offset} is not in the batch at "
+                                    f"{header.base_offset}")
+    end = min(header.total_bytes, len(batch))
+    pos = HEADER_BYTES
+    for _ in range(offset - header.base_offset + 1):
+        if pos + RECORD_LENGTH_BYTES > end:
+            raise CorruptBatchError("record length runs past the batch")
+        (length,) = _RECORD_LEN.unpack_from(batch, pos)
+        pos += RECORD_LENGTH_BYTES + length
+    if pos > end:
+        raise CorruptBatchError("record runs past the batch")
+    return length
+
+
+def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
+    request = read_request(ctx, body, MessageLengthRequest)
+    _role, log = led_partition(ctx, request.topic, request.partition)
+    end = ctx.replicas.high_watermark(request.topic, request.partition, log)
+    if not log.log_start_offset <= request.offset < end:
+        raise OffsetOutOfRangeError(f"offset {request.offset} outside "
+                                    f"[{log.log_start_offset}, {end}) of "
+                                    f"{request.topic}/{request.partition}")
+    # max_bytes 1: storage returns exactly the one whole batch holding the offset.
+    batch = log.read_bytes(request.offset, 1, upto_offset=end)
+    return Reply(MessageLengthResponse(record_length_at(batch, request.offset)).encode())

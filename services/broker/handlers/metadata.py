@@ -1,0 +1,24 @@
+"""METADATA: the brokers, and the leader of every partition of the topics asked about."""
+
+from __future__ import annotations
+
+from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse, PartitionInfo
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers.common import read_request
+from services.broker.reply import Reply
+
+
+def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
+    request = read_request(ctx, body, MetadataRequest)
+    existing = ctx.log.topics()
+    wanted = request.topics or tuple(existing)
+    topics = {}
+    for name in wanted:
+        partitions = existing.get(name)
+        if partitions is None:
+            continue
+        roles = (ctx.replicas.role(name, p) for p in range(partitions))
+        topics[name] = tuple(PartitionInfo(p, role.leader_id, role.leader_epoch)
+                             for p, role in enumerate(roles))
+    return Reply(MetadataResponse(ctx.replicas.brokers(), topics).encode())

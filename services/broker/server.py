@@ -1,0 +1,248 @@
+"""The broker process: recover the log, then accept connections and serve them.
+
+Concurrency model — one thread per connection, at most `connections_max` of them:
+- The storage interface is synchronous: `append_from` calls back into the connection to
+  `recv_into` the log's mapped region, and fetches end in `os.sendfile`. Both block in the
+  kernel with the GIL released, so threads overlap I/O and CRC work without an event loop
+  that would have to run those calls in threads anyway.
+- A request runs start to finish on its connection's thread, so per-connection ordering (a
+  producer's batches, then its next batch) needs no extra bookkeeping.
+- Memory and thread count stay bounded: over `connections_max` a new connection is closed
+  at once; each connection holds at most one control body (`control_body_bytes_max`) and a
+  64 KiB drain buffer; produce bodies go straight to the log and never to the heap.
+- Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`) and idle ones by
+  `idle_timeout_s`.
+
+Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, wake long-polls, let every
+request in flight finish (idle connections close at once), force-close what outlives
+`shutdown_grace_s`, then flush and close the log. Startable in-process:
+`BrokerServer(config).start()` ... `.stop()`.
+
+Companions (`start()`/`stop()` objects, e.g. the heartbeat sender of `common/heartbeat.py`)
+start once the broker listens and stop first on shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+import threading
+from collections.abc import Iterable
+from typing import Protocol
+
+from services.broker.config import BrokerConfig
+from services.broker.connection import Connection
+from services.broker.context import BrokerContext
+from services.broker.notifier import DataNotifier
+from services.broker.offsets import CommittedOffsets
+from services.broker.replica_manager import SingleNodeReplicaManager
+from services.broker.retention import RetentionThread
+from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
+from services.broker.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+ACCEPT_ERROR_PAUSE_S = 0.1
+FORCED_CLOSE_WAIT_S = 1.0
+
+
+class Companion(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def log_config(config: BrokerConfig) -> LogConfig:
+    return LogConfig(
+        segment_bytes_max=config.segment_bytes_max,
+        index_interval_bytes=config.index_interval_bytes,
+        retention_bytes=config.retention_bytes,
+        retention_ms=config.retention_ms,
+        flush_interval_ms=config.flush_interval_ms,
+        # A batch must fit one frame and one segment (after the segment's file header).
+        batch_bytes_max=min(config.frame_bytes_max,
+                            config.segment_bytes_max - SEGMENT_HEADER_BYTES),
+    )
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, companions: Iterable[Companion] = ()) -> None:
+        self.config = config
+        self._companions = list(companions)
+        self._lock = threading.Lock()
+        self._connections_changed = threading.Condition(self._lock)
+        self._connections: set[Connection] = set()
+        self._stopping = False
+        self._stop_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self.address: tuple[str, int] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> BrokerServer:
+        config = self.config
+        try:
+            self._start_locked()
+        except BaseException:
+            self._abort_start()
+            raise
+        log.info("broker %d listening on %s:%d (data %s)", config.node_id, *self.address,
+                 config.data_dir)
+        return self
+
+    def _start_locked(self) -> None:
+        config = self.config
+        # Bind first (a taken port fails fast), listen only once recovery is done.
+        self._listener = self._bind()
+        self.storage = Log(config.data_dir, log_config(config))
+        self.offsets = CommittedOffsets(self.storage)
+        self.offsets.load()
+        self._listener.listen(config.listen_backlog)
+        self.address = self._listener.getsockname()[:2]
+        advertised = (config.advertised_host or self.address[0],
+                      config.advertised_port or self.address[1])
+        self.context = BrokerContext(
+            config=config, log=self.storage, offsets=self.offsets,
+            replicas=SingleNodeReplicaManager(config.node_id, advertised),
+            notifier=DataNotifier())
+        self._retention = RetentionThread(self.storage, config.retention_check_interval_ms)
+        self._retention.start()
+        for companion in self._companions:
+            companion.start()
+        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                               name="kaska-accept")
+        self._accept_thread.start()
+
+    def stop(self) -> None:
+        """Graceful stop; safe to call more than once and from any thread."""
+        with self._lock:
+            already = self._stopping
+            self._stopping = True
+        self._stop_requested.set()
+        if already:
+            self._stopped.wait()
+            return
+        self._stop_accepting()
+        for companion in self._companions:
+            companion.stop()
+        self.context.notifier.stop()
+        self._drain_connections()
+        self._retention.stop()
+        self._close_storage()
+        self._stopped.set()
+        log.info("broker %d stopped", self.config.node_id)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until stop() completed; False on timeout."""
+        return self._stopped.wait(timeout_s)
+
+    def __enter__(self) -> BrokerServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # -- start helpers -----------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.config.host, self.config.port))
+        except OSError:
+            listener.close()
+            raise
+        return listener
+
+    def _abort_start(self) -> None:
+        retention = getattr(self, "_retention", None)
+        if retention is not None:
+            retention.stop()
+        if self._listener is not None:
+            self._listener.close()
+        storage = getattr(self, "storage", None)
+        if storage is not None:
+            storage.close()
+
+    # -- accepting ---------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except OSError as exc:
+                if self._stopping:
+                    return
+                # E.g. EMFILE: pause instead of spinning, the next accept may succeed.
+                log.warning("accept failed: %s", exc)
+                self._stop_requested.wait(ACCEPT_ERROR_PAUSE_S)
+                continue
+            self._admit(sock, f"{peer[0]}:{peer[1]}")
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        with self._lock:
+            if self._stopping or len(self._connections) >= self.config.connections_max:
+                refused = True
+            else:
+                refused = False
+                connection = Connection(sock, peer, self.context, self._forget)
+                self._connections.add(connection)
+        if refused:
+            log.warning("refusing %s: %d connections open or stopping", peer,
+                        len(self._connections))
+            sock.close()
+            return
+        timeout = _timeval(self.config.read_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
+        threading.Thread(target=connection.run, daemon=True, name=f"kaska-conn-{peer}").start()
+
+    def _forget(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+            self._connections_changed.notify_all()
+
+    @property
+    def connection_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    # -- stop helpers ------------------------------------------------------------------------
+
+    def _stop_accepting(self) -> None:
+        with contextlib.suppress(OSError):  # shutdown of a listener wakes accept(); may race
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._accept_thread.join()
+
+    def _drain_connections(self) -> None:
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            connection.interrupt()
+        if self._wait_connections_gone(self.config.shutdown_grace_s):
+            return
+        with self._lock:
+            stuck = list(self._connections)
+        log.warning("forcing %d connections closed after the grace period", len(stuck))
+        for connection in stuck:
+            connection.force_close()
+        if not self._wait_connections_gone(FORCED_CLOSE_WAIT_S):
+            log.error("%d connections still running at close", self.connection_count)
+
+    def _wait_connections_gone(self, timeout_s: float) -> bool:
+        with self._lock:
+            return self._connections_changed.wait_for(lambda: not self._connections, timeout_s)
+
+    def _close_storage(self) -> None:
+        self.storage.flush()
+        self.storage.close()  # also releases the data directory's lock
