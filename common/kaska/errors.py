@@ -117,6 +117,12 @@ class ConnectionLostError(KaskaError):
     retriable = True
 
 
+class InvalidPartitionsError(KaskaError):
+    """A partition count outside what the broker accepts (create topic)."""
+
+    code = 37
+
+
 NONE = 0
 
 _BY_CODE: dict[int, type[KaskaError]] = {}

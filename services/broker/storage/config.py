@@ -1,0 +1,55 @@
+"""LogConfig: every bound of the broker's storage, with units last in the names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.kaska.record_batch import HEADER_BYTES
+
+SEGMENT_HEADER_BYTES = 16
+POSITION_MAX = 2**32 - 1  # index positions are u32
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Storage settings of one broker (Kafka's names in brackets).
+
+    segment_bytes_max     size a log file is preallocated to; a segment rolls when the next
+                          batch would not fit [segment.bytes]
+    index_interval_bytes  log bytes between two sparse index entries [index.interval.bytes]
+    retention_bytes       partition size above which whole old segments are deleted; None =
+                          unbounded [retention.bytes]
+    retention_ms          age (newest batch timestamp) above which a segment is deleted; None =
+                          forever [retention.ms]
+    flush_interval_ms     fsync at most this long after an append; None = never (the page cache
+                          survives a SIGKILL; only a machine crash loses unflushed data), 0 =
+                          every append [flush.ms]
+    batch_bytes_max       largest record batch accepted [message.max.bytes]
+    producer_ids_max      producers remembered per partition for deduplication; the least
+                          recently seen is forgotten beyond it
+    """
+
+    segment_bytes_max: int = 64 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    flush_interval_ms: int | None = None
+    batch_bytes_max: int = 16 * 1024 * 1024
+    producer_ids_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.batch_bytes_max < HEADER_BYTES:
+            raise ValueError(f"batch_bytes_max {self.batch_bytes_max} is below a batch header")
+        if self.segment_bytes_max < SEGMENT_HEADER_BYTES + self.batch_bytes_max:
+            raise ValueError("segment_bytes_max must hold the segment header and one batch of "
+                             f"batch_bytes_max ({self.batch_bytes_max})")
+        if self.segment_bytes_max > POSITION_MAX:
+            raise ValueError(f"segment_bytes_max above {POSITION_MAX} (u32 index positions)")
+        if self.index_interval_bytes < 1:
+            raise ValueError("index_interval_bytes must be positive")
+        for name in ("retention_bytes", "retention_ms", "flush_interval_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be None or >= 0")
+        if self.producer_ids_max < 1:
+            raise ValueError("producer_ids_max must be positive")

@@ -1,0 +1,33 @@
+"""Storage errors that never travel on the wire as themselves.
+
+Recovery catches CorruptSegmentError and CorruptIndexError and repairs (quarantine, truncate,
+rebuild); they only escape from the classes used directly. PartitionClosedError subclasses
+UnknownTopicOrPartitionError so the server answers a request racing a topic deletion with that
+wire code.
+"""
+
+from __future__ import annotations
+
+from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
+
+
+class StorageError(KaskaError):
+    """Base of the broker's storage errors (wire code: unknown server error)."""
+
+
+class CorruptSegmentError(StorageError):
+    """A log file that is not a Kaska segment: too short, no `KASK` magic, unknown format
+    version, or a header base offset that disagrees with its file name."""
+
+
+class CorruptIndexError(StorageError):
+    """An offset index file that is torn (size not a multiple of 8) or not strictly
+    increasing; recovery rebuilds it from the log."""
+
+
+class DataDirectoryLockedError(StorageError):
+    """Another Log (in this or another process) already owns the data directory."""
+
+
+class PartitionClosedError(UnknownTopicOrPartitionError):
+    """The partition was closed (its topic deleted, or the broker shutting down)."""

@@ -1,0 +1,249 @@
+"""Log: every topic of one broker in one data directory.
+
+Layout (the Log owns the whole data directory; other broker state belongs elsewhere or under a
+name starting with `@`, which no topic name can hold):
+
+    DATA/@lock                 flock()ed while a Log has the directory open
+    DATA/@staging/<uuid>/      a topic being created; renamed to DATA/<topic> when complete
+    DATA/@deleted/<topic>.<ns>/ a topic being deleted; renamed away first, removed after
+    DATA/<topic>/topic.json    {"format": 1, "name": <topic>, "partitions": N}
+    DATA/<topic>/<p>/          PartitionLog directory of partition p, 0 <= p < N
+
+Invariants: a topic exists exactly when `DATA/<topic>/topic.json` does. Creation and deletion
+are single directory renames (fsynced), so a crash leaves a topic whole or absent; `@staging`
+and `@deleted` are emptied on open. Topic names are checked by `validate_topic_name`
+(1..249 characters of `[A-Za-z0-9._-]`, not `.` or `..`) before any path is built, so no name
+can reach outside DATA.
+
+Recovery on open: every topic directory with valid metadata is opened and every partition
+recovered (see PartitionLog) before the Log is returned; directories without valid metadata
+are logged and left alone.
+
+Thread-safety: a lock serialises create/delete/close; `partition` and `topics` are lock-free
+reads of a dict that is replaced, never mutated, so request threads never wait on an admin
+operation.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from common.kaska.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from common.kaska.topic_name import validate_topic_name
+from services.broker.storage.config import LogConfig
+from services.broker.storage.errors import DataDirectoryLockedError
+from services.broker.storage.partition import PartitionLog, fsync_directory, monotonic_ms
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_MAX = 1024
+TOPIC_FORMAT_VERSION = 1
+METADATA_FILE = "topic.json"
+LOCK_FILE = "@lock"
+STAGING_DIR = "@staging"
+DELETED_DIR = "@deleted"
+
+
+class Log:
+    """The topics of one broker; opening it recovers every partition."""
+
+    def __init__(self, data_dir: Path | str, config: LogConfig | None = None,
+                 clock_ms: Callable[[], int] = monotonic_ms):
+        self.data_dir = Path(data_dir).resolve()
+        self.config = config or LogConfig()
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_directory(self.data_dir)
+        self._closed = False
+        self._topics: dict[str, tuple[PartitionLog, ...]] = {}
+        try:
+            self._remove_unfinished()
+            self._topics = self._open_topics()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- topics --------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Topic name → partition count."""
+        return {name: len(partitions) for name, partitions in self._topics.items()}
+
+    def partition(self, name: str, partition: int) -> PartitionLog:
+        partitions = self._topics.get(name)
+        if partitions is None or not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartitionError(f"no partition {partition} of topic {name!r}")
+        return partitions[partition]
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        validate_topic_name(name)
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidPartitionsError(f"{partitions} partitions; 1..{PARTITIONS_MAX} allowed")
+        with self._lock:
+            self._check_open()
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            target = self._topic_dir(name)
+            if target.exists():
+                self._discard(target)  # a directory without valid metadata: never a topic
+            staging = self.data_dir / STAGING_DIR / uuid.uuid4().hex
+            staging.mkdir(parents=True)
+            _write_metadata(staging, name, partitions)
+            os.rename(staging, target)
+            fsync_directory(self.data_dir)
+            opened = self._open_partitions(target, partitions)
+            self._topics = {**self._topics, name: opened}
+        log.info("created topic %r with %d partition(s)", name, partitions)
+
+    def delete_topic(self, name: str) -> None:
+        """Gone at once for new requests; in-flight appends finish first, in-flight sends keep
+        their (unlinked) files until done."""
+        validate_topic_name(name)
+        with self._lock:
+            self._check_open()
+            if name not in self._topics:
+                raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+            topics = dict(self._topics)
+            partitions = topics.pop(name)
+            self._topics = topics
+            trash = self._discard_dir(name)
+            os.rename(self._topic_dir(name), trash)
+            fsync_directory(self.data_dir)
+        for partition in partitions:
+            partition.close()
+        shutil.rmtree(trash)
+        log.info("deleted topic %r", name)
+
+    # -- whole-broker operations ---------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Retention over every partition (see PartitionLog.apply_retention); segments
+        deleted. A partition closed by a racing topic deletion is skipped."""
+        deleted = 0
+        for partitions in self._topics.values():
+            for partition in partitions:
+                if not partition.closed:
+                    deleted += partition.apply_retention(now_ms)
+        return deleted
+
+    def flush(self) -> None:
+        for partitions in self._topics.values():
+            for partition in partitions:
+                partition.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            topics, self._topics = self._topics, {}
+            for partitions in topics.values():
+                for partition in partitions:
+                    partition.close()
+            os.close(self._lock_fd)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnknownTopicOrPartitionError("the log is closed")
+
+    def _topic_dir(self, name: str) -> Path:
+        path = self.data_dir / name
+        assert path.parent == self.data_dir and validate_topic_name(name) == path.name
+        return path
+
+    def _discard_dir(self, name: str) -> Path:
+        trash = self.data_dir / DELETED_DIR
+        trash.mkdir(exist_ok=True)
+        return trash / f"{name}.{time.time_ns()}"
+
+    def _discard(self, path: Path) -> None:
+        log.warning("%s: leftover directory without topic metadata; removed", path)
+        trash = self._discard_dir(path.name)
+        os.rename(path, trash)
+        shutil.rmtree(trash)
+
+    def _remove_unfinished(self) -> None:
+        for name in (STAGING_DIR, DELETED_DIR):
+            path = self.data_dir / name
+            if path.exists():
+                shutil.rmtree(path)
+
+    def _open_topics(self) -> dict[str, tuple[PartitionLog, ...]]:
+        topics: dict[str, tuple[PartitionLog, ...]] = {}
+        for path in sorted(self.data_dir.iterdir()):
+            if path.name.startswith("@"):
+                continue
+            partitions = _read_metadata(path)
+            if partitions is None:
+                continue
+            topics[path.name] = self._open_partitions(path, partitions)
+        return topics
+
+    def _open_partitions(self, topic_dir: Path, partitions: int) -> tuple[PartitionLog, ...]:
+        return tuple(PartitionLog(topic_dir / str(p), self.config, self._clock_ms)
+                     for p in range(partitions))
+
+
+def _lock_directory(data_dir: Path) -> int:
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirectoryLockedError(f"{data_dir} is in use by another broker") from None
+    return fd
+
+
+def _write_metadata(topic_dir: Path, name: str, partitions: int) -> None:
+    body = json.dumps({"format": TOPIC_FORMAT_VERSION, "name": name, "partitions": partitions})
+    path = topic_dir / METADATA_FILE
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(body)
+        out.flush()
+        os.fsync(out.fileno())
+    for p in range(partitions):
+        (topic_dir / str(p)).mkdir()
+    fsync_directory(topic_dir)
+
+
+def _read_metadata(path: Path) -> int | None:
+    """The partition count of the topic directory `path`, None (logged) when it is not one."""
+    if not path.is_dir():
+        log.warning("%s: not a topic directory; ignored", path)
+        return None
+    try:
+        validate_topic_name(path.name)
+        meta = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
+    except (InvalidTopicError, OSError, ValueError) as exc:
+        log.warning("%s: not a topic (%s); ignored", path, exc)
+        return None
+    partitions = meta.get("partitions") if isinstance(meta, dict) else None
+    if (not isinstance(meta, dict) or meta.get("format") != TOPIC_FORMAT_VERSION
+            or meta.get("name") != path.name or not isinstance(partitions, int)
+            or not 1 <= partitions <= PARTITIONS_MAX):
+        log.warning("%s: bad %s %r; ignored", path, METADATA_FILE, meta)
+        return None
+    return partitions

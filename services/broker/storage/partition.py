@@ -1,0 +1,425 @@
+"""PartitionLog: the segment list of one topic partition (Kafka's `Log`).
+
+On disk: one directory holding `%020d.log` + `%020d.index` per segment (segment.py and
+offset_index.py give the formats). Quarantined files end in `.unreadable.<ns>`; `*.tmp` files
+are leftovers of an interrupted segment or index creation and are removed on open.
+
+Invariants:
+- Segments are ordered by base offset and contiguous: each one's base offset is the previous
+  one's next offset; `log_start_offset` is the first base, `log_end_offset` (LEO) the next
+  offset to assign. Offsets are dense.
+- Only the last segment is active (mapped, preallocated); the others are sealed and trimmed.
+  Retention deletes whole segments from the front, never the active one.
+- The producer table reflects exactly the batches in the log (rebuilt on open and after
+  truncation; kept, like Kafka, when retention deletes old segments).
+
+Recovery on open: every segment is scanned and CRC-checked in order; the first invalid batch
+ends the log (the segment holding it is cut there and every later segment is deleted, since
+offsets must stay dense); a `.log` file that is not a Kaska segment (no magic, too short) is
+renamed aside with a logged warning; indexes are checked and rebuilt when needed; the producer
+table is rebuilt from the batch headers seen on the way.
+
+Thread-safety: one `threading.Lock` serialises appends, truncation, retention, flush and close.
+`append_from` holds it while `fill` runs, so a slow producer delays the other producers of the
+same partition (the server bounds each fill with a socket timeout). Reads take no lock: they
+work on an immutable snapshot of the segment list and each segment's published
+(next offset, end position), so a reader sees only committed batches, concurrently with
+appends. `FileSlice`s keep their file open (see segment.py), so retention or topic deletion
+while a slice is being sent never hands a reader a closed or reused descriptor.
+
+Durability: an appended batch is in the page cache (it survives a SIGKILL of the broker) once
+`append_from` returns. With `flush_interval_ms` set, the append that finds the last fsync at
+least that old fsyncs every segment written since (0: every append); None never fsyncs
+(Kafka's default), except in `flush()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.kaska.errors import CorruptBatchError, MessageTooLargeError, OffsetOutOfRangeError
+from common.kaska.record_batch import HEADER_BYTES
+from services.broker.storage.config import LogConfig
+from services.broker.storage.errors import CorruptSegmentError, PartitionClosedError
+from services.broker.storage.producer_state import ProducerStateTable
+from services.broker.storage.segment import FileSlice, LogSegment, log_path
+
+__all__ = ["AppendResult", "FileSlice", "PartitionLog"]
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_NAME_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    record_count: int
+    duplicate: bool  # True: the producer's retry; nothing stored, original base offset
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class PartitionLog:
+    """The log of one partition; opening it recovers the directory (created when missing)."""
+
+    def __init__(self, directory: Path, config: LogConfig,
+                 clock_ms: Callable[[], int] = monotonic_ms):
+        self.directory = Path(directory)
+        self.config = config
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._closed = False
+        self._producers = ProducerStateTable(config.producer_ids_max)
+        self._unflushed: list[LogSegment] = []
+        self._last_flush_ms = clock_ms()
+        segments = self._recover()
+        self._publish(segments)
+        self._leo = segments[-1].next_offset
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments_snapshot()[1][0]
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._leo
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._view[0])
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._view[0])
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return self._view[1]
+
+    def last_sequence(self, producer_id: bytes) -> int | None:
+        with self._lock:
+            return self._producers.last_sequence(producer_id)
+
+    def _publish(self, segments: list[LogSegment]) -> None:
+        """Readers pick up the new list in one reference read."""
+        self._view = (tuple(segments), tuple(s.base_offset for s in segments))
+
+    def _segments_snapshot(self) -> tuple[tuple[LogSegment, ...], tuple[int, ...]]:
+        view = self._view
+        if self._closed or not view[0]:
+            raise PartitionClosedError(f"partition {self.directory} is closed")
+        return view
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PartitionClosedError(f"partition {self.directory} is closed")
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_from(self, total_bytes: int, fill: Callable[[memoryview], None],
+                    leader_epoch: int = 0) -> AppendResult:
+        """Reserve total_bytes (one whole batch as it came on the wire) in the active segment
+        (rolling first if it does not fit), call fill(region) -- the server does
+        sock.recv_into(region) in a loop here -- then validate the header and CRC in place,
+        check the producer table, stamp base offset and epoch, and only then make it visible
+        and advance log_end_offset. A CorruptBatchError / sequence error leaves nothing visible.
+        An exception from fill (broken socket) leaves nothing visible and re-raises.
+
+        The partition lock is held while fill runs: other appends to this partition wait, so
+        the caller must bound fill (socket timeout). Reads are not blocked.
+        MessageTooLargeError / CorruptBatchError for a size out of bounds are raised before
+        fill is called (the caller still has the batch bytes to skip)."""
+        if total_bytes < HEADER_BYTES:
+            raise CorruptBatchError(f"batch of {total_bytes} bytes is shorter than its header")
+        if total_bytes > self.config.batch_bytes_max:
+            raise MessageTooLargeError(f"batch of {total_bytes} bytes is over "
+                                       f"batch_bytes_max {self.config.batch_bytes_max}")
+        with self._lock:
+            self._check_open()
+            return self._append_locked(total_bytes, fill, leader_epoch)
+
+    def append(self, batch: bytes | memoryview, leader_epoch: int = 0) -> AppendResult:
+        """Same through a copy (tests, internal topics, replication)."""
+        source = memoryview(batch).cast("B")
+
+        def copy(region: memoryview) -> None:
+            region[:] = source
+
+        return self.append_from(source.nbytes, copy, leader_epoch)
+
+    def _append_locked(self, total_bytes: int, fill: Callable[[memoryview], None],
+                       leader_epoch: int) -> AppendResult:
+        segment = self._segment_for(total_bytes)
+        region = segment.reserve(total_bytes)
+        try:
+            fill(region)
+            del region
+            header = segment.validate_reservation()
+            original = self._producers.check(header)
+        except BaseException:
+            segment.discard()
+            raise
+        if original is not None:
+            segment.discard()
+            return AppendResult(original.base_offset, original.record_count, duplicate=True)
+        base_offset = self._leo
+        segment.commit(header, base_offset, leader_epoch)
+        self._producers.record(header, base_offset)
+        self._leo = base_offset + header.record_count
+        self._note_written(segment)
+        return AppendResult(base_offset, header.record_count, duplicate=False)
+
+    def _segment_for(self, total_bytes: int) -> LogSegment:
+        segments = list(self._view[0])
+        active = segments[-1]
+        if active.fits(total_bytes):
+            return active
+        assert not active.is_empty, "config guarantees an empty segment holds any batch"
+        fresh = LogSegment.create(self.directory, self._leo, self.config)
+        active.seal()
+        segments.append(fresh)
+        self._publish(segments)
+        if self.config.flush_interval_ms is not None:
+            fsync_directory(self.directory)
+        return fresh
+
+    def _note_written(self, segment: LogSegment) -> None:
+        if self.config.flush_interval_ms is None:
+            return
+        if not self._unflushed or self._unflushed[-1] is not segment:
+            self._unflushed.append(segment)
+        if self._clock_ms() - self._last_flush_ms >= self.config.flush_interval_ms:
+            self._flush_locked()
+
+    # -- reading (lock-free) -------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upto_offset: int | None = None
+             ) -> list[FileSlice]:
+        """Whole batches starting with the one holding `offset`, up to max_bytes -- but at least
+        one whole batch when offset < end (as Kafka, so a consumer always progresses); never
+        past upto_offset (the high watermark later). offset == log_end_offset -> [].
+        offset outside [log_start_offset, log_end_offset] -> OffsetOutOfRangeError.
+        The first batch may start before `offset`; a batch holding upto_offset is left out."""
+        end = self._leo
+        segments, bases = self._segments_snapshot()
+        if not bases[0] <= offset <= end:
+            raise OffsetOutOfRangeError(f"offset {offset} outside [{bases[0]}, {end}]")
+        limit = end if upto_offset is None else min(upto_offset, end)
+        slices: list[FileSlice] = []
+        remaining = max_bytes
+        i = bisect_right(bases, offset) - 1
+        while i < len(segments) and offset < limit and (remaining > 0 or not slices):
+            segment = segments[i]
+            if offset >= segment.next_offset:
+                i += 1
+                continue
+            got = segment.read_slice(offset, remaining, limit, at_least_one=not slices)
+            if got is None:
+                break
+            piece, offset = got
+            slices.append(piece)
+            remaining -= piece.nbytes
+            if offset < segment.next_offset:
+                break  # stopped inside this segment: at max_bytes or the limit
+            i += 1
+        return slices
+
+    def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None) -> bytes:
+        """Same, copied (tests, replication)."""
+        return b"".join(os.pread(piece.fd, piece.nbytes, piece.position)
+                        for piece in self.read(offset, max_bytes, upto_offset))
+
+    # -- truncation and retention --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= `offset` (a batch that straddles it goes
+        whole, so log_end_offset may end below `offset`). Below log_start_offset the log is
+        emptied and restarts at `offset`. Readers must stay below the truncation point (the
+        high watermark); a racing reader gets a short answer, never a crash."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return
+            segments = list(self._view[0])
+            if offset < segments[0].base_offset:
+                self._truncate_fully_locked(segments, offset)
+            else:
+                self._truncate_within_locked(segments, offset)
+            self._producers.clear()
+            for segment in self._view[0]:
+                for header in segment.iter_headers():
+                    self._producers.load(header)
+
+    def _truncate_within_locked(self, segments: list[LogSegment], offset: int) -> None:
+        i = bisect_right([s.base_offset for s in segments], offset) - 1
+        segment = segments[i]
+        located = segment.locate(offset)
+        assert located is not None, "offset < LEO lies in a committed batch"
+        position, batch_base = located
+        for later in segments[i + 1:]:
+            self._forget(later)
+            later.delete()
+        segment.truncate_to(position, batch_base)
+        self._publish(segments[:i + 1])
+        self._leo = batch_base
+
+    def _truncate_fully_locked(self, segments: list[LogSegment], offset: int) -> None:
+        for segment in segments:
+            self._forget(segment)
+            segment.delete()
+        fresh = LogSegment.create(self.directory, offset, self.config)
+        self._publish([fresh])
+        self._leo = offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole segments from the front while the partition stays at or above
+        retention_bytes without them, or while their newest batch timestamp is older than
+        retention_ms at wall-clock `now_ms`; never the active segment. Segments deleted."""
+        with self._lock:
+            self._check_open()
+            segments = list(self._view[0])
+            total_bytes = sum(segment.size_bytes for segment in segments)
+            doomed = 0
+            for segment in segments[:-1]:
+                if not self._expired(segment, total_bytes, now_ms):
+                    break
+                total_bytes -= segment.size_bytes
+                doomed += 1
+            if doomed:
+                self._publish(segments[doomed:])
+                for segment in segments[:doomed]:
+                    self._forget(segment)
+                    segment.delete()
+                log.info("%s: retention deleted %d segment(s); log starts at %d",
+                         self.directory, doomed, segments[doomed].base_offset)
+            return doomed
+
+    def _expired(self, segment: LogSegment, total_bytes: int, now_ms: int) -> bool:
+        config = self.config
+        if (config.retention_bytes is not None
+                and total_bytes - segment.size_bytes >= config.retention_bytes):
+            return True
+        return (config.retention_ms is not None and segment.max_timestamp_ms is not None
+                and now_ms - segment.max_timestamp_ms > config.retention_ms)
+
+    def _forget(self, segment: LogSegment) -> None:
+        self._unflushed = [s for s in self._unflushed if s is not segment]
+
+    # -- durability and lifetime ---------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush, and the directory."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        for segment in self._unflushed:
+            segment.flush()
+        active = self._view[0][-1]
+        if active not in self._unflushed:
+            active.flush()
+        fsync_directory(self.directory)
+        self._unflushed = []
+        self._last_flush_ms = self._clock_ms()
+
+    def close(self) -> None:
+        """Unmap and close; readers still holding slices keep their files until done.
+        Idempotent. Later calls raise PartitionClosedError."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.config.flush_interval_ms is not None:
+                self._flush_locked()
+            self._closed = True
+            for segment in self._view[0]:
+                segment.close()
+            self._view = ((), ())
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def _recover(self) -> list[LogSegment]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bases = self._segment_files()
+        segments: list[LogSegment] = []
+        for n, base_offset in enumerate(bases):
+            if segments and base_offset != segments[-1].next_offset:
+                self._drop_after_gap(segments[-1].next_offset, bases[n:])
+                break
+            try:
+                segment = LogSegment.open(self.directory, base_offset, self.config,
+                                          on_batch=self._producers.load)
+            except CorruptSegmentError as exc:
+                self._quarantine(base_offset, exc)
+                continue
+            segments.append(segment)
+        if not segments:
+            segments.append(LogSegment.create(self.directory, 0, self.config))
+            return segments
+        for segment in segments[:-1]:
+            segment.seal()
+        segments[-1].activate()
+        return segments
+
+    def _segment_files(self) -> list[int]:
+        """Base offsets of the `.log` files, sorted; removes leftovers and orphan indexes."""
+        bases: set[int] = set()
+        index_bases: dict[int, Path] = {}
+        for path in self.directory.iterdir():
+            if path.is_dir():
+                log.warning("%s: a directory among segment files; ignored", path)
+                continue
+            stem, suffix = path.stem, path.suffix
+            named = len(stem) == _SEGMENT_NAME_DIGITS and stem.isdigit() and stem.isascii()
+            if suffix == ".tmp":
+                path.unlink()
+            elif suffix == ".log" and named:
+                bases.add(int(stem))
+            elif suffix == ".index" and named:
+                index_bases[int(stem)] = path
+            elif ".unreadable." not in path.name:
+                log.warning("%s: not a segment file; ignored", path)
+        for base_offset, path in index_bases.items():
+            if base_offset not in bases:
+                path.unlink()
+        return sorted(bases)
+
+    def _quarantine(self, base_offset: int, exc: CorruptSegmentError) -> None:
+        path = log_path(self.directory, base_offset)
+        aside = path.with_name(f"{path.name}.unreadable.{time.time_ns()}")
+        log.warning("%s; skipped and renamed to %s", exc, aside.name)
+        os.replace(path, aside)
+        path.with_suffix(".index").unlink(missing_ok=True)
+
+    def _drop_after_gap(self, expected_offset: int, bases: list[int]) -> None:
+        log.warning("%s: the log ends at offset %d but a segment starts at %d; deleting the "
+                    "%d segment(s) after the gap so offsets stay dense", self.directory,
+                    expected_offset, bases[0], len(bases))
+        for base_offset in bases:
+            path = log_path(self.directory, base_offset)
+            path.unlink()
+            path.with_suffix(".index").unlink(missing_ok=True)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,238 @@
+import logging
+import os
+import struct
+
+import pytest
+
+from common.kaska.errors import CorruptBatchError
+from common.kaska.record_batch import parse_header
+from services.broker.storage.errors import CorruptSegmentError
+from services.broker.storage.offset_index import OffsetIndex, index_path
+from services.broker.storage.segment import DATA_START, LogSegment, log_path
+
+from .batches import SMALL, batch, records, sized_batch
+
+
+def append(segment: LogSegment, data: bytes, epoch: int = 0) -> int:
+    region = segment.reserve(len(data))
+    region[:] = data
+    del region
+    header = segment.validate_reservation()
+    base = segment.next_offset
+    segment.commit(header, base, epoch)
+    return base
+
+
+def read_all(segment: LogSegment) -> bytes:
+    return segment.read_bytes(DATA_START, segment.end_position - DATA_START)
+
+
+@pytest.fixture
+def segment(tmp_path):
+    seg = LogSegment.create(tmp_path, 1000, SMALL)
+    yield seg
+    seg.close()
+
+
+def test_new_file_is_preallocated_with_magic_and_base_offset(segment, tmp_path):
+    path = log_path(tmp_path, 1000)
+    assert path.name == "00000000000000001000.log"
+    assert os.path.getsize(path) == SMALL.segment_bytes_max
+    head = path.read_bytes()[:DATA_START]
+    assert head[:4] == b"KASK"
+    assert struct.unpack(">HHq", head[4:]) == (1, 0, 1000)
+    assert segment.is_empty and segment.end_position == DATA_START
+
+
+def test_append_stamps_offsets_and_epoch_in_place(segment):
+    assert append(segment, batch(b"a", b"b"), epoch=7) == 1000
+    assert append(segment, batch(b"c")) == 1002
+    data = read_all(segment)
+    assert records(data) == [(1000, b"a"), (1001, b"b"), (1002, b"c")]
+    assert parse_header(data).leader_epoch == 7
+    assert segment.next_offset == 1003
+
+
+def test_corrupt_fill_raises_and_discard_zeroes_the_region(segment, tmp_path):
+    bad = bytearray(batch(b"payload"))
+    bad[-1] ^= 0xFF
+    region = segment.reserve(len(bad))
+    region[:] = bad
+    del region
+    with pytest.raises(CorruptBatchError):
+        segment.validate_reservation()
+    segment.discard()
+    assert segment.is_empty
+    assert log_path(tmp_path, 1000).read_bytes()[DATA_START:DATA_START + len(bad)] == bytes(
+        len(bad))
+
+
+def test_length_must_match_the_reserved_region(segment):
+    data = batch(b"abc")
+    region = segment.reserve(len(data) + 4)
+    region[:len(data)] = data
+    del region
+    with pytest.raises(CorruptBatchError, match="frame carried"):
+        segment.validate_reservation()
+    segment.discard()
+
+
+def test_record_count_bounded_by_batch_size(segment):
+    data = bytearray(batch(b"x"))
+    struct.pack_into(">I", data, 24, 1000)  # 1000 records cannot fit in 65 bytes
+    region = segment.reserve(len(data))
+    region[:] = data
+    del region
+    with pytest.raises(CorruptBatchError, match="cannot fit"):
+        segment.validate_reservation()
+    segment.discard()
+
+
+def test_read_slice_whole_batches_and_at_least_one(segment):
+    for i in range(10):
+        append(segment, sized_batch(100, i))
+    piece, next_offset = segment.read_slice(1003, 250, 10**9, at_least_one=True)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START + 300, 200, 1005)
+    piece, next_offset = segment.read_slice(1003, 50, 10**9, at_least_one=True)
+    assert (piece.nbytes, next_offset) == (100, 1004)
+    assert segment.read_slice(1003, 50, 10**9, at_least_one=False) is None
+    piece, next_offset = segment.read_slice(1003, 10**6, 1006, at_least_one=True)
+    assert (piece.nbytes, next_offset) == (300, 1006)
+    assert segment.read_slice(1010, 10**6, 10**9, at_least_one=True) is None
+
+
+def test_index_gets_an_entry_every_interval(segment):
+    for i in range(20):
+        append(segment, sized_batch(100, i))
+    entries = segment._index.entries()
+    # 256-byte interval, 100-byte batches: every third batch after the first is indexed
+    assert entries[:3] == [(3, DATA_START + 300), (6, DATA_START + 600), (9, DATA_START + 900)]
+
+
+def test_seal_trims_and_reopen_recovers(segment, tmp_path):
+    for i in range(5):
+        append(segment, sized_batch(100, i))
+    segment.seal()
+    assert os.path.getsize(log_path(tmp_path, 1000)) == DATA_START + 500
+    reopened = LogSegment.open(tmp_path, 1000, SMALL)
+    assert (reopened.next_offset, reopened.end_position) == (1005, DATA_START + 500)
+    assert records(read_all(reopened)) == records(read_all(segment))
+    reopened.close()
+
+
+def _filled_segment(tmp_path, count=10):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(count):
+        append(segment, sized_batch(100, i))
+    segment.close()
+    return log_path(tmp_path, 0)
+
+
+def test_torn_tail_is_cut_and_zeroed(tmp_path, caplog):
+    path = _filled_segment(tmp_path)
+    whole = sized_batch(100, 99)
+    with open(path, "r+b") as f:  # a crash in the middle of receiving an 11th batch
+        f.seek(DATA_START + 1000)
+        f.write(whole[:70])
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert "valid data ends at byte 1016" in caplog.text
+    segment.activate()
+    assert segment.next_offset == 10
+    assert path.read_bytes()[DATA_START + 1000:] == bytes(SMALL.segment_bytes_max - 1016)
+    append(segment, sized_batch(100, 10))
+    assert [o for o, _ in records(read_all(segment))] == list(range(11))
+    segment.close()
+
+
+def test_crc_flip_in_the_middle_cuts_there(tmp_path, caplog):
+    path = _filled_segment(tmp_path)
+    with open(path, "r+b") as f:
+        f.seek(DATA_START + 450)  # inside batch 4
+        byte = f.read(1)
+        f.seek(DATA_START + 450)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert "CRC32C mismatch" in caplog.text
+    assert (segment.next_offset, segment.end_position) == (4, DATA_START + 400)
+    segment.close()
+
+
+def test_uncommitted_batch_is_never_recovered(tmp_path):
+    """A fill that completed but was never committed (crash before the producer check) has
+    its offset field poisoned, so recovery does not take it."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    data = sized_batch(100)
+    region = segment.reserve(len(data))
+    region[:] = data
+    del region
+    segment.validate_reservation()
+    segment._reservation = None  # simulate the crash: neither commit nor discard runs
+    segment._close_map()
+    reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert reopened.is_empty
+    reopened.close()
+
+
+def test_missing_index_is_rebuilt(tmp_path, caplog):
+    _filled_segment(tmp_path, count=20)
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 0))
+    index_path(tmp_path, 0).unlink()
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert "index missing" in caplog.text
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == expected != []
+    segment.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"\x01\x02\x03",                                   # torn
+    bytes.fromhex("00000009 00000010".replace(" ", "")),  # ordered, but inside batch 0
+    bytes.fromhex("00000004 0000013c".replace(" ", "")),  # batch start, wrong offset
+])
+def test_garbage_index_is_rebuilt(tmp_path, garbage):
+    _filled_segment(tmp_path, count=20)
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 0))
+    index_path(tmp_path, 0).write_bytes(garbage)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == expected
+    assert segment.locate(13) == (DATA_START + 1300, 13)
+    segment.close()
+
+
+def test_index_entries_past_the_valid_end_are_dropped(tmp_path):
+    path = _filled_segment(tmp_path, count=20)
+    with open(path, "r+b") as f:
+        f.truncate(DATA_START + 750)  # torn inside batch 7
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.next_offset == 7
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == [(3, DATA_START + 300),
+                                                                (6, DATA_START + 600)]
+    segment.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"KASK", b"NOPE" + bytes(100),
+                                     b"KASK\x00\x09" + bytes(100)])
+def test_non_segment_files_are_refused(tmp_path, content):
+    log_path(tmp_path, 0).write_bytes(content)
+    with pytest.raises(CorruptSegmentError):
+        LogSegment.open(tmp_path, 0, SMALL)
+
+
+def test_header_base_offset_must_match_the_name(tmp_path):
+    LogSegment.create(tmp_path, 0, SMALL).close()
+    os.rename(log_path(tmp_path, 0), log_path(tmp_path, 5))
+    with pytest.raises(CorruptSegmentError, match="base offset 0"):
+        LogSegment.open(tmp_path, 5, SMALL)
+
+
+def test_truncate_to_cuts_index_and_reactivates(segment):
+    for i in range(12):
+        append(segment, sized_batch(100, i))
+    segment.seal()
+    segment.truncate_to(DATA_START + 500, 1005)
+    assert segment.active and segment.next_offset == 1005
+    assert all(pos < DATA_START + 500 for _, pos in segment._index.entries())
+    append(segment, sized_batch(100, 77))
+    assert [o for o, _ in records(read_all(segment))] == list(range(1000, 1006))
