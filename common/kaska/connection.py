@@ -91,7 +91,8 @@ class BrokerConnection:
             raise BrokerUnavailableError(f"cannot connect to {address[0]}:{address[1]}: "
                                          f"{exc}") from exc
         self._sock.settimeout(None)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         whole = int(request_timeout_s)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
             "ll", whole, int((request_timeout_s - whole) * 1_000_000)))

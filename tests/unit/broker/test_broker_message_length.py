@@ -1,0 +1,32 @@
+"""MESSAGE_LENGTH's walk over the record lengths of one stamped batch."""
+
+import pytest
+
+from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
+from common.kaska.record_batch import encode_batch, stamp
+from services.broker.handlers.message_length import record_length_at
+
+
+def _stamped(records, base_offset):
+    batch = bytearray(encode_batch(records))
+    stamp(batch, base_offset, 0)
+    return bytes(batch)
+
+
+def test_length_of_each_record():
+    batch = _stamped([b"a", b"", b"xyz" * 100], base_offset=40)
+    assert [record_length_at(batch, o) for o in (40, 41, 42)] == [1, 0, 300]
+
+
+def test_offset_outside_the_batch_is_refused():
+    batch = _stamped([b"a"], base_offset=40)
+    for offset in (39, 41):
+        with pytest.raises(OffsetOutOfRangeError):
+            record_length_at(batch, offset)
+
+
+def test_record_running_past_the_batch_is_corrupt():
+    batch = bytearray(_stamped([b"abcd"], base_offset=0))
+    batch[60:64] = (1000).to_bytes(4, "big")
+    with pytest.raises(CorruptBatchError):
+        record_length_at(bytes(batch), 0)
