@@ -45,7 +45,7 @@ from common.kaska.errors import (
 )
 from common.kaska.topic_name import validate_topic_name
 from services.broker.storage.config import LogConfig
-from services.broker.storage.errors import DataDirectoryLockedError
+from services.broker.storage.errors import DataDirectoryLockedError, PartitionClosedError
 from services.broker.storage.partition import PartitionLog, fsync_directory, monotonic_ms
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,10 @@ class Log:
         deleted = 0
         for partitions in self._topics.values():
             for partition in partitions:
-                if not partition.closed:
+                try:
                     deleted += partition.apply_retention(now_ms)
+                except PartitionClosedError:
+                    continue
         return deleted
 
     def flush(self) -> None:

@@ -54,7 +54,7 @@ class OffsetIndex:
             relatives.append(rel)
             positions.append(pos)
         self._entries = (relatives, positions)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = -1  # opened on the first write: sealed segments hold no index descriptor
 
     # -- opening -------------------------------------------------------------------------
 
@@ -119,7 +119,7 @@ class OffsetIndex:
         relatives, positions = self._entries
         assert 0 <= rel <= RELATIVE_OFFSET_MAX, "segment rolls before relative offsets overflow"
         assert not relatives or (rel > relatives[-1] and position > positions[-1])
-        os.write(self._fd, _ENTRY.pack(rel, position))
+        os.write(self._writable_fd(), _ENTRY.pack(rel, position))
         positions.append(position)
         relatives.append(rel)
 
@@ -130,12 +130,19 @@ class OffsetIndex:
         if keep == len(relatives):
             return
         self._entries = (relatives[:keep], positions[:keep])
-        os.ftruncate(self._fd, keep * ENTRY_BYTES)
+        os.ftruncate(self._writable_fd(), keep * ENTRY_BYTES)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def _writable_fd(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
 
     def close(self) -> None:
+        """Release the descriptor; lookups keep working and a later write reopens it."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

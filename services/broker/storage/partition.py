@@ -192,11 +192,13 @@ class PartitionLog:
             return active
         assert not active.is_empty, "config guarantees an empty segment holds any batch"
         fresh = LogSegment.create(self.directory, self._leo, self.config)
+        if self.config.flush_interval_ms is not None:
+            active.flush()  # while its index descriptor is still open
+            self._forget(active)
+            fsync_directory(self.directory)
         active.seal()
         segments.append(fresh)
         self._publish(segments)
-        if self.config.flush_interval_ms is not None:
-            fsync_directory(self.directory)
         return fresh
 
     def _note_written(self, segment: LogSegment) -> None:

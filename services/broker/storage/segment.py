@@ -248,9 +248,10 @@ class LogSegment:
         self._mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def seal(self) -> None:
-        """No more appends: unmap and trim the file to its used size."""
+        """No more appends: unmap, trim the file to its used size, release the index file."""
         self._close_map()
         os.ftruncate(self.fd, self.end_position)
+        self._index.close()
 
     def fits(self, total_bytes: int) -> bool:
         """Whether a batch of total_bytes can be appended here without rolling."""

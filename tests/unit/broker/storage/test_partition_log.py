@@ -311,3 +311,27 @@ def test_closed_partition_refuses_everything(part):
     with pytest.raises(PartitionClosedError):
         part.read(0, 100)
     part.close()  # idempotent
+
+
+def test_roll_fsyncs_the_old_segment_when_a_flush_interval_is_set(tmp_path, monkeypatch):
+    flushed = []
+    monkeypatch.setattr(LogSegment, "flush", lambda self: flushed.append(self.base_offset))
+    part = PartitionLog(tmp_path / "p", _config(flush_interval_ms=10**9), clock_ms=lambda: 0)
+    for i in range(9):  # the 9th batch rolls
+        part.append(sized_batch(500, i))
+    assert flushed == [0]
+    part.close()
+
+
+def test_a_fill_that_keeps_a_view_does_not_break_roll_or_close(part):
+    kept = []
+    data = sized_batch(500)
+
+    def hoarding_fill(region):
+        kept.append(region[100:])  # e.g. a view left in a saved traceback
+        region[:] = data
+
+    for _ in range(10):  # rolls once with a live view into the old map
+        part.append_from(len(data), hoarding_fill)
+    part.close()
+    assert len(kept) == 10
