@@ -35,3 +35,8 @@ data: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build
+
+# Offline images: base (debootstrap from the host's apt mirror when no registry answers),
+# wheels downloaded on the host, then runtime (deps) and code layers. Needs root and Docker.
+docker-image: $(STAMP)
+	PYTHON=$(abspath $(PY)) scripts/build_images.sh
