@@ -72,6 +72,10 @@ class LivenessTable:
                 log.warning("liveness table full; ignoring new service %s", heartbeat.name)
                 return
             first_known_at = now if previous is None else previous.first_known_at
+            if previous is None or previous.instance != heartbeat.instance:
+                log.info("SEEN service=%s instance=%s", heartbeat.name, heartbeat.instance)
+            if departed and (previous is None or not previous.departed):
+                log.info("DEPARTED service=%s instance=%s", heartbeat.name, heartbeat.instance)
             self._sightings[heartbeat.name] = Sighting(
                 heartbeat.name, SOURCE_HEARTBEAT, first_known_at, now,
                 heartbeat.instance, heartbeat.pid, departed,

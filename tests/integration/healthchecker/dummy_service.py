@@ -1,0 +1,38 @@
+"""A tiny supervised service for tests: heartbeats, then idles until SIGTERM (or dies on cue).
+
+    python dummy_service.py --name svc --targets 127.0.0.1:9001,127.0.0.1:9002
+        [--interval-s 0.2] [--exit-after-s 0.5 --exit-code 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from common.heartbeat import HeartbeatSender, parse_target
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--targets", required=True)
+    parser.add_argument("--interval-s", type=float, default=0.2)
+    parser.add_argument("--exit-after-s", type=float, help="die on its own after this long")
+    parser.add_argument("--exit-code", type=int, default=3)
+    args = parser.parse_args()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    targets = [parse_target(t) for t in args.targets.split(",") if t]
+    sender = HeartbeatSender(args.name, targets=targets, interval_s=args.interval_s).start()
+    print(f"{args.name} up", flush=True)
+    if stop.wait(args.exit_after_s):
+        sender.stop(say_goodbye=True)
+        return 0
+    sender.stop(say_goodbye=False)  # a crash says no goodbye
+    return args.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
