@@ -20,6 +20,10 @@ from services.broker.server import BrokerServer
 TOKEN_ENV = "KASKA_TOKEN"
 
 
+def _default(name: str):
+    return BrokerConfig.__dataclass_fields__[name].default
+
+
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host:
@@ -47,14 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="other brokers, ID@HOST:PORT[,...] (for replication)")
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                         help=f"shared token clients must present (default: ${TOKEN_ENV})")
-    parser.add_argument("--frame-bytes-max", type=int, default=BrokerConfig.frame_bytes_max)
-    parser.add_argument("--connections-max", type=int, default=BrokerConfig.connections_max)
+    parser.add_argument("--frame-bytes-max", type=int, default=_default("frame_bytes_max"))
+    parser.add_argument("--connections-max", type=int, default=_default("connections_max"))
     parser.add_argument("--segment-bytes-max", type=int,
-                        default=BrokerConfig.segment_bytes_max)
+                        default=_default("segment_bytes_max"))
     parser.add_argument("--retention-bytes", type=int, default=None)
     parser.add_argument("--retention-ms", type=int, default=None)
     parser.add_argument("--retention-check-interval-ms", type=int,
-                        default=BrokerConfig.retention_check_interval_ms)
+                        default=_default("retention_check_interval_ms"))
     parser.add_argument("--flush-interval-ms", type=int, default=None)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)

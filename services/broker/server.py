@@ -140,6 +140,12 @@ class BrokerServer:
         self._stopped.set()
         log.info("broker %d stopped", self.config.node_id)
 
+    @property
+    def bootstrap(self) -> str:
+        """"host:port" of the listening socket, as clients take it."""
+        assert self.address is not None, "start() first"
+        return f"{self.address[0]}:{self.address[1]}"
+
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until stop() completed; False on timeout."""
         return self._stopped.wait(timeout_s)
