@@ -174,6 +174,9 @@ class LogSegment:
         so a `.log` file always carries its header."""
         path = log_path(directory, base_offset)
         tmp = path.with_name(path.name + ".tmp")
+        # The index first: a crash before the rename leaves an orphan index (removed on open)
+        # rather than a log without one.
+        index = OffsetIndex.rewrite(index_path(directory, base_offset), base_offset, [])
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.pwrite(fd, _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, 0,
@@ -182,7 +185,6 @@ class LogSegment:
         except BaseException:
             os.close(fd)
             raise
-        index = OffsetIndex.rewrite(index_path(directory, base_offset), base_offset, [])
         segment = cls(directory, base_offset, config, fd, index)
         segment.activate()
         return segment
