@@ -1,0 +1,148 @@
+"""The route network: airports with real coordinates and time zones, distances, hub choice.
+
+Everything here is computed once per run from the catalog and `airportsdata`, then shared
+read-only by every chunk.
+"""
+
+from dataclasses import dataclass
+from functools import cache
+
+import airportsdata
+import numpy as np
+import pandas as pd
+
+from scripts.datagen import catalog
+
+EARTH_RADIUS_MILES = 3958.8
+# Minute 0 of every time axis in the generator: a day before the first search date.
+EPOCH0 = pd.Timestamp(catalog.SEARCH_DATE_FIRST, tz="UTC") - pd.Timedelta(days=1)
+EPOCH0_S = int(EPOCH0.timestamp())
+# Long enough for the last search, the furthest flight date and the longest itinerary.
+TIME_AXIS_DAYS = (
+    (pd.Timestamp(catalog.SEARCH_DATE_LAST) - pd.Timestamp(catalog.SEARCH_DATE_FIRST)).days
+    + catalog.DAYS_AHEAD_MAX + 8
+)
+
+
+def haversine_miles(lat1, lon1, lat2, lon2):
+    """Great-circle distance in miles (QUERIES.md: Earth radius 3958.8 miles); numpy-aware."""
+    phi1, phi2 = np.radians(lat1), np.radians(lat2)
+    d_phi = phi2 - phi1
+    d_lambda = np.radians(np.asarray(lon2) - np.asarray(lon1))
+    a = np.sin(d_phi / 2) ** 2 + np.cos(phi1) * np.cos(phi2) * np.sin(d_lambda / 2) ** 2
+    return 2 * EARTH_RADIUS_MILES * np.arcsin(np.sqrt(a))
+
+
+def network_airport_codes() -> list[str]:
+    """Every airport an itinerary can touch, main airports first, in a fixed order."""
+    codes = list(catalog.MAIN_AIRPORT_WEIGHTS)
+    extra = [alt for _, alt, _ in catalog.ALTERNATE_AIRPORTS]
+    for airline in catalog.ALL_AIRLINES:
+        extra.extend(airline.connections)
+    for code in extra:
+        if code not in codes:
+            codes.append(code)
+    return codes
+
+
+def _utc_offsets_minutes(time_zones: list[str]) -> np.ndarray:
+    """UTC offset in minutes of each zone at every hour of the time axis, shape (zones, hours).
+
+    DST transitions fall on whole UTC hours for every zone used, so an hourly table is exact.
+    """
+    hours = pd.date_range(EPOCH0, periods=TIME_AXIS_DAYS * 24, freq="h")
+    naive_utc = hours.tz_localize(None)
+    table = np.empty((len(time_zones), len(hours)), dtype=np.int32)
+    for row, zone in enumerate(time_zones):
+        local = hours.tz_convert(zone).tz_localize(None)
+        table[row] = (local - naive_utc) // pd.Timedelta(minutes=1)
+    return table
+
+
+@dataclass(frozen=True)
+class Network:
+    """Airports (index = position in `codes`), pairwise miles, UTC offsets, hub tables.
+
+    Immutable once built (its arrays are read-only), so one instance is shared by every chunk
+    and every worker thread.
+
+    `hub_cdf[a, cur, dest]` is the cumulative distribution over `hub_nodes[a]` of the next
+    connecting airport for airline `a` flying from `cur` towards `dest`; `hub_nodes` is padded
+    with -1 where an airline has fewer connections than the widest one.
+    """
+
+    codes: np.ndarray
+    index: dict[str, int]
+    lat: np.ndarray
+    lon: np.ndarray
+    miles: np.ndarray
+    utc_offset_minutes: np.ndarray
+    hub_nodes: np.ndarray
+    hub_cdf: np.ndarray
+
+    def offset_at(self, nodes: np.ndarray, utc_minutes: np.ndarray) -> np.ndarray:
+        """UTC offset in minutes of each airport at each instant (minutes since EPOCH0)."""
+        return self.utc_offset_minutes[nodes, utc_minutes // 60]
+
+
+def _hub_tables(codes: list[str], miles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    airlines = catalog.ALL_AIRLINES
+    width = max(len(a.connections) for a in airlines)
+    size = len(codes)
+    position = {code: i for i, code in enumerate(codes)}
+    hub_nodes = np.full((len(airlines), width), -1, dtype=np.int64)
+    hub_cdf = np.ones((len(airlines), size, size, width))
+    direct = np.maximum(miles, 1.0)
+    for a, airline in enumerate(airlines):
+        nodes = np.array([position[c] for c in airline.connections])
+        weights = np.array(list(airline.connections.values()))
+        hub_nodes[a, : len(nodes)] = nodes
+        # via[cur, dest, h] = miles(cur, h) + miles(h, dest)
+        # via[cur, dest, h] = miles(cur, h) + miles(h, dest)
+        into, out_of = miles[:, nodes][:, None, :], miles[nodes, :].T[None, :, :]
+        ratio = np.maximum((into + out_of) / direct[:, :, None], 1.0)
+        w = weights[None, None, :] * ratio ** -catalog.DETOUR_EXPONENT
+        # No hop between airports of one city (JFK-LGA), nor to where the flight already is.
+        too_short = (into < catalog.HOP_MILES_MIN) | (out_of < catalog.HOP_MILES_MIN)
+        w = np.where(too_short, 0.0, w)
+        total = w.sum(axis=2, keepdims=True)
+        # Pairs whose every candidate is excluded never occur; keep their rows well-formed.
+        w = np.where(total > 0, w / np.where(total > 0, total, 1), 1.0 / len(nodes))
+        hub_cdf[a, :, :, : len(nodes)] = np.cumsum(w, axis=2)
+        hub_cdf[a, :, :, len(nodes) - 1 :] = 1.0
+    return hub_nodes, hub_cdf
+
+
+@cache
+def known_airports() -> dict[str, dict]:
+    """`airportsdata`'s airports by IATA code (loaded once per process; treat as read-only)."""
+    return airportsdata.load("IATA")
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@cache
+def build_network() -> Network:
+    """Look every network airport up in `airportsdata` and derive the shared tables."""
+    known = known_airports()
+    codes = network_airport_codes()
+    lat = np.array([known[c]["lat"] for c in codes])
+    lon = np.array([known[c]["lon"] for c in codes])
+    miles = haversine_miles(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    zones = sorted({known[c]["tz"] for c in codes})
+    zone_row = np.array([zones.index(known[c]["tz"]) for c in codes])
+    offsets = _utc_offsets_minutes(zones)[zone_row]
+    hub_nodes, hub_cdf = _hub_tables(codes, miles)
+    return Network(
+        codes=_read_only(np.array(codes)),
+        index={c: i for i, c in enumerate(codes)},
+        lat=_read_only(lat),
+        lon=_read_only(lon),
+        miles=_read_only(miles),
+        utc_offset_minutes=_read_only(offsets),
+        hub_nodes=_read_only(hub_nodes),
+        hub_cdf=_read_only(hub_cdf),
+    )

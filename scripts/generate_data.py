@@ -1,0 +1,201 @@
+"""Realistic synthetic flight data: the Kaggle "Flight Prices" itineraries and an airports file.
+
+    python -m scripts.generate_data --rows N --seed S --out DIR [--invalid-rate R]
+        [--duplicate-legid-rate R]
+
+writes DIR/itineraries.csv (27 columns, RFC-4180) and DIR/airports.csv (Opendatahub layout),
+then prints one line with the rows written and the rate. The same seed and arguments give the
+same bytes. Rows are drawn in fixed-size chunks, each from its own seeded generator, so memory
+stays flat at any N; see scripts/datagen/ for the model and /work/shared/QUERIES.md for the
+layouts.
+"""
+
+import argparse
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scripts.datagen import csv_text, invalid, itineraries
+from scripts.datagen.airports_file import write_airports
+from scripts.datagen.network import Network, build_network
+
+FLIGHTS_FILE = "itineraries.csv"
+AIRPORTS_FILE = "airports.csv"
+CHUNK_ROWS = 100_000  # part of the output's identity: changing it changes every file
+# numpy and pyarrow kernels release the GIL, so chunks are drawn by a small thread pool and
+# written in order; at most CHUNKS_IN_FLIGHT_MAX are held in memory at once.
+WORKER_THREADS = 2
+CHUNKS_IN_FLIGHT_MAX = 3
+DEFAULT_DUPLICATE_LEGID_RATE = 0.002
+
+
+class GeneratorArgumentError(ValueError):
+    """An argument of `generate` is outside its domain (negative rows, rate outside [0, 1])."""
+
+
+@dataclass
+class GenerationReport:
+    """What one `generate` call wrote."""
+
+    rows: int
+    invalid_rows: dict[str, int]
+    duplicate_legid_rows: int
+    airports: int
+    seconds: float
+    flights_path: Path
+    airports_path: Path
+    bytes_written: int = 0
+    invalid_total: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.invalid_total = sum(self.invalid_rows.values())
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass
+class _ChunkResult:
+    data: memoryview
+    invalid_rows: dict[str, int]
+    duplicate_legid_rows: int
+
+
+def _chunk_text(network: Network, seed: int, index: int, rows: int,
+                invalid_rate: float, duplicate_legid_rate: float) -> _ChunkResult:
+    rng = np.random.default_rng([seed, index])
+    chunk = itineraries.draw_itineraries(rng, rows, network)
+    repeated = itineraries.repeat_leg_ids(rng, chunk, duplicate_legid_rate)
+    itineraries.price(rng, chunk, network)
+    columns = csv_text.format_columns(chunk, network)
+    counts = invalid.inject(rng, columns, invalid_rate)
+    for name in _columns_to_quote(invalid_rate):
+        columns[name] = csv_text.quote_needed(columns[name])
+    lines = csv_text.join_rows([columns[name] for name in csv_text.HEADER],
+                               has_nulls=counts["short_row"] > 0)
+    return _ChunkResult(csv_text.rows_buffer(lines), counts, repeated)
+
+
+def _columns_to_quote(invalid_rate: float) -> tuple[str, ...]:
+    if invalid_rate > 0:
+        return csv_text.FREE_TEXT_COLUMNS + invalid.WRITTEN_COLUMNS
+    return csv_text.FREE_TEXT_COLUMNS
+
+
+def _chunk_results(network: Network, rows: int, seed: int, invalid_rate: float,
+                   duplicate_legid_rate: float) -> Iterator[_ChunkResult]:
+    """Every chunk's text in file order, drawn ahead by the worker threads."""
+    sizes = enumerate(_chunk_sizes(rows))
+    with ThreadPoolExecutor(max_workers=WORKER_THREADS) as pool:
+        pending = deque()
+        for index, size in sizes:
+            pending.append(pool.submit(_chunk_text, network, seed, index, size, invalid_rate,
+                                       duplicate_legid_rate))
+            if len(pending) >= CHUNKS_IN_FLIGHT_MAX:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _chunk_sizes(rows: int) -> Iterator[int]:
+    full, rest = divmod(rows, CHUNK_ROWS)
+    yield from [CHUNK_ROWS] * full
+    if rest:
+        yield rest
+
+
+def _check_arguments(rows: int, invalid_rate: float, duplicate_legid_rate: float) -> None:
+    if rows < 0:
+        raise GeneratorArgumentError(f"rows must be >= 0, got {rows}")
+    for name, rate in (("invalid_rate", invalid_rate),
+                       ("duplicate_legid_rate", duplicate_legid_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise GeneratorArgumentError(f"{name} must be within [0, 1], got {rate}")
+
+
+def generate(out_dir: Path, rows: int, seed: int, invalid_rate: float = 0.0,
+             duplicate_legid_rate: float = DEFAULT_DUPLICATE_LEGID_RATE) -> GenerationReport:
+    """Write `out_dir`/itineraries.csv with `rows` data rows and `out_dir`/airports.csv.
+
+    Each file is written under a temporary name and renamed when complete, so a file with
+    the final name is always whole.
+    """
+    _check_arguments(rows, invalid_rate, duplicate_legid_rate)
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    flights_path, airports_path = out_dir / FLIGHTS_FILE, out_dir / AIRPORTS_FILE
+    network = build_network()
+    invalid_rows = dict.fromkeys(invalid.KINDS, 0)
+    repeated = 0
+    written = 0
+    partial = flights_path.with_name(flights_path.name + ".partial")
+    with partial.open("wb") as out:
+        written += out.write((",".join(csv_text.HEADER) + csv_text.LINE_END).encode())
+        for result in _chunk_results(network, rows, seed, invalid_rate, duplicate_legid_rate):
+            written += out.write(result.data)
+            repeated += result.duplicate_legid_rows
+            for kind, count in result.invalid_rows.items():
+                invalid_rows[kind] += count
+    os.replace(partial, flights_path)
+    airports_partial = airports_path.with_name(airports_path.name + ".partial")
+    airports = write_airports(airports_partial, seed)
+    os.replace(airports_partial, airports_path)
+    return GenerationReport(
+        rows=rows,
+        invalid_rows=invalid_rows,
+        duplicate_legid_rows=repeated,
+        airports=airports,
+        seconds=time.perf_counter() - started,
+        flights_path=flights_path,
+        airports_path=airports_path,
+        bytes_written=written,
+    )
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
+    return value
+
+
+def _rows(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.generate_data",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=_rows, required=True, help="data rows to write")
+    parser.add_argument("--seed", type=int, required=True, help="same seed, same bytes")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--invalid-rate", type=_rate, default=0.0,
+                        help="share of malformed rows (default 0)")
+    parser.add_argument("--duplicate-legid-rate", type=_rate,
+                        default=DEFAULT_DUPLICATE_LEGID_RATE,
+                        help="share of rows repeating an earlier itinerary's legId "
+                             f"(default {DEFAULT_DUPLICATE_LEGID_RATE})")
+    args = parser.parse_args(argv)
+    report = generate(args.out, args.rows, args.seed, args.invalid_rate,
+                      args.duplicate_legid_rate)
+    invalid_text = ", ".join(f"{k}={v}" for k, v in report.invalid_rows.items() if v)
+    print(f"wrote {report.rows} rows ({report.invalid_total} invalid"
+          f"{': ' + invalid_text if invalid_text else ''}; "
+          f"{report.duplicate_legid_rows} repeated legIds) and {report.airports} airports "
+          f"to {args.out} in {report.seconds:.2f} s: {report.rows_per_s:,.0f} rows/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
