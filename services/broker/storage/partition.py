@@ -254,6 +254,8 @@ class PartitionLog:
         whole, so log_end_offset may end below `offset`). Below log_start_offset the log is
         emptied and restarts at `offset`. Readers must stay below the truncation point (the
         high watermark); a racing reader gets a short answer, never a crash."""
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
         with self._lock:
             self._check_open()
             if offset >= self._leo:

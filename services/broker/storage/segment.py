@@ -125,7 +125,6 @@ class _Head:
     base_offset: int
     total_bytes: int
     record_count: int
-    timestamp_ms: int = 0
 
     @property
     def next_offset(self) -> int:
