@@ -1,0 +1,140 @@
+"""DockerRestarter and the killer's docker backend against real containers (testcontainers).
+
+Uses the project's locally built base image (no registry is reachable); when it is missing the
+fixture builds it with scripts/build_base_image.sh. Every container carries a project label unique
+to the test run, so nothing else on the engine can be touched.
+"""
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+
+from healthchecker.restarter import (
+    ACTION_KILLED_AND_STARTED,
+    ACTION_STARTED,
+    RefusedServiceError,
+    UnknownServiceError,
+)
+from healthchecker.restarter_docker import DockerRestarter
+from scripts.killer import DockerBackend, KillError
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "flights-optimizer-base:bookworm"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The Ryuk reaper image would have to be pulled from a registry; containers are removed here.
+testcontainers_config.ryuk_disabled = True
+
+
+@pytest.fixture(scope="module")
+def image():
+    inspect = subprocess.run(
+        ["docker", "image", "inspect", IMAGE], capture_output=True, check=False
+    )
+    if inspect.returncode != 0:
+        subprocess.run([str(REPO_ROOT / "scripts" / "build_base_image.sh"), IMAGE], check=True,
+                       timeout=1800)
+    return IMAGE
+
+
+@pytest.fixture
+def project():
+    return f"flights-e2e-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def containers(image):
+    started: list[DockerContainer] = []
+
+    def start(labels: dict[str, str], command: str = "sleep infinity", name: str | None = None):
+        container = DockerContainer(image).with_command(command).with_kwargs(labels=labels)
+        if name:
+            container = container.with_name(name)
+        started.append(container.start())
+        return container.get_wrapped_container()
+
+    yield start
+    for container in started:
+        container.stop()
+
+
+def _labels(project: str, service: str, supervised: bool = True) -> dict[str, str]:
+    labels = {"flights.project": project, "flights.service": service}
+    if supervised:
+        labels["flights.supervised"] = "true"
+    return labels
+
+
+def _status(container) -> str:
+    container.reload()
+    return container.status
+
+
+def _wait_exited(container, timeout_s: float = 20) -> None:
+    container.wait(timeout=timeout_s)
+    assert _status(container) == "exited"
+
+
+def test_starts_a_killed_container_and_expects_it(project, containers):
+    container = containers(_labels(project, "svc-a"))
+    restarter = DockerRestarter(project)
+    container.kill()
+    _wait_exited(container)
+    assert container.attrs["State"]["ExitCode"] == 137
+    assert restarter.expected_services() == {"svc-a"}
+    outcome = restarter.restart("svc-a", "no heartbeat for 3.1s")
+    assert outcome.action == ACTION_STARTED and outcome.detail == container.short_id
+    assert _status(container) == "running"
+
+
+def test_kills_and_starts_a_hung_or_paused_container(project, containers):
+    container = containers(_labels(project, "svc-hung"))
+    restarter = DockerRestarter(project)
+    started_at = container.attrs["State"]["StartedAt"]
+    assert restarter.restart("svc-hung", "silent").action == ACTION_KILLED_AND_STARTED
+    container.reload()
+    assert container.status == "running" and container.attrs["State"]["StartedAt"] != started_at
+    container.pause()
+    assert restarter.restart("svc-hung", "silent while paused").action == ACTION_KILLED_AND_STARTED
+    assert _status(container) == "running"
+
+
+def test_refuses_containers_without_the_labels(project, containers):
+    stranger_name = f"{project}-stranger"
+    stranger = containers({}, name=stranger_name)
+    unsupervised = containers(_labels(project, "svc-free", supervised=False))
+    foreign = containers(_labels(f"{project}-other", "svc-b"))
+    for container in (stranger, unsupervised, foreign):
+        container.kill()
+        _wait_exited(container)
+    restarter = DockerRestarter(project)
+    with pytest.raises(RefusedServiceError, match="does not carry this deployment's label"):
+        restarter.restart(stranger_name, "test")
+    with pytest.raises(RefusedServiceError, match="flights.supervised"):
+        restarter.restart("svc-free", "test")
+    with pytest.raises(UnknownServiceError):
+        restarter.restart("svc-b", "test")  # another deployment's service is invisible
+    assert [_status(c) for c in (stranger, unsupervised, foreign)] == ["exited"] * 3
+    assert restarter.expected_services() == set()
+
+
+def test_a_clean_exit_is_not_expected(project, containers):
+    done = containers(_labels(project, "client-1"), command="true")
+    _wait_exited(done)
+    assert DockerRestarter(project).expected_services() == set()
+
+
+def test_killer_docker_backend_sees_only_this_deployment(project, containers):
+    ours = containers(_labels(project, "broker-1", supervised=False))
+    containers(_labels(f"{project}-other", "broker-2"))
+    backend = DockerBackend(project)
+    assert backend.running() == ["broker-1"]
+    with pytest.raises(KillError):
+        backend.kill("broker-2")
+    assert backend.kill("broker-1").startswith("container=")
+    _wait_exited(ours)
+    assert ours.attrs["State"]["ExitCode"] == 137
