@@ -1,0 +1,383 @@
+"""Q1-Q4 of QUERIES.md as DataFrame -> DataFrame functions, in Spark SQL expressions only.
+
+Input frames (whatever their origin: the CSV files, or the `kaska` source's Arrow batches):
+- flights: string columns named by the CSV header; only `FLIGHT_COLUMNS` are read, any other
+  column (the other Kaggle fields, `client_id`, `message_id`, `row_id`) is ignored;
+- airports: string columns `Airport Code`, `Latitude`, `Longitude` (others ignored).
+Null and "" are the same thing here: Spark's CSV reader turns an empty field into null.
+
+Plan: `prepare_flights` classifies every row (the first validity rule it fails, or valid),
+derives route / stopovers / duration / direct distance through two broadcast joins with the
+airports, and is cached; one aggregation over the cache yields the invalid counts, the rows Q2
+skips and Q4's mean; the four queries then read the cache. Only the ~6 % of rows without a
+usable `totalTravelDistance` are exploded into legs for Q2, joined with the broadcast airports
+and summed back in chain order.
+
+Decisions QUERIES.md leaves open (the reference in tests makes the same ones):
+- numbers (`totalFare`, `totalTravelDistance`, coordinates) are plain decimal literals
+  (`NUMBER_REGEX`); Spark's cast alone would also take "1.5d", " 1.5 " or "Infinity";
+- `travelDuration` is `P[nD][T[nH][nM][nS]]` with at least one component, each of at most
+  `duration_component_digits_max` digits; seconds count in whole minutes (floored);
+- an airport is known when its code is non-empty and both coordinates parse as finite
+  numbers; a code listed twice keeps its smallest (latitude, longitude);
+- Q1's `totalFare` is the parsed double, not the original text;
+- Q3 breaks ties after `legId` and `totalFare` by `stopovers`, then `travelDuration`, so that
+  its output is deterministic even for rows equal in every specified key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark.results_format import QUERY_HEADERS
+
+FLIGHT_COLUMNS = (
+    "legId",
+    "startingAirport",
+    "destinationAirport",
+    "travelDuration",
+    "totalFare",
+    "totalTravelDistance",
+    "segmentsArrivalAirportCode",
+)
+AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE = "Airport Code", "Latitude", "Longitude"
+AIRPORT_COLUMNS = (AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE)
+
+# Validity rules in QUERIES.md order; a row counts under the first one it fails.
+INVALID_KINDS = ("empty_leg_id", "bad_airport_code", "bad_duration", "bad_fare", "empty_segments")
+
+EARTH_RADIUS_MILES = 3958.8
+MINUTES_PER_DAY, MINUTES_PER_HOUR, SECONDS_PER_MINUTE = 1440, 60, 60
+Q1_STOPOVER_COUNT_MIN = 3
+Q2_DETOUR_FACTOR = 4
+Q3_ROWS_PER_ROUTE_MAX = 2
+duration_component_digits_max = 9  # 999,999,999 days in minutes still fits a bigint
+
+SEGMENT_SEPARATOR = "||"
+_SEGMENT_SEPARATOR_REGEX = r"\|\|"
+# Java regexes: `\z` is the very end of the input (`$` would also match before a final "\n").
+AIRPORT_CODE_REGEX = r"^[A-Z]{3}\z"
+NUMBER_REGEX = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\z"
+_N = f"([0-9]{{1,{duration_component_digits_max}}})"
+DURATION_REGEX = rf"^P(?=[0-9T])(?:{_N}D)?(?:T(?=[0-9])(?:{_N}H)?(?:{_N}M)?(?:{_N}S)?)?\z"
+_DAYS_GROUP, _HOURS_GROUP, _MINUTES_GROUP, _SECONDS_GROUP = 1, 2, 3, 4
+
+Q1_COLUMNS, Q2_COLUMNS = QUERY_HEADERS["q1"], QUERY_HEADERS["q2"]
+Q3_COLUMNS, Q4_COLUMNS = QUERY_HEADERS["q3"], QUERY_HEADERS["q4"]
+
+# Columns of the prepared (cached) frame.
+_ROW_KEY = "row_key"
+_INVALID_KIND = "invalid_kind"
+_FARE = "totalFare"  # the parsed double; the source string column is not kept
+_DURATION_MINUTES = "duration_minutes"
+_STOPOVER_COUNT = "stopover_count"
+_DIRECT_MILES = "direct_miles"
+_ENDPOINTS_KNOWN = "endpoints_known"
+_GIVEN_MILES = "given_miles"
+_CHAIN = "chain"  # starting airport + every segment's arrival airport; only for rows Q2 needs
+_TOTAL_DISTANCE = "totalDistance"
+
+
+class MissingColumnsError(ValueError):
+    """An input frame lacks a column the queries read (columns are found by header name)."""
+
+
+@dataclass(frozen=True)
+class QueryResults:
+    """The four result frames (lazy, reading the cached prepared rows) and the run's counts.
+
+    Call `release()` once the frames have been collected, to drop the cached rows.
+    """
+
+    q1: DataFrame
+    q2: DataFrame
+    q3: DataFrame
+    q4: DataFrame
+    rows: int
+    valid_rows: int
+    invalid_counts: dict[str, int]  # every kind of INVALID_KINDS, zeros included
+    q2_skipped: int  # valid rows whose origin or destination is not a known airport
+    mean_fare: float | None  # Q4's threshold; None without valid rows
+    prepared: DataFrame
+
+    def frames(self) -> dict[str, DataFrame]:
+        return {"q1": self.q1, "q2": self.q2, "q3": self.q3, "q4": self.q4}
+
+    def release(self) -> None:
+        self.prepared.unpersist()
+
+
+def compute_all(flights: DataFrame, airports: DataFrame) -> QueryResults:
+    """Every query over one client's flights and airports, sharing one cached pass."""
+    coordinates = prepare_airports(airports)
+    prepared = prepare_flights(flights, coordinates).cache()
+    counts = _count_rows(prepared)
+    mean_fare = counts["mean_fare"]
+    return QueryResults(
+        q1=q1(prepared),
+        q2=q2(prepared, coordinates),
+        q3=q3(prepared),
+        q4=q4(prepared, mean_fare),
+        rows=counts["rows"],
+        valid_rows=counts["valid_rows"],
+        invalid_counts={kind: counts[kind] for kind in INVALID_KINDS},
+        q2_skipped=counts["q2_skipped"],
+        mean_fare=mean_fare,
+        prepared=prepared,
+    )
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def prepare_airports(airports: DataFrame) -> DataFrame:
+    """`code, lat, lon` of every known airport, one row per code."""
+    _require_columns(airports, AIRPORT_COLUMNS, "airports")
+    latitude = parse_number(F.col(AIRPORT_LATITUDE))
+    longitude = parse_number(F.col(AIRPORT_LONGITUDE))
+    known = (
+        airports.select(F.col(AIRPORT_CODE).alias("code"), latitude.alias("lat"),
+                        longitude.alias("lon"))
+        .where((F.col("code") != "") & _is_finite(F.col("lat")) & _is_finite(F.col("lon")))
+    )
+    smallest = F.min(F.struct("lat", "lon")).alias("coordinates")
+    return known.groupBy("code").agg(smallest).select("code", "coordinates.lat", "coordinates.lon")
+
+
+def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
+    """One row per input row: its invalid kind (null when valid) and the derived fields."""
+    _require_columns(flights, FLIGHT_COLUMNS, "flights")
+    kind = invalid_kind()
+    valid = kind.isNull()
+    segments = F.split(F.col("segmentsArrivalAirportCode"), _SEGMENT_SEPARATOR_REGEX, -1)
+    stopover_count = F.size(segments) - 1
+    classified = flights.select(
+        F.monotonically_increasing_id().alias(_ROW_KEY),
+        kind.alias(_INVALID_KIND),
+        F.col("legId"),
+        F.col("startingAirport"),
+        F.col("destinationAirport"),
+        F.col("travelDuration"),
+        F.when(valid, parse_number(F.col("totalFare"))).alias(_FARE),
+        F.when(valid, duration_minutes(F.col("travelDuration"))).alias(_DURATION_MINUTES),
+        F.when(valid, segments).alias("segments"),
+        F.when(valid, stopover_count).alias(_STOPOVER_COUNT),
+        F.when(valid, _positive_finite(parse_number(F.col("totalTravelDistance"))))
+        .alias(_GIVEN_MILES),
+    )
+    origin = _coordinates_as(coordinates, "origin")
+    destination = _coordinates_as(coordinates, "destination")
+    joined = (
+        classified.join(origin, F.col("startingAirport") == F.col("origin_code"), "left")
+        .join(destination, F.col("destinationAirport") == F.col("destination_code"), "left")
+    )
+    endpoints_known = F.col("origin_lat").isNotNull() & F.col("destination_lat").isNotNull()
+    needs_legs = F.col(_INVALID_KIND).isNull() & endpoints_known & F.col(_GIVEN_MILES).isNull()
+    q1_row = F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN
+    chain = F.concat(F.array(F.col("startingAirport")), F.col("segments"))
+    return joined.select(
+        _ROW_KEY,
+        _INVALID_KIND,
+        "legId",
+        F.concat_ws("-", "startingAirport", "destinationAirport").alias("route"),
+        "travelDuration",
+        _FARE,
+        _DURATION_MINUTES,
+        _STOPOVER_COUNT,
+        # Only Q1/Q3 print stopovers: keep the cache small.
+        F.when(q1_row, stopovers(F.col("segments"))).alias("stopovers"),
+        haversine_miles("origin", "destination").alias(_DIRECT_MILES),
+        endpoints_known.alias(_ENDPOINTS_KNOWN),
+        _GIVEN_MILES,
+        F.when(needs_legs, chain).alias(_CHAIN),
+    )
+
+
+def _coordinates_as(coordinates: DataFrame, prefix: str) -> DataFrame:
+    renamed = coordinates.select(
+        F.col("code").alias(f"{prefix}_code"),
+        F.col("lat").alias(f"{prefix}_lat"),
+        F.col("lon").alias(f"{prefix}_lon"),
+    )
+    return F.broadcast(renamed)
+
+
+def _require_columns(frame: DataFrame, names: tuple[str, ...], what: str) -> None:
+    missing = [name for name in names if name not in frame.columns]
+    if missing:
+        raise MissingColumnsError(f"{what} frame lacks columns {missing}; has {frame.columns}")
+
+
+# --- row expressions --------------------------------------------------------------------------
+
+
+def invalid_kind() -> Column:
+    """The first validity rule of QUERIES.md that the row fails, or null for a valid row."""
+    airports_ok = _matches(F.col("startingAirport"), AIRPORT_CODE_REGEX) & _matches(
+        F.col("destinationAirport"), AIRPORT_CODE_REGEX
+    )
+    fare = parse_number(F.col("totalFare"))
+    return (
+        F.when(_is_empty(F.col("legId")), F.lit("empty_leg_id"))
+        .when(~airports_ok, F.lit("bad_airport_code"))
+        .when(~_matches(F.col("travelDuration"), DURATION_REGEX), F.lit("bad_duration"))
+        .when(~F.coalesce(_is_finite(fare) & (fare >= 0), F.lit(False)), F.lit("bad_fare"))
+        .when(_is_empty(F.col("segmentsArrivalAirportCode")), F.lit("empty_segments"))
+    )
+
+
+def parse_number(text: Column) -> Column:
+    """The double of a plain decimal literal; null for anything else (never raises)."""
+    return F.when(_matches(text, NUMBER_REGEX), text.try_cast("double"))
+
+
+def duration_minutes(text: Column) -> Column:
+    """Whole minutes of an ISO-8601 duration matching DURATION_REGEX; null otherwise."""
+
+    def component(group: int) -> Column:
+        digits = F.regexp_extract(text, DURATION_REGEX, group)
+        return F.coalesce(digits.try_cast("bigint"), F.lit(0))
+
+    minutes = (
+        component(_DAYS_GROUP) * MINUTES_PER_DAY
+        + component(_HOURS_GROUP) * MINUTES_PER_HOUR
+        + component(_MINUTES_GROUP)
+        + F.floor(component(_SECONDS_GROUP) / SECONDS_PER_MINUTE)
+    )
+    return F.when(_matches(text, DURATION_REGEX), minutes.cast("bigint"))
+
+
+def stopovers(segments: Column) -> Column:
+    """The arrival airports of every segment but the last, joined with `||`."""
+    return F.array_join(F.slice(segments, 1, F.size(segments) - 1), SEGMENT_SEPARATOR)
+
+
+def haversine_miles(start: str, end: str) -> Column:
+    """Great-circle miles between `<start>_lat/_lon` and `<end>_lat/_lon` (null if unknown)."""
+    return _haversine(
+        F.col(f"{start}_lat"), F.col(f"{start}_lon"), F.col(f"{end}_lat"), F.col(f"{end}_lon")
+    )
+
+
+def _haversine(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Column:
+    half_dlat = F.radians(lat2 - lat1) / 2
+    half_dlon = F.radians(lon2 - lon1) / 2
+    a = F.sin(half_dlat) * F.sin(half_dlat) + F.cos(F.radians(lat1)) * F.cos(
+        F.radians(lat2)
+    ) * F.sin(half_dlon) * F.sin(half_dlon)
+    # Rounding can push sqrt(a) a hair above 1 for antipodes; asin would give NaN. (Not
+    # `least`: it skips nulls, and an unknown airport must stay null.)
+    root = F.sqrt(a)
+    return 2 * EARTH_RADIUS_MILES * F.asin(F.when(root > 1, F.lit(1.0)).otherwise(root))
+
+
+def _matches(text: Column, regex: str) -> Column:
+    """True/False, never null: a null text does not match."""
+    return F.coalesce(text.rlike(regex), F.lit(False))
+
+
+def _is_empty(text: Column) -> Column:
+    return text.isNull() | (text == "")
+
+
+def _is_finite(number: Column) -> Column:
+    return number.isNotNull() & ~F.isnan(number) & (F.abs(number) < F.lit(float("inf")))
+
+
+def _positive_finite(number: Column) -> Column:
+    return F.when(_is_finite(number) & (number > 0), number)
+
+
+# --- counts -----------------------------------------------------------------------------------
+
+
+def _count_rows(prepared: DataFrame) -> dict:
+    """One aggregation job: row counts, invalid counts by kind, Q2 skips and the mean fare."""
+    kind = F.col(_INVALID_KIND)
+    valid = kind.isNull()
+    row = prepared.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count_if(valid).alias("valid_rows"),
+        *[F.count_if(kind == name).alias(name) for name in INVALID_KINDS],
+        F.count_if(valid & ~F.col(_ENDPOINTS_KNOWN)).alias("q2_skipped"),
+        F.avg(F.when(valid, F.col(_FARE))).alias("mean_fare"),
+    ).first()
+    assert row is not None, "a global aggregation yields one row"
+    return row.asDict()
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+def _valid(prepared: DataFrame) -> DataFrame:
+    return prepared.where(F.col(_INVALID_KIND).isNull())
+
+
+def q1(prepared: DataFrame) -> DataFrame:
+    """`legId,route,totalFare,stopovers` of every valid row with at least 3 stopovers."""
+    rows = _valid(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
+    return rows.select(*Q1_COLUMNS)
+
+
+def q2(prepared: DataFrame, coordinates: DataFrame) -> DataFrame:
+    """`legId,route,totalDistance` of every row flown over 4 times its direct distance."""
+    known = _valid(prepared).where(F.col(_ENDPOINTS_KNOWN))
+    given = known.where(F.col(_GIVEN_MILES).isNotNull()).select(
+        "legId", "route", _DIRECT_MILES, F.col(_GIVEN_MILES).alias(_TOTAL_DISTANCE)
+    )
+    candidates = given.unionByName(_distance_along_legs(known, coordinates))
+    detour = F.col(_TOTAL_DISTANCE) > Q2_DETOUR_FACTOR * F.col(_DIRECT_MILES)
+    return candidates.where(detour).select(*Q2_COLUMNS)
+
+
+def _distance_along_legs(known: DataFrame, coordinates: DataFrame) -> DataFrame:
+    """`legId, route, direct_miles, totalDistance` summed over the chain's legs, in order.
+
+    A leg with an unknown airport makes the sum null, so the row drops out of Q2.
+    """
+    chain = F.col(_CHAIN)
+    hops = F.size(chain) - 1
+    legs = F.zip_with(
+        F.slice(chain, 1, hops),
+        F.slice(chain, 2, hops),
+        lambda src, dst: F.struct(src.alias("src"), dst.alias("dst")),
+    )
+    exploded = known.where(chain.isNotNull()).select(
+        _ROW_KEY, "legId", "route", _DIRECT_MILES, F.posexplode(legs).alias("pos", "leg")
+    )
+    src = _coordinates_as(coordinates, "src")
+    dst = _coordinates_as(coordinates, "dst")
+    located = exploded.join(src, F.col("leg.src") == F.col("src_code"), "left").join(
+        dst, F.col("leg.dst") == F.col("dst_code"), "left"
+    )
+    leg_miles = F.struct(F.col("pos"), haversine_miles("src", "dst").alias("miles"))
+    per_row = located.groupBy(_ROW_KEY, "legId", "route", _DIRECT_MILES).agg(
+        F.sort_array(F.collect_list(leg_miles)).alias("legs")
+    )
+    total = F.aggregate("legs", F.lit(0.0), lambda acc, leg: acc + leg["miles"])
+    return per_row.select("legId", "route", _DIRECT_MILES, total.alias(_TOTAL_DISTANCE))
+
+
+def q3(prepared: DataFrame) -> DataFrame:
+    """`legId,route,stopovers,travelDuration`: per route, the 2 shortest Q1 rows."""
+    rows = _valid(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
+    order = Window.partitionBy("route").orderBy(
+        _DURATION_MINUTES, "legId", _FARE, "stopovers", "travelDuration"
+    )
+    ranked = rows.withColumn("rank", F.row_number().over(order))
+    return ranked.where(F.col("rank") <= Q3_ROWS_PER_ROUTE_MAX).select(*Q3_COLUMNS)
+
+
+def q4(prepared: DataFrame, mean_fare: float | None) -> DataFrame:
+    """`route,avgFare,maxFare` over the valid rows whose fare is above the mean of all."""
+    valid = _valid(prepared)
+    if mean_fare is None:
+        above = valid.where(F.lit(False))
+    else:
+        above = valid.where(F.col(_FARE) > F.lit(mean_fare))
+    return above.groupBy("route").agg(
+        F.avg(_FARE).alias("avgFare"), F.max(_FARE).alias("maxFare")
+    ).select(*Q4_COLUMNS)

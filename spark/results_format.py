@@ -1,0 +1,54 @@
+"""Result rows as the text of q1.csv ... q4.csv (QUERIES.md "Queries").
+
+Each file: one header row, then one line per result row, comma-separated, RFC-4180 quoting
+where a field needs it, "\\n" line ends. A float is written as Python's `repr`, the shortest
+text that reads back as the same double; an integer as its digits; a missing value as "".
+
+Pure Python (no pyspark import), so any side of the pipeline can use it; thread-safe.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+
+QUERY_HEADERS: dict[str, tuple[str, ...]] = {
+    "q1": ("legId", "route", "totalFare", "stopovers"),
+    "q2": ("legId", "route", "totalDistance"),
+    "q3": ("legId", "route", "stopovers", "travelDuration"),
+    "q4": ("route", "avgFare", "maxFare"),
+}
+LINE_END = "\n"
+
+
+def format_field(value: object) -> str:
+    """The CSV text of one result value."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        raise TypeError("no query result holds a boolean")
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int | str):
+        return str(value)
+    raise TypeError(f"unexpected result value of type {type(value).__name__}: {value!r}")
+
+
+def format_row(query: str, row: Sequence[object]) -> list[str]:
+    """The fields of one result row (a pyspark Row is a tuple in header order)."""
+    header = QUERY_HEADERS[query]
+    assert len(row) == len(header), f"{query} rows have {len(header)} fields, got {len(row)}"
+    return [format_field(value) for value in row]
+
+
+def csv_lines(query: str, rows: Iterable[Sequence[str]]) -> list[str]:
+    """Header line then one line per row of already formatted fields, each ending in "\\n"."""
+    return [csv_line(QUERY_HEADERS[query]), *(csv_line(row) for row in rows)]
+
+
+def csv_line(fields: Sequence[str]) -> str:
+    """One CSV record; a field holding a comma, quote or line break is quoted."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator=LINE_END).writerow(fields)
+    return buffer.getvalue()
