@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from common.heartbeat import HeartbeatSender, parse_target
 from services.broker.config import BrokerConfig, Peer
 from services.broker.server import BrokerServer
 
@@ -38,6 +39,22 @@ def _peers(text: str) -> tuple[Peer, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _targets(text: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return tuple(parse_target(item) for item in text.split(",") if item)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def companions_from_args(args: argparse.Namespace) -> list:
+    """What runs beside the broker: today the heartbeat sender, when it has targets."""
+    if not args.heartbeat_targets:
+        return []
+    name = args.name or f"broker-{args.node_id}"
+    return [HeartbeatSender(name, targets=args.heartbeat_targets,
+                            interval_s=args.heartbeat_interval_s)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m services.broker",
                                      description="Kaska broker (single node today).")
@@ -60,6 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retention-check-interval-ms", type=int,
                         default=_default("retention_check_interval_ms"))
     parser.add_argument("--flush-interval-ms", type=int, default=None)
+    parser.add_argument("--name", default=None,
+                        help="service name in heartbeats (default: broker-<node id>)")
+    parser.add_argument("--heartbeat-targets", type=_targets, default=(),
+                        help="health checkers to send heartbeats to, HOST:PORT[,...]")
+    parser.add_argument("--heartbeat-interval-s", type=float, default=1.0)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -84,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_requested = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop_requested.set())
-    # Heartbeats: when common/heartbeat.py lands, build its sender here and pass it in
-    # `companions`; the server starts it once listening and stops it first on shutdown.
-    server = BrokerServer(config_from_args(args), companions=()).start()
+    # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
+    # SIGTERM says "stopping" to the health checkers before the port closes.
+    server = BrokerServer(config_from_args(args), companions=companions_from_args(args)).start()
     host, port = server.address
     print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
     stop_requested.wait()

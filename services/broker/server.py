@@ -194,22 +194,26 @@ class BrokerServer:
             self._admit(sock, f"{peer[0]}:{peer[1]}")
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
-        with self._lock:
-            if self._stopping or len(self._connections) >= self.config.connections_max:
-                refused = True
-            else:
-                refused = False
-                connection = Connection(sock, peer, self.context, self._forget)
-                self._connections.add(connection)
-        if refused:
-            log.warning("refusing %s: %d connections open or stopping", peer,
-                        len(self._connections))
+        try:
+            timeout = _timeval(self.config.read_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
+        except OSError as exc:  # the client is already gone
+            log.info("dropping %s before serving it: %s", peer, exc)
             sock.close()
             return
-        timeout = _timeval(self.config.read_timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
+        with self._lock:
+            open_count = len(self._connections)
+            admitted = not self._stopping and open_count < self.config.connections_max
+            if admitted:
+                connection = Connection(sock, peer, self.context, self._forget)
+                self._connections.add(connection)
+        if not admitted:
+            log.warning("refusing %s: %d connections open (max %d) or stopping", peer,
+                        open_count, self.config.connections_max)
+            sock.close()
+            return
         threading.Thread(target=connection.run, daemon=True, name=f"kaska-conn-{peer}").start()
 
     def _forget(self, connection: Connection) -> None:
