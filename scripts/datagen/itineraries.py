@@ -45,7 +45,6 @@ def _equipment_cdf() -> np.ndarray:
 
 _EQUIPMENT_CDF = _equipment_cdf()
 _SEGMENT_COUNTS = np.array(list(catalog.SEGMENT_COUNT_PROBABILITIES))
-_SEGMENT_COUNT_P = _probabilities(catalog.SEGMENT_COUNT_PROBABILITIES.values())
 _MAIN_P = _probabilities(catalog.MAIN_AIRPORT_WEIGHTS.values())
 _AIRLINE_P = _probabilities(a.itinerary_share for a in catalog.MAINLINE_AIRLINES)
 _PARTNER_P = _probabilities(
@@ -57,8 +56,10 @@ _CABIN_P = _probabilities(catalog.CABIN_WEIGHTS.values())
 _CABIN_FARE = np.array([catalog.CABIN_FARE_FACTORS[c] for c in CABINS])
 _SEATS = np.array(list(catalog.SEATS_REMAINING_WEIGHTS))
 _SEATS_P = _probabilities(catalog.SEATS_REMAINING_WEIGHTS.values())
-_HOURS = np.array(list(catalog.TIMING.first_departure_hour_weights))
-_HOURS_P = _probabilities(catalog.TIMING.first_departure_hour_weights.values())
+_NONSTOP_HOURS = np.array(list(catalog.TIMING.nonstop_departure_hour_weights))
+_NONSTOP_HOURS_P = _probabilities(catalog.TIMING.nonstop_departure_hour_weights.values())
+_CONNECTING_HOURS = np.array(list(catalog.TIMING.connecting_departure_hour_weights))
+_CONNECTING_HOURS_P = _probabilities(catalog.TIMING.connecting_departure_hour_weights.values())
 _CENTS = np.array(list(catalog.FARE_CENTS_WEIGHTS))
 _CENTS_P = _probabilities(catalog.FARE_CENTS_WEIGHTS.values())
 _BASIC_ECONOMY_RATE = np.array([a.basic_economy_rate for a in AIRLINES])
@@ -215,11 +216,64 @@ def _draw_equipment(rng, airline: np.ndarray) -> np.ndarray:
     return equipment
 
 
+def _draw_first_hour(rng, segment_count) -> np.ndarray:
+    n = len(segment_count)
+    return np.where(
+        segment_count == 1,
+        rng.choice(_NONSTOP_HOURS, size=n, p=_NONSTOP_HOURS_P),
+        rng.choice(_CONNECTING_HOURS, size=n, p=_CONNECTING_HOURS_P),
+    )
+
+
+def _block_minutes(rng, network: Network, chunk_nodes) -> tuple[np.ndarray, np.ndarray]:
+    """Great-circle miles and scheduled block minutes of every (padded) segment."""
+    timing = catalog.TIMING
+    dep, arr = chunk_nodes[:, :-1], chunk_nodes[:, 1:]
+    miles = network.miles[dep, arr]
+    eastward = np.sign(network.lon[arr] - network.lon[dep]) * miles
+    block = np.rint(
+        timing.block_minutes_base
+        + timing.block_minutes_per_mile * miles
+        + timing.block_minutes_per_eastward_mile * eastward
+        + rng.normal(0.0, timing.block_noise_sd_minutes, miles.shape)
+    ).astype(np.int64)
+    return miles, np.maximum(block, timing.block_minutes_min)
+
+
+def _chain_times(dep0, layover, block):
+    """Departure and arrival minutes of every segment from the first departure."""
+    dep = dep0[:, None] + np.cumsum(layover + np.pad(block[:, :-1], ((0, 0), (1, 0))), axis=1)
+    return dep, dep + block
+
+
+def _shorten_for_same_day(rng, network: Network, chunk_nodes, segment_count, hour, local,
+                          dep0, layover, block) -> None:
+    """Cut the layovers of most day-time itineraries so that they land before midnight."""
+    timing = catalog.TIMING
+    n, width = len(segment_count), catalog.SEGMENTS_MAX
+    _, arr = _chain_times(dep0, layover, block)
+    last_col = (segment_count - 1)[:, None]
+    last_arr = np.take_along_axis(arr, last_col, axis=1)[:, 0]
+    last_node = np.take_along_axis(chunk_nodes, last_col + 1, axis=1)[:, 0]
+    last_local = last_arr + network.offset_at(last_node, last_arr)
+    overflow = last_local - (local // MINUTES_PER_DAY + 1) * MINUTES_PER_DAY + 1
+    connecting = np.arange(width)[None, :] < segment_count[:, None]
+    connecting[:, 0] = False
+    spare = np.where(connecting, layover - timing.layover_minutes_min, 0)
+    reducible = spare.sum(axis=1)
+    rows = np.flatnonzero(
+        (overflow > 0) & (reducible > 0) & (hour <= timing.same_day_last_first_hour)
+        & (rng.random(n) < timing.same_day_arrival_rate)
+    )
+    cut = np.minimum(overflow[rows], reducible[rows])
+    layover[rows] -= np.rint(spare[rows] * (cut / reducible[rows])[:, None]).astype(np.int64)
+
+
 def _draw_schedule(rng, network: Network, chunk_nodes, segment_count, flight_day):
     """UTC departure/arrival minutes of every segment, chained through layovers."""
     n, width = len(segment_count), catalog.SEGMENTS_MAX
     timing = catalog.TIMING
-    hour = rng.choice(_HOURS, size=n, p=_HOURS_P)
+    hour = _draw_first_hour(rng, segment_count)
     minute = rng.integers(0, 60, size=n)
     minute = np.where(rng.random(n) < timing.round_minute_rate, minute // 5 * 5, minute)
     local = flight_day * MINUTES_PER_DAY + hour * 60 + minute
@@ -227,20 +281,18 @@ def _draw_schedule(rng, network: Network, chunk_nodes, segment_count, flight_day
     # The offset depends on the instant it converts; one refinement settles it (DST at 2 am).
     guess = local - network.offset_at(first, local)
     dep0 = local - network.offset_at(first, guess)
-    miles = network.miles[chunk_nodes[:, :-1], chunk_nodes[:, 1:]]
-    block = np.rint(
-        timing.block_minutes_base
-        + miles / timing.block_miles_per_minute
-        + rng.normal(0.0, timing.block_noise_sd_minutes, (n, width))
-    ).astype(np.int64)
-    block = np.maximum(block, timing.block_minutes_min)
+    miles, block = _block_minutes(rng, network, chunk_nodes)
+    median = timing.layover_median_minutes * np.interp(
+        hour, *zip(*timing.layover_factor_by_hour, strict=True)
+    )
     layover = np.rint(
-        timing.layover_median_minutes * np.exp(rng.normal(0.0, timing.layover_sigma, (n, width)))
+        median[:, None] * np.exp(rng.normal(0.0, timing.layover_sigma, (n, width)))
     ).astype(np.int64)
     layover = np.clip(layover, timing.layover_minutes_min, timing.layover_minutes_max)
     layover[:, 0] = 0
-    dep = dep0[:, None] + np.cumsum(layover + np.pad(block[:, :-1], ((0, 0), (1, 0))), axis=1)
-    arr = dep + block
+    _shorten_for_same_day(rng, network, chunk_nodes, segment_count, hour, local, dep0,
+                          layover, block)
+    dep, arr = _chain_times(dep0, layover, block)
     return dep, arr, miles
 
 
@@ -252,8 +304,9 @@ def _published_miles(rng, miles: np.ndarray) -> np.ndarray:
 def draw_itineraries(rng: np.random.Generator, n: int, network: Network) -> ItineraryChunk:
     """Every itinerary-level field of `n` rows; search dates and fares come later."""
     width = catalog.SEGMENTS_MAX
-    segment_count = rng.choice(_SEGMENT_COUNTS, size=n, p=_SEGMENT_COUNT_P)
     start, dest, first, last = _draw_endpoints(rng, n, network)
+    count_cdf = network.segment_count_cdf[start, dest]
+    segment_count = _SEGMENT_COUNTS[(rng.random(n)[:, None] > count_cdf).sum(axis=1)]
     primary = rng.choice(MAINLINE_COUNT, size=n, p=_AIRLINE_P)
     nodes = _draw_chain(rng, network, first, last, primary, segment_count)
     airline = _draw_segment_airlines(rng, primary, segment_count)

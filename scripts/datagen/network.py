@@ -69,6 +69,8 @@ class Network:
     `hub_cdf[a, cur, dest]` is the cumulative distribution over `hub_nodes[a]` of the next
     connecting airport for airline `a` flying from `cur` towards `dest`; `hub_nodes` is padded
     with -1 where an airline has fewer connections than the widest one.
+    `segment_count_cdf[start, dest]` is the cumulative distribution over
+    `catalog.SEGMENT_COUNT_PROBABILITIES`'s counts for a route between main airports.
     """
 
     codes: np.ndarray
@@ -79,6 +81,7 @@ class Network:
     utc_offset_minutes: np.ndarray
     hub_nodes: np.ndarray
     hub_cdf: np.ndarray
+    segment_count_cdf: np.ndarray
 
     def offset_at(self, nodes: np.ndarray, utc_minutes: np.ndarray) -> np.ndarray:
         """UTC offset in minutes of each airport at each instant (minutes since EPOCH0)."""
@@ -113,6 +116,40 @@ def _hub_tables(codes: list[str], miles: np.ndarray) -> tuple[np.ndarray, np.nda
     return hub_nodes, hub_cdf
 
 
+def route_probabilities() -> np.ndarray:
+    """P(startingAirport, destinationAirport) over main airports, as the rows draw them."""
+    weights = np.array(list(catalog.MAIN_AIRPORT_WEIGHTS.values()), dtype=float)
+    mains = list(catalog.MAIN_AIRPORT_WEIGHTS)
+    flyable = ~np.eye(len(mains), dtype=bool)
+    for city in catalog.SAME_CITY_AIRPORTS:
+        members = [mains.index(code) for code in city]
+        flyable[np.ix_(members, members)] = False
+    pair = weights[:, None] * weights[None, :] * flyable
+    pair /= pair.sum(axis=1, keepdims=True)
+    return pair * (weights / weights.sum())[:, None]
+
+
+def _segment_count_table(main_miles: np.ndarray) -> np.ndarray:
+    """cdf[start, dest, :] over segment counts: nonstop and 3+ shares follow the route's miles,
+    scaled so that the mix over all rows is SEGMENT_COUNT_PROBABILITIES."""
+    counts = catalog.SEGMENT_COUNT_PROBABILITIES
+    route_p = route_probabilities()
+    nonstop = np.interp(main_miles, *zip(*catalog.NONSTOP_SHARE_BY_MILES, strict=True))
+    three_plus = np.interp(main_miles, *zip(*catalog.THREE_PLUS_SHARE_BY_MILES, strict=True))
+    nonstop *= counts[1] / (route_p * nonstop).sum()
+    three_plus_total = sum(p for k, p in counts.items() if k >= 3)
+    three_plus *= three_plus_total / (route_p * three_plus).sum()
+    table = np.empty(main_miles.shape + (len(counts),))
+    table[..., 0] = nonstop
+    table[..., 1] = 1.0 - nonstop - three_plus
+    for column, k in enumerate(list(counts)[2:], start=2):
+        table[..., column] = three_plus * counts[k] / three_plus_total
+    assert (table >= 0).all(), "segment-count shares by distance do not fit the overall mix"
+    cdf = np.cumsum(table, axis=2)
+    cdf[..., -1] = 1.0
+    return cdf
+
+
 @cache
 def known_airports() -> dict[str, dict]:
     """`airportsdata`'s airports by IATA code (loaded once per process; treat as read-only)."""
@@ -136,6 +173,7 @@ def build_network() -> Network:
     zone_row = np.array([zones.index(known[c]["tz"]) for c in codes])
     offsets = _utc_offsets_minutes(zones)[zone_row]
     hub_nodes, hub_cdf = _hub_tables(codes, miles)
+    main_count = len(catalog.MAIN_AIRPORT_WEIGHTS)
     return Network(
         codes=_read_only(np.array(codes)),
         index={c: i for i, c in enumerate(codes)},
@@ -145,4 +183,5 @@ def build_network() -> Network:
         utc_offset_minutes=_read_only(offsets),
         hub_nodes=_read_only(hub_nodes),
         hub_cdf=_read_only(hub_cdf),
+        segment_count_cdf=_read_only(_segment_count_table(miles[:main_count, :main_count])),
     )
