@@ -14,6 +14,12 @@ liveness (`timestamp` is for logs only).
 `HeartbeatSender` is dependency-free and never raises into the service: one daemon thread per
 target reconnects after failures with bounded timeouts and sends only the newest heartbeat (there
 is no queue to grow). Thread-safety: start() and stop() from one owner thread.
+
+Use in a service (`--healthcheckers` being the checkers' heartbeat addresses):
+
+    sender = HeartbeatSender("broker-1", targets=parse_targets(args.healthcheckers)).start()
+    ...
+    sender.stop()  # on a deliberate shutdown: says goodbye, so nobody restarts it
 """
 
 from __future__ import annotations
@@ -101,6 +107,11 @@ def parse_target(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host, int(port)
+
+
+def parse_targets(text: str) -> list[tuple[str, int]]:
+    """'hc-1:9500,hc-2:9500' -> [('hc-1', 9500), ('hc-2', 9500)]; empty text -> []."""
+    return [parse_target(item.strip()) for item in text.split(",") if item.strip()]
 
 
 class _TargetLink:

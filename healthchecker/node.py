@@ -12,13 +12,14 @@ Every restart is logged with its cause as one `RESTART ...` line, and every role
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from common.checkpoint import CheckpointStore, NoValidCheckpointError
+from common.checkpoint import CheckpointError, CheckpointStore, NoValidCheckpointError
 from common.heartbeat import HeartbeatSender
 from healthchecker import bully
 from healthchecker.monitor import HeartbeatServer, LivenessTable, Probe, ProbeRunner
@@ -198,12 +199,17 @@ class HealthCheckerNode:
             if data is None:
                 return SupervisorState()
             state = from_checkpoint(data, self.clock(), time.time())
-        except (NoValidCheckpointError, SupervisorCheckpointError) as error:
+        except (NoValidCheckpointError, SupervisorCheckpointError, json.JSONDecodeError) as error:
             log.error("supervisor checkpoint unusable, starting fresh: %s", error)
             return SupervisorState()
         log.info("restored restart counts for %d services", len(state.records))
         return state
 
     def _checkpoint(self, now: float) -> None:
-        if self.checkpoints is not None:
+        if self.checkpoints is None:
+            return
+        try:
             self.checkpoints.save_json(to_checkpoint(self.supervisor_state, now, time.time()))
+        except (CheckpointError, OSError) as error:
+            # Losing restart counts is better than a supervisor that stops supervising.
+            log.error("cannot checkpoint the supervisor state: %s", error)

@@ -107,8 +107,12 @@ class DockerRestarter(Restarter):
 
     def expected_services(self) -> set[str]:
         """Supervised containers that run, or stopped without a clean exit (status 0)."""
+        try:
+            containers = self.project_containers()
+        except (DockerException, requests.RequestException) as error:
+            raise RestartFailedError(f"cannot list containers: {error}") from error
         expected = set()
-        for container in self.project_containers():
+        for container in containers:
             if not is_supervised(container):
                 continue
             state = container.attrs.get("State", {})

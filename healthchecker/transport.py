@@ -130,6 +130,10 @@ class UdpTransport:
             packet, _address = self._sock.recvfrom(PACKET_BYTES_MAX + 1)
         except TimeoutError:
             return None
+        except OSError as error:  # e.g. an ICMP error surfacing on the socket: not fatal
+            self.dropped["receive_error"] += 1
+            log.debug("receive failed: %s", error)
+            return None
         try:
             return decode_packet(packet, self._secret, self.node_id, self.peers)
         except PacketError as error:

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from common.heartbeat import HeartbeatSender, parse_target
+from common.heartbeat import HeartbeatSender, parse_targets
 
 
 def main() -> int:
@@ -24,7 +24,7 @@ def main() -> int:
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    targets = [parse_target(t) for t in args.targets.split(",") if t]
+    targets = parse_targets(args.targets)
     sender = HeartbeatSender(args.name, targets=targets, interval_s=args.interval_s).start()
     print(f"{args.name} up", flush=True)
     if stop.wait(args.exit_after_s):

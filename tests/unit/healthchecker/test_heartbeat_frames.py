@@ -14,6 +14,7 @@ from common.heartbeat import (
     encode_heartbeat,
     frame_length,
     parse_target,
+    parse_targets,
 )
 from healthchecker.monitor import Probe, parse_probe
 
@@ -58,6 +59,7 @@ def test_malformed_bodies(body):
 
 def test_parse_target_and_probe():
     assert parse_target("broker-1:9092") == ("broker-1", 9092)
+    assert parse_targets(" a:1, b:2,") == [("a", 1), ("b", 2)] and parse_targets("") == []
     assert parse_probe("spark-master=spark:7077") == Probe("spark-master", "spark", 7077)
     for bad in ("nohost", ":80", "host:", "host:x"):
         with pytest.raises(ValueError):
