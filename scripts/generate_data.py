@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.datagen import csv_text, invalid, itineraries
+from scripts.datagen import csv_text, fares, invalid, itineraries
 from scripts.datagen.airports_file import write_airports
 from scripts.datagen.network import Network, build_network
 
@@ -72,8 +72,8 @@ def _chunk_text(network: Network, seed: int, index: int, rows: int,
                 invalid_rate: float, duplicate_legid_rate: float) -> _ChunkResult:
     rng = np.random.default_rng([seed, index])
     chunk = itineraries.draw_itineraries(rng, rows, network)
-    repeated = itineraries.repeat_leg_ids(rng, chunk, duplicate_legid_rate)
-    itineraries.price(rng, chunk, network)
+    chunk, repeated = itineraries.repeat_leg_ids(rng, chunk, duplicate_legid_rate)
+    fares.price(rng, chunk, network)
     columns = csv_text.format_columns(chunk, network)
     counts = invalid.inject(rng, columns, invalid_rate)
     for name in _columns_to_quote(invalid_rate):

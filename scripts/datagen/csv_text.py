@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scripts.datagen import itineraries as itin
-from scripts.datagen.itineraries import ItineraryChunk
+from scripts.datagen.chunk import ItineraryChunk
+from scripts.datagen.fares import CABINS
 from scripts.datagen.network import EPOCH0_S, TIME_AXIS_DAYS, Network
+from scripts.datagen.routing import AIRLINES
 
 HEADER: tuple[str, ...] = (
     "legId", "searchDate", "flightDate", "startingAirport", "destinationAirport",
@@ -60,12 +62,17 @@ def _utc_offset_text(minutes: int) -> str:
 def _tables() -> dict[str, pa.Array]:
     """Lookup tables shared by every chunk (built once per process)."""
     minutes = np.arange(TIME_AXIS_DAYS * 1440, dtype=np.int64)
-    timestamps = pa.array(EPOCH0_S + minutes * 60, type=pa.timestamp("s"))
+    instants = np.datetime64(EPOCH0_S, "s") + minutes * np.timedelta64(60, "s")
     days = np.datetime64(EPOCH0_S, "s").astype("datetime64[D]") + np.arange(TIME_AXIS_DAYS)
     offsets = range(_OFFSET_MINUTES_MIN, _OFFSET_MINUTES_MAX + 1)
-    wall_clock = pc.strftime(timestamps, format="%Y-%m-%dT%H:%M:%S.000")
+    seconds_text = np.datetime_as_string(instants, unit="s").astype(f"S{WALL_CLOCK_CHARS - 4}")
+    wall_clock = np.concatenate(
+        (seconds_text.view(np.uint8).reshape(len(minutes), -1),
+         np.broadcast_to(np.frombuffer(b".000", dtype=np.uint8), (len(minutes), 4))),
+        axis=1,
+    )
     tables = {
-        "wall_clock": _fixed_width_bytes(wall_clock, WALL_CLOCK_CHARS),
+        "wall_clock": wall_clock,
         "epoch_seconds": _fixed_width_bytes(
             pc.cast(pa.array(EPOCH0_S + minutes * 60), pa.string()), EPOCH_SECONDS_CHARS
         ),
@@ -77,9 +84,9 @@ def _tables() -> dict[str, pa.Array]:
         "cents": pa.array([f"{c:02d}" for c in range(100)]),
         "bool": pa.array(["False", "True"]),
         "fare_basis": pa.array(itin.FARE_BASIS_CODES),
-        "cabin": pa.array(itin.CABINS),
-        "airline_name": pa.array([a.name for a in itin.AIRLINES]),
-        "airline_code": pa.array([a.code for a in itin.AIRLINES]),
+        "cabin": pa.array(CABINS),
+        "airline_name": pa.array([a.name for a in AIRLINES]),
+        "airline_code": pa.array([a.code for a in AIRLINES]),
         "equipment": pa.array(itin.EQUIPMENT),
     }
     for name in ("fare_basis", "cabin", "airline_code"):
@@ -155,24 +162,22 @@ def quote_needed(values: pa.Array) -> pa.Array:
 def _segment_columns(chunk: ItineraryChunk, network: Network) -> dict[str, pa.Array]:
     """The eleven `||`-joined segment columns."""
     tables = _tables()
-    mask = chunk.segment_mask
-    offsets = pa.array(np.concatenate([[0], np.cumsum(chunk.segment_count)]).astype(np.int32))
+    offsets = pa.array(chunk.segment_start.astype(np.int32))
     codes = pa.array(network.codes)
-    dep, arr = chunk.dep_utc_minute[mask], chunk.arr_utc_minute[mask]
-    airline = chunk.airline[mask]
+    dep, arr = chunk.dep_utc_minute, chunk.arr_utc_minute
     known = np.repeat(chunk.distances_known, chunk.segment_count)
     flat = {
         "segmentsDepartureTimeEpochSeconds": _epoch_seconds(dep),
-        "segmentsDepartureTimeRaw": _local_times(dep, chunk.dep_offset_minutes[mask]),
+        "segmentsDepartureTimeRaw": _local_times(dep, chunk.dep_offset_minutes),
         "segmentsArrivalTimeEpochSeconds": _epoch_seconds(arr),
-        "segmentsArrivalTimeRaw": _local_times(arr, chunk.arr_offset_minutes[mask]),
-        "segmentsArrivalAirportCode": pc.take(codes, chunk.arr_node[mask]),
-        "segmentsDepartureAirportCode": pc.take(codes, chunk.dep_node[mask]),
-        "segmentsAirlineName": pc.take(tables["airline_name"], airline),
-        "segmentsAirlineCode": pc.take(tables["airline_code"], airline),
-        "segmentsEquipmentDescription": pc.take(tables["equipment"], chunk.equipment[mask]),
+        "segmentsArrivalTimeRaw": _local_times(arr, chunk.arr_offset_minutes),
+        "segmentsArrivalAirportCode": pc.take(codes, chunk.arr_node),
+        "segmentsDepartureAirportCode": pc.take(codes, chunk.dep_node),
+        "segmentsAirlineName": pc.take(tables["airline_name"], chunk.airline),
+        "segmentsAirlineCode": pc.take(tables["airline_code"], chunk.airline),
+        "segmentsEquipmentDescription": pc.take(tables["equipment"], chunk.equipment),
         "segmentsDurationInSeconds": _text((arr - dep) * 60),
-        "segmentsDistance": pc.if_else(known, _text(chunk.distance_miles[mask]), "None"),
+        "segmentsDistance": pc.if_else(known, _text(chunk.distance_miles), "None"),
         "segmentsCabinCode": pc.take(
             tables["cabin"], np.repeat(chunk.cabin, chunk.segment_count)
         ),
@@ -188,7 +193,7 @@ def format_columns(chunk: ItineraryChunk, network: Network) -> dict[str, pa.Arra
     tables = _tables()
     codes = pa.array(network.codes)
     n = chunk.rows
-    total_distance = np.where(chunk.segment_mask, chunk.distance_miles, 0).sum(axis=1)
+    total_distance = np.add.reduceat(chunk.distance_miles, chunk.segment_start[:-1])
     columns = {
         "legId": hex_strings(chunk.leg_id),
         "searchDate": pc.take(tables["date"], chunk.search_day),

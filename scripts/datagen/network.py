@@ -5,23 +5,24 @@ read-only by every chunk.
 """
 
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from functools import cache
+from zoneinfo import ZoneInfo
 
 import airportsdata
 import numpy as np
-import pandas as pd
 
 from scripts.datagen import catalog
 
 EARTH_RADIUS_MILES = 3958.8
 # Minute 0 of every time axis in the generator: a day before the first search date.
-EPOCH0 = pd.Timestamp(catalog.SEARCH_DATE_FIRST, tz="UTC") - pd.Timedelta(days=1)
+EPOCH0 = datetime.fromisoformat(catalog.SEARCH_DATE_FIRST).replace(tzinfo=UTC) - timedelta(days=1)
 EPOCH0_S = int(EPOCH0.timestamp())
 # Long enough for the last search, the furthest flight date and the longest itinerary.
-TIME_AXIS_DAYS = (
-    (pd.Timestamp(catalog.SEARCH_DATE_LAST) - pd.Timestamp(catalog.SEARCH_DATE_FIRST)).days
-    + catalog.DAYS_AHEAD_MAX + 8
+_SEARCH_SPAN = date.fromisoformat(catalog.SEARCH_DATE_LAST) - date.fromisoformat(
+    catalog.SEARCH_DATE_FIRST
 )
+TIME_AXIS_DAYS = _SEARCH_SPAN.days + catalog.DAYS_AHEAD_MAX + 8
 
 
 def haversine_miles(lat1, lon1, lat2, lon2):
@@ -45,17 +46,27 @@ def network_airport_codes() -> list[str]:
     return codes
 
 
+def _offset_minutes(zone: ZoneInfo, hour: int) -> int:
+    instant = EPOCH0 + timedelta(hours=hour)
+    return int(instant.astimezone(zone).utcoffset() // timedelta(minutes=1))
+
+
 def _utc_offsets_minutes(time_zones: list[str]) -> np.ndarray:
     """UTC offset in minutes of each zone at every hour of the time axis, shape (zones, hours).
 
     DST transitions fall on whole UTC hours for every zone used, so an hourly table is exact.
+    Offsets are looked up once a day, and hour by hour only on days when they change.
     """
-    hours = pd.date_range(EPOCH0, periods=TIME_AXIS_DAYS * 24, freq="h")
-    naive_utc = hours.tz_localize(None)
-    table = np.empty((len(time_zones), len(hours)), dtype=np.int32)
-    for row, zone in enumerate(time_zones):
-        local = hours.tz_convert(zone).tz_localize(None)
-        table[row] = (local - naive_utc) // pd.Timedelta(minutes=1)
+    table = np.empty((len(time_zones), TIME_AXIS_DAYS * 24), dtype=np.int32)
+    for row, name in enumerate(time_zones):
+        zone = ZoneInfo(name)
+        daily = [_offset_minutes(zone, day * 24) for day in range(TIME_AXIS_DAYS + 1)]
+        for day in range(TIME_AXIS_DAYS):
+            hours = range(day * 24, day * 24 + 24)
+            if daily[day] == daily[day + 1]:
+                table[row, hours.start : hours.stop] = daily[day]
+            else:
+                table[row, hours.start : hours.stop] = [_offset_minutes(zone, h) for h in hours]
     return table
 
 
