@@ -230,10 +230,16 @@ class Timing:
         (5, 1.15), (10, 1.15), (13, 0.9), (16, 0.7), (20, 0.6), (21, 1.0),
     )
     # Share of itineraries starting before 21:00 whose layovers are shortened (down to
-    # layover_minutes_min) so that they arrive before midnight: real 2-segment itineraries
-    # leaving 12:00-18:00 arrive the next day only 11-13 % of the time.
-    same_day_arrival_rate: float = 0.8
+    # layover_minutes_min), or whose start is moved earlier, so that they arrive before
+    # midnight: real 2-segment itineraries leaving 12:00-18:00 arrive the next day only
+    # 11-13 % of the time, and only 1.5 % of real itineraries land between 01:00 and 06:00.
+    # A few wait overnight for their last connection instead.
+    same_day_arrival_rate: float = 0.95
     same_day_last_first_hour: int = 20
+    latest_arrival_around_midnight_minutes: tuple[int, int] = (-150, 60)
+    overnight_connection_rate: float = 0.12
+    overnight_departure_minutes: tuple[int, int] = (6 * 60, 10 * 60)  # local, next morning
+    first_hour_min: int = 5  # an itinerary moved earlier to land the same day leaves after
     nonstop_departure_hour_weights: dict[int, float] = field(default_factory=lambda: {
         0: 1, 1: 1, 5: 16, 6: 30, 7: 50, 8: 48, 9: 37, 10: 42, 11: 37, 12: 40, 13: 22, 14: 24,
         15: 30, 16: 33, 17: 40, 18: 31, 19: 26, 20: 21, 21: 15, 22: 10, 23: 7})

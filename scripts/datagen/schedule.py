@@ -89,22 +89,52 @@ def _chain(segments: _Segments, dep0, layover, block) -> tuple[np.ndarray, np.nd
     return dep, dep + block
 
 
-def _shorten_for_same_day(rng, network: Network, segments: _Segments, arr_node, hour, dep0,
-                          first_local, layover, block) -> None:
-    """Cut the layovers of most day-time itineraries so that they land before midnight."""
+def _fit_in_the_day(rng, network: Network, segments: _Segments, arr_node, hour, dep0,
+                    first_local, layover, block) -> np.ndarray:
+    """Keep most itineraries that leave by day from landing in the small hours, as the real
+    ones do: some wait overnight for the last connection, the others get shorter layovers
+    and, if that is not enough, leave earlier (not before first_hour_min). Changes `layover`
+    in place and returns the new first departures."""
+    n = len(hour)
     _, arr = _chain(segments, dep0, layover, block)
     last_arr = arr[segments.last]
     last_local = last_arr + network.offset_at(arr_node[segments.last], last_arr)
-    overflow = last_local - (first_local // MINUTES_PER_DAY + 1) * MINUTES_PER_DAY + 1
+    # Land by a random time around midnight, not all at 23:59.
+    latest = rng.integers(*_TIMING.latest_arrival_around_midnight_minutes, size=n)
+    overflow = last_local - (first_local // MINUTES_PER_DAY + 1) * MINUTES_PER_DAY - latest
+    late = (overflow > 0) & (hour <= _TIMING.same_day_last_first_hour) & (
+        rng.random(n) < _TIMING.same_day_arrival_rate
+    )
+    overnight = late & (segments.last > segments.first) & (
+        rng.random(n) < _TIMING.overnight_connection_rate
+    )
+    _wait_overnight(rng, network, segments, arr_node, arr, layover, overnight)
+    return _tighten(segments, dep0, first_local, layover, overflow, late & ~overnight)
+
+
+def _wait_overnight(rng, network, segments: _Segments, arr_node, arr, layover, rows) -> None:
+    """Make the last connection of `rows` leave the next morning."""
+    last = segments.last[rows]
+    before = last - 1  # the segment that lands at the connecting airport
+    landed = arr[before] + network.offset_at(arr_node[before], arr[before])
+    morning = rng.integers(*_TIMING.overnight_departure_minutes, size=len(last))
+    departs = landed // MINUTES_PER_DAY * MINUTES_PER_DAY + morning
+    departs = np.where(departs < landed + _TIMING.layover_minutes_min,
+                       departs + MINUTES_PER_DAY, departs)
+    layover[last] = departs - landed
+
+
+def _tighten(segments: _Segments, dep0, first_local, layover, overflow, rows) -> np.ndarray:
+    """Cut the layovers of `rows` by up to their overflow, then leave earlier by the rest."""
     spare = layover - _TIMING.layover_minutes_min
     spare[segments.first] = 0
     reducible = np.add.reduceat(spare, segments.first)
-    chosen = (
-        (overflow > 0) & (reducible > 0) & (hour <= _TIMING.same_day_last_first_hour)
-        & (rng.random(len(hour)) < _TIMING.same_day_arrival_rate)
-    )
-    share = np.where(chosen, np.minimum(overflow, reducible) / np.maximum(reducible, 1), 0.0)
+    cut = np.where(rows, np.minimum(overflow, reducible), 0)
+    share = cut / np.maximum(reducible, 1)
     layover -= np.rint(spare * share[segments.row]).astype(np.int64)
+    earliest = first_local // MINUTES_PER_DAY * MINUTES_PER_DAY + 60 * _TIMING.first_hour_min
+    earlier = np.minimum(overflow - cut, first_local - earliest)
+    return dep0 - np.where(rows, np.maximum(earlier, 0), 0)
 
 
 def draw_schedule(rng, network: Network, dep_node, arr_node, segment_count,
@@ -121,9 +151,11 @@ def draw_schedule(rng, network: Network, dep_node, arr_node, segment_count,
     ).astype(np.int64)
     layover = np.clip(layover, _TIMING.layover_minutes_min, _TIMING.layover_minutes_max)
     layover[segments.first] = 0
-    first_local = dep0 + network.offset_at(dep_node[segments.first], dep0)
-    _shorten_for_same_day(rng, network, segments, arr_node, hour, dep0, first_local, layover,
-                          block)
+    first_node = dep_node[segments.first]
+    first_local = dep0 + network.offset_at(first_node, dep0)
+    dep0 = _fit_in_the_day(rng, network, segments, arr_node, hour, dep0, first_local, layover,
+                           block)
+    first_local = dep0 + network.offset_at(first_node, dep0)
     dep, arr = _chain(segments, dep0, layover, block)
     dep_offset = network.offset_at(dep_node, dep)
     arr_offset = network.offset_at(arr_node, arr)
