@@ -41,7 +41,7 @@ def test_killed_leader_is_replaced_restarted_and_rejoins(cluster):
     killed_at = time.monotonic()
     wait_until(lambda: cluster.current_role(2) == "leader", 10)
     takeover_s = time.monotonic() - killed_at
-    assert takeover_s <= 3 * interval_s + answer_timeout_s + SLACK_S
+    assert takeover_s <= 3 * interval_s + answer_timeout_s + SLACK_S, f"took {takeover_s:.2f}s"
     wait_until(lambda: cluster.current_role(1) == "follower 2", 2)
 
     # The new leader restarts the old one (after its grace period) ...
