@@ -11,11 +11,11 @@ Thread-safety: like the `docker` client it wraps, use from one thread.
 
 from __future__ import annotations
 
+import docker
 import requests
 from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
-import docker
 from healthchecker.restarter import (
     ACTION_KILLED_AND_STARTED,
     ACTION_STARTED,
