@@ -27,7 +27,7 @@ from scripts.datagen.network import Network, build_network
 
 FLIGHTS_FILE = "itineraries.csv"
 AIRPORTS_FILE = "airports.csv"
-CHUNK_ROWS = 100_000  # part of the output's identity: changing it changes every file
+CHUNK_ROWS = 50_000  # part of the output's identity: changing it changes every file
 # numpy and pyarrow kernels release the GIL, so chunks are drawn by a small thread pool and
 # written in order; at most CHUNKS_IN_FLIGHT_MAX are held in memory at once.
 WORKER_THREADS = 2
@@ -137,17 +137,23 @@ def generate(out_dir: Path, rows: int, seed: int, invalid_rate: float = 0.0,
     repeated = 0
     written = 0
     partial = flights_path.with_name(flights_path.name + ".partial")
-    with partial.open("wb") as out:
-        written += out.write((",".join(csv_text.HEADER) + csv_text.LINE_END).encode())
-        for result in _chunk_results(network, rows, seed, invalid_rate, duplicate_legid_rate):
-            written += out.write(result.data)
-            repeated += result.duplicate_legid_rows
-            for kind, count in result.invalid_rows.items():
-                invalid_rows[kind] += count
-    os.replace(partial, flights_path)
     airports_partial = airports_path.with_name(airports_path.name + ".partial")
-    airports = write_airports(airports_partial, seed)
-    os.replace(airports_partial, airports_path)
+    try:
+        with partial.open("wb") as out:
+            written += out.write((",".join(csv_text.HEADER) + csv_text.LINE_END).encode())
+            for result in _chunk_results(network, rows, seed, invalid_rate,
+                                         duplicate_legid_rate):
+                written += out.write(result.data)
+                repeated += result.duplicate_legid_rows
+                for kind, count in result.invalid_rows.items():
+                    invalid_rows[kind] += count
+        os.replace(partial, flights_path)
+        airports = write_airports(airports_partial, seed)
+        os.replace(airports_partial, airports_path)
+    finally:
+        # Only reached with a partial file left when writing failed or was interrupted.
+        partial.unlink(missing_ok=True)
+        airports_partial.unlink(missing_ok=True)
     return GenerationReport(
         rows=rows,
         invalid_rows=invalid_rows,

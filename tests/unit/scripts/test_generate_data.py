@@ -188,6 +188,20 @@ def test_zero_rows_writes_only_the_header(tmp_path):
     assert report.rows == 0 and report.airports > 5000
 
 
+class _InjectedFailure(Exception):
+    pass
+
+
+def test_a_failed_run_leaves_no_file_behind(tmp_path, monkeypatch):
+    def fail(*_args, **_kwargs):
+        raise _InjectedFailure
+
+    monkeypatch.setattr(csv_text, "format_columns", fail)
+    with pytest.raises(_InjectedFailure):
+        generate(tmp_path, 1000, seed=1)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("kwargs", [{"rows": -1}, {"invalid_rate": 1.5},
                                     {"duplicate_legid_rate": -0.1}])
 def test_arguments_outside_their_domain_are_refused(tmp_path, kwargs):
