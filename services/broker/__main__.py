@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.heartbeat import HeartbeatSender, parse_target
 from services.broker.config import BrokerConfig, Peer
-from services.broker.server import BrokerServer
+from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
 
@@ -93,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         node_id=args.node_id, data_dir=args.data_dir, host=host, port=port,
         advertised_host=advertised_host, advertised_port=advertised_port, peers=args.peers,
         token=args.token, frame_bytes_max=args.frame_bytes_max,
+        control_body_bytes_max=min(_default("control_body_bytes_max"), args.frame_bytes_max),
         connections_max=args.connections_max, segment_bytes_max=args.segment_bytes_max,
         retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
@@ -101,6 +102,13 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        config = config_from_args(args)
+        log_config(config)  # the storage's own checks, before anything starts
+        companions = companions_from_args(args)
+    except ValueError as exc:
+        print(f"python -m services.broker: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop_requested = threading.Event()
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop_requested.set())
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
     # SIGTERM says "stopping" to the health checkers before the port closes.
-    server = BrokerServer(config_from_args(args), companions=companions_from_args(args)).start()
+    server = BrokerServer(config, companions=companions).start()
     host, port = server.address
     print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
     stop_requested.wait()

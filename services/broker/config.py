@@ -54,10 +54,16 @@ class BrokerConfig:
     flush_interval_ms: int | None = None
 
     def __post_init__(self) -> None:
-        assert self.frame_bytes_max >= 1024, "frame_bytes_max below 1 KiB"
-        assert self.control_body_bytes_max <= self.frame_bytes_max
-        assert self.connections_max >= 1
-        assert self.read_timeout_s > 0 and self.idle_timeout_s > 0
+        if self.frame_bytes_max < 1024:
+            raise ValueError("frame_bytes_max below 1 KiB")
+        if not 1024 <= self.control_body_bytes_max <= self.frame_bytes_max:
+            raise ValueError("control_body_bytes_max must lie in [1 KiB, frame_bytes_max]")
+        if self.connections_max < 1:
+            raise ValueError("connections_max must be positive")
+        if self.read_timeout_s <= 0 or self.idle_timeout_s <= 0:
+            raise ValueError("read_timeout_s and idle_timeout_s must be positive")
+        if self.fetch_wait_ms_max < 0 or self.retention_check_interval_ms <= 0:
+            raise ValueError("fetch_wait_ms_max must be >= 0, retention_check_interval_ms > 0")
 
     @property
     def advertised_address(self) -> tuple[str, int]:
