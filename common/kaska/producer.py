@@ -111,7 +111,9 @@ class Producer:
     # -- batching ----------------------------------------------------------------------------
 
     def send(self, topic: str, payload: bytes, partition: int = 0) -> Future:
-        """Add a record to the partition's open batch; a future of its offset."""
+        """Add a record to the partition's open batch; a future of its offset. When the record
+        fills the batch it is sent here, and a failure is raised here too (and set on the
+        batch's futures)."""
         future: Future = Future()
         key = (topic, partition)
         with self._lock:

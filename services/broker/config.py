@@ -64,7 +64,3 @@ class BrokerConfig:
             raise ValueError("read_timeout_s and idle_timeout_s must be positive")
         if self.fetch_wait_ms_max < 0 or self.retention_check_interval_ms <= 0:
             raise ValueError("fetch_wait_ms_max must be >= 0, retention_check_interval_ms > 0")
-
-    @property
-    def advertised_address(self) -> tuple[str, int]:
-        return (self.advertised_host or self.host, self.advertised_port or self.port)

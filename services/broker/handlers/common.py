@@ -30,5 +30,5 @@ def partition_log(ctx: BrokerContext, topic: str, partition: int):
 
 def led_partition(ctx: BrokerContext, topic: str, partition: int) -> tuple[PartitionRole, object]:
     """(role, PartitionLog) of a partition this broker leads; NotLeaderError otherwise."""
-    log = partition_log(ctx, topic, partition)
-    return ctx.replicas.require_leader(topic, partition), log
+    found = partition_log(ctx, topic, partition)
+    return ctx.replicas.require_leader(topic, partition), found

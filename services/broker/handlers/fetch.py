@@ -1,7 +1,10 @@
 """FETCH: whole batches below the high watermark, sent from the segment files with sendfile.
 
 When the consumer is caught up (offset == high watermark) and asks to wait, the request
-long-polls on the partition's condition variable, at most `fetch_wait_ms_max`.
+long-polls on the partition's condition variable, at most `fetch_wait_ms_max`. It waits on the
+broker's DataNotifier rather than the storage's `wait_for_append`: what a consumer may see is
+the high watermark (the replica manager's call), not the log end, and a stopping broker must
+wake every waiter at once.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from services.broker.reply import Reply
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, FetchRequest)
-    _role, log = led_partition(ctx, request.topic, request.partition)
+    _role, partition_log = led_partition(ctx, request.topic, request.partition)
     replicas = ctx.replicas
 
     def high_watermark() -> int:
-        return replicas.high_watermark(request.topic, request.partition, log)
+        return replicas.high_watermark(request.topic, request.partition, partition_log)
 
-    start = log.log_start_offset
+    start = partition_log.log_start_offset
     if request.offset < start or request.offset > high_watermark():
         raise OffsetOutOfRangeError(f"offset {request.offset} outside [{start}, "
                                     f"{high_watermark()}] of {request.topic}/{request.partition}")
@@ -32,6 +35,6 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
                                 lambda: high_watermark() > request.offset, wait_ms / 1000)
     visible_end = high_watermark()
     max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
-    slices = log.read(request.offset, max_bytes, upto_offset=visible_end)
-    prefix = encode_response_prefix(visible_end, log.log_start_offset)
+    slices = partition_log.read(request.offset, max_bytes, upto_offset=visible_end)
+    prefix = encode_response_prefix(visible_end, partition_log.log_start_offset)
     return Reply(prefix, slices)

@@ -11,6 +11,6 @@ from services.broker.reply import Reply
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, ListOffsetsRequest)
-    _role, log = led_partition(ctx, request.topic, request.partition)
-    end = ctx.replicas.high_watermark(request.topic, request.partition, log)
-    return Reply(ListOffsetsResponse(log.log_start_offset, end).encode())
+    _role, partition_log = led_partition(ctx, request.topic, request.partition)
+    end = ctx.replicas.high_watermark(request.topic, request.partition, partition_log)
+    return Reply(ListOffsetsResponse(partition_log.log_start_offset, end).encode())

@@ -36,12 +36,12 @@ def record_length_at(batch: bytes, offset: int) -> int:
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, MessageLengthRequest)
-    _role, log = led_partition(ctx, request.topic, request.partition)
-    end = ctx.replicas.high_watermark(request.topic, request.partition, log)
-    if not log.log_start_offset <= request.offset < end:
+    _role, partition_log = led_partition(ctx, request.topic, request.partition)
+    end = ctx.replicas.high_watermark(request.topic, request.partition, partition_log)
+    if not partition_log.log_start_offset <= request.offset < end:
         raise OffsetOutOfRangeError(f"offset {request.offset} outside "
-                                    f"[{log.log_start_offset}, {end}) of "
+                                    f"[{partition_log.log_start_offset}, {end}) of "
                                     f"{request.topic}/{request.partition}")
     # max_bytes 1: storage returns exactly the one whole batch holding the offset.
-    batch = log.read_bytes(request.offset, 1, upto_offset=end)
+    batch = partition_log.read_bytes(request.offset, 1, upto_offset=end)
     return Reply(MessageLengthResponse(record_length_at(batch, request.offset)).encode())

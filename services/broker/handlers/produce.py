@@ -20,11 +20,12 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     prefix = read_prefix(body.read_exact)
     client_writable_topic(prefix.topic)
-    role, log = led_partition(ctx, prefix.topic, prefix.partition)
+    role, partition_log = led_partition(ctx, prefix.topic, prefix.partition)
     batch_bytes = body.remaining
     if batch_bytes < HEADER_BYTES:
         raise CorruptBatchError(f"a batch of {batch_bytes} bytes cannot hold its header")
-    result = log.append_from(batch_bytes, body.recv_into_exactly, leader_epoch=role.leader_epoch)
+    result = partition_log.append_from(batch_bytes, body.recv_into_exactly,
+                                       leader_epoch=role.leader_epoch)
     end_offset = result.base_offset + result.record_count
     ctx.replicas.await_acks(prefix.topic, prefix.partition, end_offset, prefix.acks,
                             ctx.config.read_timeout_s)
