@@ -75,18 +75,12 @@ def _chunk_text(network: Network, seed: int, index: int, rows: int,
     chunk, repeated = itineraries.repeat_leg_ids(rng, chunk, duplicate_legid_rate)
     fares.price(rng, chunk, network)
     columns = csv_text.format_columns(chunk, network)
-    counts = invalid.inject(rng, columns, invalid_rate)
-    for name in _columns_to_quote(invalid_rate):
+    injected = invalid.inject(rng, columns, invalid_rate)
+    for name in csv_text.FREE_TEXT_COLUMNS:
         columns[name] = csv_text.quote_needed(columns[name])
-    lines = csv_text.join_rows([columns[name] for name in csv_text.HEADER],
-                               has_nulls=counts["short_row"] > 0)
-    return _ChunkResult(csv_text.rows_buffer(lines), counts, repeated)
-
-
-def _columns_to_quote(invalid_rate: float) -> tuple[str, ...]:
-    if invalid_rate > 0:
-        return csv_text.FREE_TEXT_COLUMNS + invalid.WRITTEN_COLUMNS
-    return csv_text.FREE_TEXT_COLUMNS
+    ordered = [columns[name] for name in csv_text.HEADER]
+    lines = invalid.cut_short(csv_text.join_rows(ordered, has_nulls=False), ordered, injected)
+    return _ChunkResult(csv_text.rows_buffer(lines), injected.counts, repeated)
 
 
 def _chunk_results(network: Network, rows: int, seed: int, invalid_rate: float,

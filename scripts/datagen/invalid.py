@@ -6,9 +6,13 @@ number >= 0; segmentsArrivalAirportCode non-empty), so a consumer's skipped-row 
 equal the sum of the counts this module reports.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from scripts.datagen.csv_text import join_rows, quote_needed
 
 # Kinds and the values they write; "negative_fare" prefixes the real fare with "-",
 # "short_row" cuts the row after SHORT_ROW_FIELDS_MAX fields or fewer.
@@ -18,12 +22,6 @@ BAD_FARES = ("", "N/A", "12.3.4", "$248.60", "abc", "1,234.00")
 NON_FINITE_FARES = ("NaN", "nan", "inf", "Infinity", "-Infinity")
 # segmentsArrivalAirportCode is field 20 (1-based): keep at most 19 so it is always missing.
 SHORT_ROW_FIELDS_MAX = 19
-
-# Columns that receive invalid values (and so may need quoting: "1,234.00").
-WRITTEN_COLUMNS: tuple[str, ...] = (
-    "legId", "startingAirport", "destinationAirport", "travelDuration", "totalFare",
-    "segmentsArrivalAirportCode",
-)
 
 KINDS: tuple[str, ...] = (
     "empty_leg_id",
@@ -37,46 +35,63 @@ KINDS: tuple[str, ...] = (
 )
 
 
+@dataclass
+class InjectedRows:
+    """What `inject` did to a chunk: rows per kind, and the rows still to be cut short."""
+
+    counts: dict[str, int]
+    short_rows: np.ndarray  # ascending row indices
+    short_fields: np.ndarray  # fields each of them keeps, 1..SHORT_ROW_FIELDS_MAX
+
+
 def _pick(rng, choices: tuple[str, ...], count: int) -> pa.Array:
     return pa.array(np.asarray(choices, dtype=object)[rng.integers(0, len(choices), count)],
                     type=pa.string())
 
 
-def _mask(n: int, rows: np.ndarray) -> pa.Array:
-    mask = np.zeros(n, dtype=bool)
-    mask[rows] = True
-    return pa.array(mask)
-
-
 def _replace(columns: dict[str, pa.Array], name: str, rows: np.ndarray, values: pa.Array):
-    """Put `values` at `rows` (ascending) of column `name`."""
+    """Put `values` at `rows` (ascending) of column `name`, quoted where CSV needs it."""
     column = columns[name]
-    columns[name] = pc.replace_with_mask(column, _mask(len(column), rows), values)
+    mask = np.zeros(len(column), dtype=bool)
+    mask[rows] = True
+    columns[name] = pc.replace_with_mask(column, pa.array(mask), quote_needed(values))
 
 
-def _cut_short(rng, columns: dict[str, pa.Array], rows: np.ndarray) -> None:
-    """Keep only the first 1..SHORT_ROW_FIELDS_MAX fields of each row (nulls are not written)."""
-    kept = rng.integers(1, SHORT_ROW_FIELDS_MAX + 1, size=len(rows))
-    for position, name in enumerate(list(columns)):
-        cut = rows[kept <= position]
-        if len(cut):
-            _replace(columns, name, cut, pa.nulls(len(cut), type=pa.string()))
+def inject(rng, columns: dict[str, pa.Array], rate: float) -> InjectedRows:
+    """Corrupt about `rate` of the rows of `columns` (in place) and say how.
 
-
-def inject(rng, columns: dict[str, pa.Array], rate: float) -> dict[str, int]:
-    """Corrupt about `rate` of the rows in place; return how many rows got each kind."""
+    Short rows are only chosen here: cut them with `cut_short` once the lines are joined.
+    """
     n = len(columns["legId"])
     count = int(rng.binomial(n, rate)) if rate > 0 else 0
     rows = rng.choice(n, size=count, replace=False)
     kind_of = rng.integers(0, len(KINDS), size=count)
     counts = {}
+    short_rows = np.zeros(0, dtype=np.int64)
     for k, kind in enumerate(KINDS):
         mine = np.sort(rows[kind_of == k])
         counts[kind] = len(mine)
-        if len(mine) == 0:
-            continue
-        _corrupt(rng, columns, kind, mine)
-    return counts
+        if kind == "short_row":
+            short_rows = mine
+        elif len(mine):
+            _corrupt(rng, columns, kind, mine)
+    kept = rng.integers(1, SHORT_ROW_FIELDS_MAX + 1, size=len(short_rows))
+    return InjectedRows(counts, short_rows, kept)
+
+
+def cut_short(lines: pa.Array, columns: list[pa.Array], injected: InjectedRows) -> pa.Array:
+    """Replace the lines of the short rows by their first few fields."""
+    rows, kept = injected.short_rows, injected.short_fields
+    if len(rows) == 0:
+        return lines
+    prefixes = []
+    for position, column in enumerate(columns):
+        cells = pc.take(column, rows)
+        # Null cells are left out of a joined line.
+        prefixes.append(pc.if_else(pa.array(kept > position), cells, pa.scalar(None, pa.string())))
+    mask = np.zeros(len(lines), dtype=bool)
+    mask[rows] = True
+    return pc.replace_with_mask(lines, pa.array(mask), join_rows(prefixes, has_nulls=True))
 
 
 def _corrupt(rng, columns: dict[str, pa.Array], kind: str, rows: np.ndarray) -> None:
@@ -100,7 +115,5 @@ def _corrupt(rng, columns: dict[str, pa.Array], kind: str, rows: np.ndarray) -> 
         _replace(columns, "totalFare", rows, _pick(rng, NON_FINITE_FARES, count))
     elif kind == "empty_segment_arrivals":
         _replace(columns, "segmentsArrivalAirportCode", rows, pa.array([""] * count))
-    elif kind == "short_row":
-        _cut_short(rng, columns, rows)
     else:
         raise AssertionError(f"unknown invalid kind {kind}")
