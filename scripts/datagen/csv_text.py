@@ -37,6 +37,8 @@ WALL_CLOCK_CHARS = len("2022-04-17T19:55:00.000")
 UTC_OFFSET_CHARS = len("-04:00")
 EPOCH_SECONDS_CHARS = 10
 _NEEDS_QUOTES = '[",\r\n]'
+_NEEDS_QUOTES_BYTE = np.zeros(256, dtype=bool)
+_NEEDS_QUOTES_BYTE[list(b'",\r\n')] = True
 # Columns whose values can hold a comma or a quote. Every other column is printed from numbers
 # or from lookup tables that hold none (checked by `_tables`), so it never needs quoting.
 FREE_TEXT_COLUMNS: tuple[str, ...] = ("segmentsAirlineName", "segmentsEquipmentDescription")
@@ -149,14 +151,27 @@ def _epoch_seconds(utc_minute: np.ndarray) -> pa.Array:
 
 
 def quote_needed(values: pa.Array) -> pa.Array:
-    """RFC-4180 minimal quoting: wrap (and double inner quotes) only where it is required."""
-    needs = pc.match_substring_regex(values, _NEEDS_QUOTES)
-    if not pc.any(needs).as_py():
+    """RFC-4180 minimal quoting: wrap (and double inner quotes) only where it is required.
+
+    The rows to quote are found by one numpy pass over the string bytes, so a column that
+    needs no quotes costs a scan and nothing else.
+    """
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+        values.offset : values.offset + len(values) + 1
+    ]
+    data = values.buffers()[2]
+    if data is None or offsets[-1] == offsets[0]:
         return values
-    quoted = pc.binary_join_element_wise(
-        '"', pc.replace_substring(values, '"', '""'), '"', ""
-    )
-    return pc.if_else(needs, quoted, values)
+    text = np.frombuffer(data, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    hits = np.flatnonzero(np.take(_NEEDS_QUOTES_BYTE, text)) + offsets[0]
+    if len(hits) == 0:
+        return values
+    rows = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+    chosen = pc.take(values, rows)
+    quoted = pc.binary_join_element_wise('"', pc.replace_substring(chosen, '"', '""'), '"', "")
+    mask = np.zeros(len(values), dtype=bool)
+    mask[rows] = True
+    return pc.replace_with_mask(values, pa.array(mask), quoted)
 
 
 def _segment_columns(chunk: ItineraryChunk, network: Network) -> dict[str, pa.Array]:
