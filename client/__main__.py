@@ -1,0 +1,135 @@
+"""`python -m client --flights F --airports A --brokers H:P[,H:P] --results-dir DIR ...`
+
+One client session (client/runner.py): upload both files, wait for Q1-Q4, write
+DIR/q1.csv ... q4.csv, DIR/summary.json and DIR/report.html. `--client-id` resumes an earlier
+session (its checkpoint lives in `--state-dir`, default DIR/state). Result rows and progress go
+to stdout, logs to stderr.
+
+Exit status: 0 when the session completed; 1 when it failed; 3 when SIGTERM/SIGINT stopped it
+first (its progress is checkpointed: run again with the same --client-id to continue); 2 for
+bad arguments. With `--heartbeat-targets`, it heartbeats the health checkers while it runs and
+says goodbye on any deliberate exit, so only a killed client is restarted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+from client.progress import make_progress
+from client.report import STATUS_COMPLETED, STATUS_INTERRUPTED
+from client.runner import (
+    BATCH_ROWS_DEFAULT,
+    CHECKPOINT_INTERVAL_S_DEFAULT,
+    PARTITIONS_DEFAULT,
+    ClientConfig,
+    run_session,
+)
+from common.heartbeat import HeartbeatSender, parse_targets
+from common.kaska.cluster import parse_brokers
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
+TOKEN_ENV = "KASKA_TOKEN"
+BATCH_ROWS_MAX = 1_000_000
+PARTITIONS_MAX = 1024
+
+
+def _client_id(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"a client id is a UUID, got {text!r}") from error
+
+
+def _bounded_int(low: int, high: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must lie in [{low}, {high}], got {value}")
+        return value
+    return parse
+
+
+def _brokers(text: str) -> str:
+    try:
+        parse_brokers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    return text
+
+
+def _targets(text: str) -> list[tuple[str, int]]:
+    try:
+        return parse_targets(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--flights", type=Path, required=True, help="itineraries CSV (Kaggle layout)")
+    add("--airports", type=Path, required=True, help="airports CSV (Opendatahub layout)")
+    add("--brokers", type=_brokers, required=True, help="HOST:PORT[,HOST:PORT...]")
+    add("--results-dir", type=Path, required=True)
+    add("--batch-rows", type=_bounded_int(1, BATCH_ROWS_MAX), default=BATCH_ROWS_DEFAULT)
+    add("--client-id", type=_client_id, help="resume this session (default: a new uuid4)")
+    add("--partitions", type=_bounded_int(1, PARTITIONS_MAX), default=PARTITIONS_DEFAULT)
+    add("--state-dir", type=Path, help="resume checkpoints (default: RESULTS_DIR/state)")
+    add("--heartbeat-targets", type=_targets, default=[], help="HOST:PORT[,...]")
+    add("--heartbeat-interval-s", type=float, default=1.0)
+    add("--name", default="client", help="service name in heartbeats (default: client)")
+    add("--checkpoint-interval-s", type=float, default=CHECKPOINT_INTERVAL_S_DEFAULT)
+    add("--stall-timeout-s", type=float, default=120.0,
+        help="give up when the broker is unreachable this long")
+    add("--results-timeout-s", type=float, default=3600.0)
+    add("--rows-shown", type=int, default=5, help="result rows printed per query")
+    add("--log-level", default="INFO")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ClientConfig:
+    return ClientConfig(
+        flights=args.flights, airports=args.airports, brokers=args.brokers,
+        results_dir=args.results_dir, client_id=args.client_id or str(uuid.uuid4()),
+        batch_rows=args.batch_rows, partitions=args.partitions, state_dir=args.state_dir,
+        checkpoint_interval_s=args.checkpoint_interval_s, stall_timeout_s=args.stall_timeout_s,
+        results_timeout_s=args.results_timeout_s, rows_shown_max=args.rows_shown,
+        token=os.environ.get(TOKEN_ENV),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = config_from_args(args)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
+                                interval_s=args.heartbeat_interval_s).start()
+    print(f"client {config.client_id}: session of {config.flights} and {config.airports} "
+          f"via {config.brokers}", flush=True)
+    try:
+        summary = run_session(config, stop, make_progress())
+    finally:
+        heartbeat.stop(say_goodbye=True)
+    if summary.status == STATUS_COMPLETED:
+        print(f"client {config.client_id}: results in {config.results_dir}/ (q1.csv ... q4.csv, "
+              f"summary.json, report.html)", flush=True)
+        return EXIT_COMPLETED
+    print(f"client {config.client_id}: {summary.status}: {summary.error}", file=sys.stderr,
+          flush=True)
+    return EXIT_INTERRUPTED if summary.status == STATUS_INTERRUPTED else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

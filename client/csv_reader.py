@@ -1,0 +1,243 @@
+"""Streaming CSV reader: a CSV file as slices of `batch_rows` rows, every column a string.
+
+pyarrow's streaming reader (`pyarrow.csv.open_csv`) parses the file block by block (one block of
+`block_bytes` plus its read-ahead in memory, whatever the file size). Every column is read as
+binary and then checked as UTF-8, so that a row with undecodable bytes can be rejected alone
+instead of failing the whole block. Rows the reader cannot take are counted by kind, a few are
+kept as samples for the log, and they are not part of any slice:
+
+    wrong_field_count   a row with more or fewer fields than the header (an unterminated quote
+                        swallows the rest of the file into one such row)
+    undecodable_bytes   a row holding bytes that are not UTF-8
+
+Rows that parse but break the queries' validity rules are ordinary rows here: they are data.
+
+Each slice is a `pa.RecordBatch` with the header's columns as `string` plus `row_id` (int64): the
+row's 0-based number among the rows the reader accepted from this file, so a file without
+rejected rows numbers its rows exactly as its lines (minus the header). Slices hold exactly
+`batch_rows` rows except the last one. The same file always yields the same slices, which is
+what lets a resumed upload skip the slices already acknowledged.
+
+The header is parsed here with the csv module (a UTF-8 byte-order mark is dropped, as pyarrow
+drops it from the data); a header that does not decode, is empty or repeats a name raises
+`MalformedHeaderError`.
+
+Thread-safety: a `CsvSliceReader` is used by one thread; its `rejected` counts may be read by
+another thread (plain int updates).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from common.arrow_rows import ROW_ID, with_row_ids
+
+log = logging.getLogger(__name__)
+
+WRONG_FIELD_COUNT = "wrong_field_count"
+UNDECODABLE_BYTES = "undecodable_bytes"
+REJECT_KINDS = (WRONG_FIELD_COUNT, UNDECODABLE_BYTES)
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+BLOCK_BYTES_DEFAULT = 4 * 1024 * 1024
+HEADER_BYTES_MAX = 1024 * 1024
+SAMPLES_MAX_DEFAULT = 5
+SAMPLE_CHARS_MAX = 200
+
+
+class CsvReaderError(Exception):
+    """Base of the reader's errors: the file as a whole cannot be read."""
+
+
+class MalformedHeaderError(CsvReaderError):
+    """A header row that is missing, not UTF-8, too long, has an empty or a repeated name."""
+
+
+@dataclass(frozen=True, slots=True)
+class CsvDialect:
+    """How one kind of input file is written."""
+
+    delimiter: str
+    newlines_in_values: bool = True  # RFC-4180: a quoted field may hold a line break
+
+
+FLIGHTS_DIALECT = CsvDialect(delimiter=",")
+AIRPORTS_DIALECT = CsvDialect(delimiter=";")
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedSample:
+    kind: str
+    line: int  # 1-based line of the file where the row starts; -1 when unknown
+    text: str  # at most SAMPLE_CHARS_MAX characters of the row
+
+
+@dataclass
+class RejectedRows:
+    """Rows the reader refused, by kind, with the first `samples_max` of them."""
+
+    samples_max: int = SAMPLES_MAX_DEFAULT
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_KINDS, 0))
+    samples: list[RejectedSample] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, kind: str, line: int, text: str) -> None:
+        self.counts[kind] += 1
+        if len(self.samples) < self.samples_max:
+            sample = RejectedSample(kind, line, text[:SAMPLE_CHARS_MAX])
+            self.samples.append(sample)
+            log.warning("rejected row (%s) at line %d: %r", kind, line, sample.text)
+
+
+def read_header(path: Path, dialect: CsvDialect) -> list[str]:
+    """The column names of the file's first row."""
+    with open(path, "rb") as file:
+        first = file.readline(HEADER_BYTES_MAX + 1)
+    if len(first) > HEADER_BYTES_MAX:
+        raise MalformedHeaderError(f"{path}: header longer than {HEADER_BYTES_MAX} bytes")
+    try:
+        text = first.removeprefix(BYTE_ORDER_MARK).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise MalformedHeaderError(f"{path}: header is not UTF-8: {error}") from error
+    rows = list(csv.reader([text.rstrip("\r\n")], delimiter=dialect.delimiter))
+    names = rows[0] if rows else []
+    if not names or any(not name for name in names):
+        raise MalformedHeaderError(f"{path}: empty header or empty column name in {names!r}")
+    if len(set(names)) != len(names) or ROW_ID in names:
+        raise MalformedHeaderError(f"{path}: repeated or reserved column name in {names!r}")
+    return names
+
+
+class CsvSliceReader:
+    """Iterates the slices of one file (format and rules: module doc)."""
+
+    def __init__(self, path: str | Path, dialect: CsvDialect, batch_rows: int,
+                 block_bytes: int = BLOCK_BYTES_DEFAULT,
+                 samples_max: int = SAMPLES_MAX_DEFAULT) -> None:
+        assert batch_rows >= 1 and block_bytes >= 1024
+        self.path = Path(path)
+        self.dialect = dialect
+        self.batch_rows = batch_rows
+        self.block_bytes = block_bytes
+        self.rejected = RejectedRows(samples_max)
+        self.rows_accepted = 0
+        self.bytes_read = 0  # how far the parser has read into the file (read-ahead included)
+        self.file_bytes = self.path.stat().st_size
+        self.columns = read_header(self.path, dialect)
+
+    def slices(self) -> Iterator[pa.RecordBatch]:
+        """Every slice of the file, in order; a fresh pass each call (counts restart)."""
+        self.rejected = RejectedRows(self.rejected.samples_max)
+        self.rows_accepted = 0
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for block in self._decoded_blocks():
+            start = 0
+            if pending_rows:
+                take = min(self.batch_rows - pending_rows, block.num_rows)
+                pending.append(block.slice(0, take))
+                pending_rows += take
+                start = take
+                if pending_rows < self.batch_rows:
+                    continue
+                yield self._numbered(pa.concat_batches(pending))
+                pending, pending_rows = [], 0
+            while block.num_rows - start >= self.batch_rows:
+                yield self._numbered(block.slice(start, self.batch_rows))
+                start += self.batch_rows
+            if start < block.num_rows:
+                pending, pending_rows = [block.slice(start)], block.num_rows - start
+        if pending_rows:
+            yield self._numbered(pa.concat_batches(pending))
+
+    def _numbered(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        numbered = with_row_ids(rows, self.rows_accepted)
+        self.rows_accepted += rows.num_rows
+        return numbered
+
+    def _decoded_blocks(self) -> Iterator[pa.RecordBatch]:
+        with pa.input_stream(self.path) as stream:
+            reader = pa_csv.open_csv(
+                stream,
+                read_options=pa_csv.ReadOptions(use_threads=False, block_size=self.block_bytes),
+                parse_options=pa_csv.ParseOptions(
+                    delimiter=self.dialect.delimiter,
+                    newlines_in_values=self.dialect.newlines_in_values,
+                    invalid_row_handler=self._on_invalid_row,
+                ),
+                convert_options=pa_csv.ConvertOptions(
+                    column_types={name: pa.binary() for name in self.columns},
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+            self._check_schema(reader.schema)
+            for block in reader:
+                self.bytes_read = stream.tell()
+                if block.num_rows:
+                    yield self._utf8_rows(block)
+            self.bytes_read = self.file_bytes
+
+    def _check_schema(self, schema: pa.Schema) -> None:
+        # pyarrow parses the header itself; a disagreement with ours (a header that only
+        # pyarrow splits differently) would shift every column, so it is refused.
+        if schema.names != self.columns or any(t != pa.binary() for t in schema.types):
+            raise MalformedHeaderError(
+                f"{self.path}: header {self.columns!r} read by pyarrow as {schema.names!r}")
+
+    def _on_invalid_row(self, row) -> str:
+        self.rejected.add(WRONG_FIELD_COUNT, row.number, row.text)
+        return "skip"
+
+    def _utf8_rows(self, block: pa.RecordBatch) -> pa.RecordBatch:
+        """The block as string columns, without the rows holding bytes that are not UTF-8."""
+        if _all_utf8(block):
+            return _as_strings(block)
+        # The rare slow path: find the rows holding the bad bytes.
+        bad = np.zeros(block.num_rows, dtype=bool)
+        for column in block.columns:
+            bad |= _undecodable_mask(column)
+        for index in np.flatnonzero(bad):
+            text = b"|".join(column[int(index)].as_py() for column in block.columns)
+            self.rejected.add(UNDECODABLE_BYTES, -1, text.decode("utf-8", "replace"))
+        return _as_strings(block.filter(pa.array(~bad)))
+
+
+def _as_strings(block: pa.RecordBatch) -> pa.RecordBatch:
+    """Binary columns as `string`; raises ArrowInvalid when a value is not UTF-8."""
+    return pa.RecordBatch.from_arrays([column.cast(pa.string()) for column in block.columns],
+                                      names=block.schema.names)
+
+
+def _all_utf8(columns: pa.RecordBatch | pa.Array) -> bool:
+    arrays = columns.columns if isinstance(columns, pa.RecordBatch) else [columns]
+    try:
+        for array in arrays:
+            array.cast(pa.string())
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _undecodable_mask(column: pa.Array) -> np.ndarray:
+    if _all_utf8(column):
+        return np.zeros(len(column), dtype=bool)
+    return np.array([not _is_utf8(value) for value in column.to_pylist()], dtype=bool)
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

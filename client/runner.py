@@ -1,0 +1,279 @@
+"""One client session from start to results (DESIGN §1 steps 1-5, the client's side).
+
+    open      create the session's topics, write SessionStarted
+    upload    the airports file, then the flights file (client.uploader), checkpointing the
+              acknowledged prefix of each (client.resume) every `checkpoint_interval_s`
+    end       SessionEnded{end offsets, rows sent, rows rejected by kind}
+    results   follow results.<cid> until Q1-Q4 are complete (client.results), printing rows
+    report    q1.csv ... q4.csv, summary.json, report.html (client.report)
+
+Resume: a run with the client id of an earlier one loads its checkpoint and skips whatever that
+run had finished; without a checkpoint it re-sends everything and the broker drops the repeats.
+`run_session` always leaves a summary.json whose `status` says how it ended; it returns the
+summary, and raises nothing but programmer errors: failures are in `status` and `error`.
+
+Thread-safety: one session per call; `stop` may be set from a signal handler or another thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from client.console import ResultPrinter
+from client.csv_reader import (
+    AIRPORTS_DIALECT,
+    FLIGHTS_DIALECT,
+    CsvReaderError,
+    CsvSliceReader,
+)
+from client.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
+from client.progress import UploadProgress
+from client.report import (
+    STATUS_COMPLETED,
+    STATUS_FAILED,
+    STATUS_INTERRUPTED,
+    Summary,
+    write_query_files,
+    write_report,
+    write_summary,
+)
+from client.results import (
+    RESULTS_TIMEOUT_S_DEFAULT,
+    ResultsError,
+    ResultsFollower,
+    ResultsInterruptedError,
+    ResultTable,
+)
+from client.resume import FileProgress, ResumeError, ResumeState, SessionCheckpoint
+from client.session import SessionControl, SessionError, data_topics
+from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
+from common.checkpoint import CheckpointError
+from common.kaska import Admin, Consumer, Producer
+from common.session_records import QUERIES, SessionEnded
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_S_DEFAULT = 0.5
+BATCH_ROWS_DEFAULT = 300
+PARTITIONS_DEFAULT = 4
+STATE_SUBDIR = "state"
+INTERRUPTIONS = (UploadInterruptedError, ResultsInterruptedError, StoppedWhileWaitingError)
+FAILURES = (CsvReaderError, BrokerWaitError, ResultsError, ResumeError, SessionError,
+            CheckpointError, OSError)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    flights: Path
+    airports: Path
+    brokers: str
+    results_dir: Path
+    client_id: str
+    batch_rows: int = BATCH_ROWS_DEFAULT
+    partitions: int = PARTITIONS_DEFAULT
+    state_dir: Path | None = None
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S_DEFAULT
+    stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT
+    results_timeout_s: float = RESULTS_TIMEOUT_S_DEFAULT
+    rows_shown_max: int = 5
+    token: str | None = None
+    cluster_options: dict = field(default_factory=dict)
+
+    @property
+    def effective_state_dir(self) -> Path:
+        return self.state_dir or self.results_dir / STATE_SUBDIR
+
+    def file_paths(self) -> dict[str, Path]:
+        return {"airports": self.airports, "flights": self.flights}
+
+
+def _now_text() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class ClientSession:
+    """Carries one session through its phases (module doc); `run` does it all."""
+
+    def __init__(self, config: ClientConfig, stop: threading.Event,
+                 progress: UploadProgress, printer: ResultPrinter | None = None) -> None:
+        self.config = config
+        self.stop = stop
+        self.progress = progress
+        self.printer = printer or ResultPrinter(config.rows_shown_max)
+        self.summary = Summary(client_id=config.client_id, started_at=_now_text())
+        self.started_at = time.monotonic()
+        self.readers: dict[str, CsvSliceReader] = {}
+        self.state: ResumeState | None = None
+        self.checkpoint = SessionCheckpoint(config.effective_state_dir, config.client_id)
+        options = {"token": config.token, **config.cluster_options}
+        self.admin = Admin(config.brokers, **options)
+        self.producer = Producer(config.brokers, config.client_id, **options)
+        self.consumer = Consumer(config.brokers, group=f"client-{config.client_id}", **options)
+        self.control = SessionControl(self.admin, self.producer, self.consumer,
+                                      config.client_id, config.partitions, stop,
+                                      config.stall_timeout_s)
+
+    def run(self) -> Summary:
+        try:
+            table = self._run_phases()
+            self.summary.status = STATUS_COMPLETED
+            self._report(table)
+        except INTERRUPTIONS as error:
+            self.summary.status, self.summary.error = STATUS_INTERRUPTED, str(error)
+            log.warning("session %s interrupted: %s", self.config.client_id, error)
+        except FAILURES as error:
+            self.summary.status = STATUS_FAILED
+            self.summary.error = f"{type(error).__name__}: {error}"
+            log.error("session %s failed: %s", self.config.client_id, self.summary.error)
+        finally:
+            self._finish()
+        return self.summary
+
+    def _run_phases(self) -> ResultTable:
+        self._open()
+        if self.state.session_ended is None:
+            self._upload()
+            self._end()
+        else:
+            log.info("session %s: upload already complete (resumed); waiting for results",
+                     self.config.client_id)
+        self._fill_upload_summary()
+        return self._collect_results()
+
+    # --- phases ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        for name, path in self.config.file_paths().items():
+            dialect = AIRPORTS_DIALECT if name == "airports" else FLIGHTS_DIALECT
+            self.readers[name] = CsvSliceReader(path, dialect, self.config.batch_rows)
+        fresh = ResumeState(self.config.client_id, self.config.partitions,
+                            self.config.batch_rows,
+                            {name: FileProgress(r.file_bytes) for name, r in self.readers.items()})
+        self.state = self.checkpoint.load_or(fresh)
+        self.summary.resumed = self.state.resumed
+        self.control.create_topics()
+        if not self.state.session_started:
+            self.control.write_started()
+            self.state.session_started = True
+            self.checkpoint.save(self.state)
+        self._timing("open_session", self.started_at)
+
+    def _upload(self) -> None:
+        self.upload_started_at = time.monotonic()
+        try:
+            for name, reader in self.readers.items():
+                if not self.state.file_done(name):
+                    self._upload_file(name, reader)
+        finally:
+            self.progress.close()
+
+    def _upload_file(self, name: str, reader: CsvSliceReader) -> None:
+        topics = data_topics(self.config.client_id)
+        settings = UploadSettings(stall_timeout_s=self.config.stall_timeout_s)
+        uploader = FileUploader(self.producer, topics[name], self.config.partitions,
+                                self.stop, settings)
+        started = time.monotonic()
+        self.progress.start_file(name, reader.file_bytes)
+        try:
+            result = uploader.upload(reader, self.state.files[name].messages_acked,
+                                     self._ack_recorder(name, reader))
+        finally:
+            self.checkpoint.save_quietly(self.state)
+        self.progress.finish_file(result.rows)
+        progress = self.state.files[name]
+        progress.rows_sent, progress.rows_rejected = result.rows, dict(reader.rejected.counts)
+        self.checkpoint.save(self.state)
+        self.summary.upload[name] = {
+            "messages": result.messages, "payload_bytes": result.payload_bytes,
+            "messages_resent_duplicate": result.messages_resent_duplicate}
+        self.summary.rejected_samples += [
+            {"file": name, "kind": s.kind, "line": s.line, "text": s.text}
+            for s in reader.rejected.samples]
+        self._timing(f"upload_{name}", started)
+
+    def _ack_recorder(self, name: str, reader: CsvSliceReader):
+        progress = self.state.files[name]
+        saved_at = [time.monotonic()]
+
+        def on_ack(messages_acked: int, rows: int) -> None:
+            progress.messages_acked = messages_acked
+            self.progress.advance(rows, reader.bytes_read)
+            now = time.monotonic()
+            if now - saved_at[0] >= self.config.checkpoint_interval_s:
+                saved_at[0] = now
+                self.checkpoint.save_quietly(self.state)
+
+        return on_ack
+
+    def _end(self) -> None:
+        rejected: dict[str, int] = {}
+        for progress in self.state.files.values():
+            for kind, count in (progress.rows_rejected or {}).items():
+                rejected[kind] = rejected.get(kind, 0) + count
+        ended = SessionEnded(
+            client_id=self.config.client_id,
+            end_offsets=self.control.end_offsets(),
+            rows_sent={name: p.rows_sent or 0 for name, p in self.state.files.items()},
+            rows_rejected=rejected,
+        )
+        self.control.write_ended(ended)
+        self.state.session_ended = ended
+        self.checkpoint.save(self.state)
+        self._timing("upload", self.upload_started_at)
+        log.info("session %s: upload complete (%s rows sent, %s rejected); waiting for results",
+                 self.config.client_id, ended.rows_sent, rejected)
+
+    def _fill_upload_summary(self) -> None:
+        self.summary.rows_sent = dict(self.state.session_ended.rows_sent)
+        self.summary.rows_rejected = {name: dict(p.rows_rejected or {})
+                                      for name, p in self.state.files.items()}
+
+    def _collect_results(self) -> ResultTable:
+        waiting_since = time.monotonic()
+        follower = ResultsFollower(self.consumer, self.config.client_id, self.stop,
+                                   self.printer.on_rows, self.printer.on_done,
+                                   self.config.results_timeout_s, self.config.stall_timeout_s)
+        table = follower.follow()
+        if follower.stats.first_record_at is not None:
+            self.summary.timings_s["first_result_after_upload"] = round(
+                follower.stats.first_record_at - waiting_since, 3)
+        self._timing("results_wait", waiting_since)
+        self.summary.duplicates_dropped = {"result_rows": table.duplicate_rows,
+                                           "query_done": table.duplicate_done}
+        self.summary.rows_per_query = {q: table.done[q].rows for q in QUERIES}
+        self.summary.rows_invalid_for_queries = {q: dict(table.done[q].invalid) for q in QUERIES}
+        return table
+
+    def _report(self, table: ResultTable) -> None:
+        write_query_files(self.config.results_dir, table)
+        self._timing("total", self.started_at)
+        write_report(self.config.results_dir, table, self.summary)
+
+    # --- bookkeeping ----------------------------------------------------------------------
+
+    def _timing(self, name: str, since: float) -> None:
+        """Record the seconds since `since` (a time.monotonic() reading) under `name`."""
+        self.summary.timings_s[name] = round(time.monotonic() - since, 3)
+
+    def _finish(self) -> None:
+        if self.state is not None:
+            self.checkpoint.save_quietly(self.state)
+        self.summary.finished_at = _now_text()
+        if "total" not in self.summary.timings_s:
+            self._timing("total", self.started_at)
+        try:
+            write_summary(self.config.results_dir, self.summary)
+        except OSError as error:
+            log.error("cannot write the summary: %s", error)
+        for closable in (self.producer, self.consumer, self.admin):
+            closable.close()
+
+
+def run_session(config: ClientConfig, stop: threading.Event, progress: UploadProgress,
+                printer: ResultPrinter | None = None) -> Summary:
+    return ClientSession(config, stop, progress, printer).run()

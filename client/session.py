@@ -1,0 +1,123 @@
+"""A client session's control side: its topics and its two records on the shared `sessions` topic.
+
+Opening creates `airports.<cid>` and `flights.<cid>` with P partitions (an existing topic with
+another partition count is refused: the message-id mapping depends on P) and `results.<cid>`
+and `sessions` with one partition each, then writes SessionStarted.
+
+Exactly-once on `sessions`, a topic every client shares: each client writes with producer id =
+its client id (a UUID, unique per session) on partition 0, with fixed sequence numbers,
+SessionStarted = 0 and SessionEnded = 1. The broker keeps a sequence space per (partition,
+producer id), so clients never collide, and a resumed client re-sending either record gets the
+duplicate answer (or DuplicateSequenceError, older than the broker's memory: stored too)
+instead of a second copy. The broker forgets producers only beyond its `producer_ids_max` per
+partition; past that a repeat could be stored again, and it would be byte-identical (same
+end offsets and counts), so a reader keyed by client id still sees one session. The resume
+checkpoint also records that SessionEnded was acknowledged, so a restart does not re-send it.
+
+`end_offsets` asks the broker for the log end of every partition of the session's data topics;
+it is exact because only this client writes them and every batch is acknowledged by then.
+
+Every call rides out broker restarts (`client.patience`). Thread-safety: one `SessionControl`
+per client thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from client.patience import STALL_TIMEOUT_S_DEFAULT, persist
+from common.kaska import Admin, Consumer, Producer
+from common.kaska.errors import DuplicateSequenceError, TopicAlreadyExistsError
+from common.session_records import (
+    SESSIONS_TOPIC,
+    SessionEnded,
+    SessionStarted,
+    airports_topic,
+    encode,
+    flights_topic,
+    results_topic,
+)
+
+log = logging.getLogger(__name__)
+
+SESSION_STARTED_SEQUENCE = 0
+SESSION_ENDED_SEQUENCE = 1
+SESSIONS_PARTITION = 0
+T = TypeVar("T")
+
+
+class SessionError(Exception):
+    """Base of the session-control errors."""
+
+
+class TopicLayoutError(SessionError):
+    """A session topic exists with another partition count than this session needs."""
+
+
+def data_topics(client_id: str) -> dict[str, str]:
+    """File name -> topic, in upload order."""
+    return {"airports": airports_topic(client_id), "flights": flights_topic(client_id)}
+
+
+class SessionControl:
+    def __init__(self, admin: Admin, producer: Producer, consumer: Consumer,
+                 client_id: str, partitions: int, stop: threading.Event,
+                 stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT) -> None:
+        assert partitions >= 1
+        self.admin = admin
+        self.producer = producer
+        self.consumer = consumer
+        self.client_id = client_id
+        self.partitions = partitions
+        self.stop = stop
+        self.stall_timeout_s = stall_timeout_s
+
+    def _persist(self, call: Callable[[], T], what: str) -> T:
+        return persist(call, what, self.stop, self.stall_timeout_s)
+
+    def create_topics(self) -> None:
+        wanted = {topic: self.partitions for topic in data_topics(self.client_id).values()}
+        wanted[results_topic(self.client_id)] = 1
+        wanted[SESSIONS_TOPIC] = 1
+        for topic, partitions in wanted.items():
+            self._persist(lambda t=topic, p=partitions: self._ensure_topic(t, p),
+                          f"create topic {topic}")
+
+    def _ensure_topic(self, topic: str, partitions: int) -> None:
+        try:
+            self.admin.create_topic(topic, partitions)
+            return
+        except TopicAlreadyExistsError:
+            pass  # a resumed session, or `sessions` made by another client: check its shape
+        existing = self.admin.topics().get(topic)
+        if existing != partitions:
+            raise TopicLayoutError(
+                f"topic {topic} has {existing} partitions; this session needs {partitions}")
+
+    def write_started(self) -> None:
+        self._write(encode(SessionStarted(self.client_id, self.partitions)),
+                    SESSION_STARTED_SEQUENCE)
+
+    def write_ended(self, ended: SessionEnded) -> None:
+        assert ended.client_id == self.client_id
+        self._write(encode(ended), SESSION_ENDED_SEQUENCE)
+
+    def _write(self, payload: bytes, sequence: int) -> None:
+        def write_once() -> None:
+            try:
+                self.producer.send_batch(SESSIONS_TOPIC, SESSIONS_PARTITION, [payload],
+                                         sequence=sequence)
+            except DuplicateSequenceError:
+                log.info("sessions record %d of %s was already stored", sequence,
+                         self.client_id)
+
+        self._persist(write_once, f"sessions record {sequence}")
+
+    def end_offsets(self) -> dict[str, list[int]]:
+        return {topic: [self._persist(lambda t=topic, p=p: self.consumer.end_offset(t, p),
+                                      f"end offset of {topic}/{p}")
+                        for p in range(self.partitions)]
+                for topic in data_topics(self.client_id).values()}

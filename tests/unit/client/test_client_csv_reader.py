@@ -1,0 +1,123 @@
+"""The client's streaming CSV reader: header, BOM, quoting, rejected rows, slicing, row ids."""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from client.csv_reader import (
+    AIRPORTS_DIALECT,
+    FLIGHTS_DIALECT,
+    UNDECODABLE_BYTES,
+    WRONG_FIELD_COUNT,
+    CsvSliceReader,
+    MalformedHeaderError,
+)
+from common.arrow_rows import ROW_ID
+
+REAL = Path("/work/shared/data/real")
+
+
+def write(tmp_path: Path, data: bytes, name: str = "f.csv") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def all_rows(reader: CsvSliceReader) -> list[dict]:
+    rows = []
+    for batch in reader.slices():
+        rows += batch.to_pylist()
+    return rows
+
+
+def test_airports_bom_semicolons_and_null_marker_kept_as_text(tmp_path):
+    path = write(tmp_path, "\ufeffAirport Code;Latitude;Longitude\nATL;33.6;-84.4\nXYZ;\\N;\n"
+                 .encode())
+    reader = CsvSliceReader(path, AIRPORTS_DIALECT, batch_rows=10)
+    assert reader.columns == ["Airport Code", "Latitude", "Longitude"]
+    assert all_rows(reader) == [
+        {"Airport Code": "ATL", "Latitude": "33.6", "Longitude": "-84.4", ROW_ID: 0},
+        {"Airport Code": "XYZ", "Latitude": "\\N", "Longitude": "", ROW_ID: 1},
+    ]
+
+
+def test_rfc4180_quoting_commas_doubled_quotes_and_line_breaks(tmp_path):
+    path = write(tmp_path, b'a,b,c\n"x,1","say ""hi""","two\nlines"\nplain,,""\n')
+    rows = all_rows(CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10))
+    assert rows == [
+        {"a": "x,1", "b": 'say "hi"', "c": "two\nlines", ROW_ID: 0},
+        {"a": "plain", "b": "", "c": "", ROW_ID: 1},
+    ]
+    schema = next(CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10).slices()).schema
+    assert schema.types == [pa.string(), pa.string(), pa.string(), pa.int64()]
+
+
+def test_rows_with_wrong_field_counts_are_counted_sampled_and_not_sent(tmp_path):
+    path = write(tmp_path, b"a,b,c\n1,2,3\n4,5\n6,7,8,9\n10,11,12\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10, samples_max=1)
+    assert [row["a"] for row in all_rows(reader)] == ["1", "10"]
+    assert reader.rejected.counts == {WRONG_FIELD_COUNT: 2, UNDECODABLE_BYTES: 0}
+    assert [(s.kind, s.line, s.text) for s in reader.rejected.samples] == [
+        (WRONG_FIELD_COUNT, 3, "4,5")]
+
+
+def test_undecodable_rows_are_rejected_alone_and_row_ids_stay_dense(tmp_path):
+    path = write(tmp_path, b"a,b\nok,1\n\xff\xfe,2\nfine,\xc3\n\xc3\xa9t\xc3\xa9,4\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
+    assert all_rows(reader) == [{"a": "ok", "b": "1", ROW_ID: 0},
+                                {"a": "été", "b": "4", ROW_ID: 1}]
+    assert reader.rejected.counts == {WRONG_FIELD_COUNT: 0, UNDECODABLE_BYTES: 2}
+    assert reader.rejected.total == 2
+
+
+def test_unterminated_quote_swallows_the_rest_as_one_rejected_row(tmp_path):
+    path = write(tmp_path, b'a,b,c\n1,2,3\n"4,5,6\n7,8,9\n')
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
+    assert [row["a"] for row in all_rows(reader)] == ["1"]
+    assert reader.rejected.counts[WRONG_FIELD_COUNT] == 1
+
+
+@pytest.mark.parametrize("data", [b"\xff,b\n1,2\n", b"a,,c\n1,2,3\n", b"a,b,a\n1,2,3\n", b"",
+                                  b"\n1,2\n", b"row_id,x\n1,2\n"])
+def test_bad_headers_are_refused(tmp_path, data):
+    path = write(tmp_path, data)
+    with pytest.raises(MalformedHeaderError):
+        CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
+
+
+def test_slices_hold_batch_rows_across_block_boundaries(tmp_path):
+    lines = [b"n,text"] + [f"{i},{'x' * (i % 50)}".encode() for i in range(1000)]
+    path = write(tmp_path, b"\n".join(lines) + b"\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=300, block_bytes=1024)
+    slices = list(reader.slices())
+    assert [s.num_rows for s in slices] == [300, 300, 300, 100]
+    numbers = [int(v) for s in slices for v in s.column("n").to_pylist()]
+    row_ids = [v for s in slices for v in s.column(ROW_ID).to_pylist()]
+    assert numbers == list(range(1000)) and row_ids == list(range(1000))
+    assert reader.rows_accepted == 1000 and reader.bytes_read == reader.file_bytes
+
+
+def test_same_file_same_slices_on_every_pass(tmp_path):
+    lines = [b"a,b"] + [f"{i},{i * 7}".encode() for i in range(257)] + [b"short"]
+    path = write(tmp_path, b"\n".join(lines) + b"\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=50, block_bytes=1024)
+    first = [s.to_pydict() for s in reader.slices()]
+    second = [s.to_pydict() for s in reader.slices()]
+    assert first == second and len(first) == 6
+    assert reader.rejected.counts[WRONG_FIELD_COUNT] == 1  # counts restart with each pass
+
+
+def test_header_only_file_has_no_slices(tmp_path):
+    reader = CsvSliceReader(write(tmp_path, b"a,b\n"), FLIGHTS_DIALECT, batch_rows=5)
+    assert list(reader.slices()) == [] and reader.rejected.total == 0
+
+
+def test_real_samples_read_whole():
+    flights = CsvSliceReader(REAL / "itineraries_1000_a.csv", FLIGHTS_DIALECT, batch_rows=300)
+    rows = all_rows(flights)
+    assert len(rows) == 1000 and flights.rejected.total == 0
+    assert len(flights.columns) == 27 and rows[0]["legId"] == "98685953630e772a098941b71906592b"
+    airports = CsvSliceReader(REAL / "airports-codepublic.csv", AIRPORTS_DIALECT, batch_rows=300)
+    codes = [row["Airport Code"] for row in all_rows(airports)]
+    assert airports.columns[0] == "Airport Code" and codes[0] == "YCB"

@@ -1,0 +1,104 @@
+"""FileUploader against a fake producer: placement, resume skip, duplicates, retries, stop."""
+
+import threading
+
+import pytest
+
+from client.csv_reader import FLIGHTS_DIALECT, CsvSliceReader
+from client.message_ids import place
+from client.patience import BrokerRefusedError
+from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
+from common.arrow_rows import decode_rows
+from common.kaska.errors import (
+    ConnectionLostError,
+    DuplicateSequenceError,
+    MessageTooLargeError,
+)
+
+
+class FakeProducer:
+    """Records every send; `failures` maps a call number to the error raised by that call."""
+
+    def __init__(self, failures=None):
+        self.sent = []
+        self.calls = 0
+        self.failures = failures or {}
+
+    def send_batch(self, topic, partition, payloads, sequence=None):
+        self.calls += 1
+        error = self.failures.get(self.calls)
+        if error is not None:
+            raise error
+        self.sent.append((topic, partition, sequence, payloads[0]))
+        return 0
+
+
+def reader_of(tmp_path, rows=23, batch_rows=5):
+    path = tmp_path / "f.csv"
+    path.write_text("n,sq\n" + "".join(f"{i},{i * i}\n" for i in range(rows)))
+    return CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=batch_rows)
+
+
+def upload(producer, reader, messages_acked=0, stop=None, partitions=3):
+    acks = []
+    uploader = FileUploader(producer, "flights.cid", partitions, stop or threading.Event(),
+                            UploadSettings(stall_timeout_s=5.0, prefetch_batches_max=2))
+    result = uploader.upload(reader, messages_acked, lambda n, rows: acks.append((n, rows)))
+    return result, acks
+
+
+def test_every_slice_goes_to_its_partition_and_sequence(tmp_path):
+    producer = FakeProducer()
+    result, acks = upload(producer, reader_of(tmp_path))
+    assert result.messages == 5 and result.rows == 23
+    assert [(p, s) for _, p, s, _ in producer.sent] == [
+        (place(m, 3).partition, place(m, 3).sequence) for m in range(5)]
+    decoded = [decode_rows(payload).to_pydict() for *_, payload in producer.sent]
+    assert decoded[4] == {"n": ["20", "21", "22"], "sq": ["400", "441", "484"],
+                          "row_id": [20, 21, 22]}
+    assert acks == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 3)]
+    assert result.payload_bytes == sum(len(payload) for *_, payload in producer.sent)
+
+
+def test_resume_skips_the_acknowledged_prefix_and_counts_its_rows(tmp_path):
+    producer = FakeProducer()
+    result, acks = upload(producer, reader_of(tmp_path), messages_acked=3)
+    assert [s for _, _, s, _ in producer.sent] == [place(3, 3).sequence, place(4, 3).sequence]
+    assert [decode_rows(p).column("row_id").to_pylist()[0] for *_, p in producer.sent] == [15, 20]
+    assert result.rows == 23 and [n for n, _ in acks] == [1, 2, 3, 4, 5]
+
+
+def test_duplicate_sequence_means_already_stored(tmp_path):
+    producer = FakeProducer({1: DuplicateSequenceError("older than remembered")})
+    result, _ = upload(producer, reader_of(tmp_path))
+    assert result.messages_resent_duplicate == 1 and result.messages == 5
+    assert len(producer.sent) == 4
+
+
+def test_a_lost_connection_resends_the_same_message(tmp_path):
+    producer = FakeProducer({2: ConnectionLostError("gone")})
+    result, _ = upload(producer, reader_of(tmp_path))
+    assert [(p, s) for _, p, s, _ in producer.sent] == [
+        (place(m, 3).partition, place(m, 3).sequence) for m in range(5)]
+    assert producer.calls == 6 and result.messages == 5
+
+
+def test_a_refused_message_fails_the_upload(tmp_path):
+    producer = FakeProducer({1: MessageTooLargeError("too big")})
+    with pytest.raises(BrokerRefusedError, match="MessageTooLargeError"):
+        upload(producer, reader_of(tmp_path))
+
+
+def test_stop_interrupts_between_messages(tmp_path):
+    stop = threading.Event()
+    producer = FakeProducer()
+    original = producer.send_batch
+
+    def send_then_stop(*args, **kwargs):
+        stop.set()
+        return original(*args, **kwargs)
+
+    producer.send_batch = send_then_stop
+    with pytest.raises(UploadInterruptedError):
+        upload(producer, reader_of(tmp_path), stop=stop)
+    assert len(producer.sent) == 1
