@@ -151,24 +151,38 @@ def prepare_airports(airports: DataFrame) -> DataFrame:
 def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
     """One row per input row: its invalid kind (null when valid) and the derived fields."""
     _require_columns(flights, FLIGHT_COLUMNS, "flights")
-    kind = invalid_kind()
-    valid = kind.isNull()
-    segments = F.split(F.col("segmentsArrivalAirportCode"), _SEGMENT_SEPARATOR_REGEX, -1)
-    stopover_count = F.size(segments) - 1
-    classified = flights.select(
+    # Three selects, so that each regex and parse runs once per row: Spark does not merge a
+    # projection into the next when that would repeat an expensive expression.
+    parsed = flights.select(
         F.monotonically_increasing_id().alias(_ROW_KEY),
-        kind.alias(_INVALID_KIND),
-        F.col("legId"),
-        F.col("startingAirport"),
-        F.col("destinationAirport"),
-        F.col("travelDuration"),
-        F.when(valid, parse_number(F.col("totalFare"))).alias(_FARE),
-        F.when(valid, duration_minutes(F.col("travelDuration"))).alias(_DURATION_MINUTES),
+        "legId",
+        "startingAirport",
+        "destinationAirport",
+        "travelDuration",
+        "segmentsArrivalAirportCode",
+        parse_number(F.col("totalFare")).alias("fare_parsed"),
+        _matches(F.col("travelDuration"), DURATION_REGEX).alias("duration_ok"),
+        F.col("totalTravelDistance"),
+    )
+    kinds = parsed.withColumn(
+        _INVALID_KIND, invalid_kind(F.col("fare_parsed"), F.col("duration_ok"))
+    )
+    valid = F.col(_INVALID_KIND).isNull()
+    segments = F.split(F.col("segmentsArrivalAirportCode"), _SEGMENT_SEPARATOR_REGEX, -1)
+    classified = kinds.select(
+        _ROW_KEY,
+        _INVALID_KIND,
+        "legId",
+        "startingAirport",
+        "destinationAirport",
+        "travelDuration",
+        F.when(valid, F.col("fare_parsed")).alias(_FARE),
+        F.when(valid, _duration_minutes_of_valid(F.col("travelDuration")))
+        .alias(_DURATION_MINUTES),
         F.when(valid, segments).alias("segments"),
-        F.when(valid, stopover_count).alias(_STOPOVER_COUNT),
         F.when(valid, _positive_finite(parse_number(F.col("totalTravelDistance"))))
         .alias(_GIVEN_MILES),
-    )
+    ).withColumn(_STOPOVER_COUNT, F.when(valid, F.size("segments") - 1))
     origin = _coordinates_as(coordinates, "origin")
     destination = _coordinates_as(coordinates, "destination")
     joined = (
@@ -215,16 +229,19 @@ def _require_columns(frame: DataFrame, names: tuple[str, ...], what: str) -> Non
 # --- row expressions --------------------------------------------------------------------------
 
 
-def invalid_kind() -> Column:
-    """The first validity rule of QUERIES.md that the row fails, or null for a valid row."""
+def invalid_kind(fare: Column, duration_ok: Column) -> Column:
+    """The first validity rule of QUERIES.md that the row fails, or null for a valid row.
+
+    `fare` is `parse_number(totalFare)`, `duration_ok` whether travelDuration matches
+    DURATION_REGEX (never null); the other rules read the row's columns.
+    """
     airports_ok = _matches(F.col("startingAirport"), AIRPORT_CODE_REGEX) & _matches(
         F.col("destinationAirport"), AIRPORT_CODE_REGEX
     )
-    fare = parse_number(F.col("totalFare"))
     return (
         F.when(_is_empty(F.col("legId")), F.lit("empty_leg_id"))
         .when(~airports_ok, F.lit("bad_airport_code"))
-        .when(~_matches(F.col("travelDuration"), DURATION_REGEX), F.lit("bad_duration"))
+        .when(~duration_ok, F.lit("bad_duration"))
         .when(~F.coalesce(_is_finite(fare) & (fare >= 0), F.lit(False)), F.lit("bad_fare"))
         .when(_is_empty(F.col("segmentsArrivalAirportCode")), F.lit("empty_segments"))
     )
@@ -238,7 +255,12 @@ def parse_number(text: Column) -> Column:
 
 
 def duration_minutes(text: Column) -> Column:
-    """Whole minutes of an ISO-8601 duration matching DURATION_REGEX; null otherwise.
+    """Whole minutes of an ISO-8601 duration matching DURATION_REGEX; null otherwise."""
+    return F.when(_matches(text, DURATION_REGEX), _duration_minutes_of_valid(text))
+
+
+def _duration_minutes_of_valid(text: Column) -> Column:
+    """Whole minutes of a text that matches DURATION_REGEX (anything for any other text).
 
     Once the regex has vouched for the text, plain string splits pick the numbers out: four
     `regexp_extract` calls cost about four times as much per row.
@@ -255,7 +277,7 @@ def duration_minutes(text: Column) -> Column:
         + _designated(after_hours, "M")
         + F.floor(_designated(after_minutes, "S") / SECONDS_PER_MINUTE)
     )
-    return F.when(_matches(text, DURATION_REGEX), minutes.cast("bigint"))
+    return minutes.cast("bigint")
 
 
 def _designated(part: Column, designator: str) -> Column:
