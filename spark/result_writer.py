@@ -1,0 +1,100 @@
+"""Idempotent writes of one query's results to `results.<client id>`.
+
+Every piece is deterministic, so a job re-run after a crash writes the very same batches and
+the broker drops the ones it already has:
+- producer id: uuid5(RESULTS_NAMESPACE, "<client id>/<query>"): one producer per session and
+  query, the same in every run and every service process;
+- row order: the formatted rows sorted as text tuples (each query's rows sort the same way
+  in every run: Q4's routes are unique, the other queries' leading fields are exact text);
+- slices: rows [i * n, (i + 1) * n) go out as ResultRows{first_row = i * n} with sequence i;
+  the QueryDone that closes the query has sequence = the number of slices.
+A re-sent batch the broker remembers is answered with its first offset; one older than what it
+remembers comes back as DuplicateSequenceError, which here means "already stored".
+
+Thread-safety: a `QueryResultWriter` belongs to one thread (one session job).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+
+from common.kaska import Producer
+from common.kaska.errors import DuplicateSequenceError
+from common.kaska.retry import RetryPolicy
+from common.session_records import QueryDone, ResultRows, encode, record_bytes_max, results_topic
+
+log = logging.getLogger(__name__)
+
+RESULTS_NAMESPACE = uuid.UUID("6f1f5c1e-4b7a-5d0c-9a59-2d7c3f1e8b40")
+RESULTS_PARTITION = 0
+RESULT_ROWS_PER_SLICE_DEFAULT = 500
+WRITE_RETRY = RetryPolicy(retries_max=10, backoff_s_initial=0.1, backoff_s_max=2.0)
+
+
+class ResultWriteInterruptedError(Exception):
+    """The service is stopping; the rest of this query is written when the job is redone."""
+
+
+def result_producer_id(client_id: str, query: str) -> uuid.UUID:
+    return uuid.uuid5(RESULTS_NAMESPACE, f"{client_id}/{query}")
+
+
+def sorted_rows(rows: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Rows in the deterministic order slices are cut from."""
+    return sorted((list(row) for row in rows), key=tuple)
+
+
+def slice_bounds(row_count: int, rows_per_slice: int) -> list[tuple[int, int]]:
+    assert rows_per_slice > 0
+    return [(first, min(row_count, first + rows_per_slice))
+            for first in range(0, row_count, rows_per_slice)]
+
+
+class QueryResultWriter:
+    def __init__(self, brokers: str, client_id: str, query: str, *, token: str | None = None,
+                 rows_per_slice: int = RESULT_ROWS_PER_SLICE_DEFAULT,
+                 slice_pause_s: float = 0.0, stop: threading.Event | None = None) -> None:
+        self.client_id = client_id
+        self.query = query
+        self.topic = results_topic(client_id)
+        self._rows_per_slice = rows_per_slice
+        self._slice_pause_s = slice_pause_s
+        self._stop = stop or threading.Event()
+        self._producer = Producer(brokers, result_producer_id(client_id, query), token=token,
+                                  retry=WRITE_RETRY)
+        self.slices_stored_before = 0  # slices a previous run had already written
+
+    def write(self, rows: Sequence[Sequence[str]], invalid: dict[str, int]) -> int:
+        """Every row, then QueryDone; returns the number of slices. `rows` must already be in
+        `sorted_rows` order (the caller sorts once and logs)."""
+        bounds = slice_bounds(len(rows), self._rows_per_slice)
+        for sequence, (first, end) in enumerate(bounds):
+            if self._stop.is_set():
+                raise ResultWriteInterruptedError(f"{self.topic} {self.query}: stopped at "
+                                                  f"slice {sequence} of {len(bounds)}")
+            record = ResultRows(self.query, first, [list(row) for row in rows[first:end]])
+            self._send(encode(record), sequence)
+            if self._slice_pause_s:
+                self._stop.wait(self._slice_pause_s)
+        self._send(encode(QueryDone(self.query, len(rows), dict(invalid))), len(bounds))
+        return len(bounds)
+
+    def _send(self, payload: bytes, sequence: int) -> None:
+        assert len(payload) <= record_bytes_max, "slices are bounded by rows_per_slice"
+        try:
+            self._producer.send_batch(self.topic, RESULTS_PARTITION, [payload],
+                                      sequence=sequence)
+        except DuplicateSequenceError:
+            self.slices_stored_before += 1
+
+    def close(self) -> None:
+        self._producer.close()
+
+    def __enter__(self) -> QueryResultWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -1,0 +1,150 @@
+"""One ended session's job: Q1-Q4 over exactly its offset ranges, then its results written.
+
+`SessionEnded.end_offsets` names, for `airports.<cid>` and `flights.<cid>`, the end offset of
+every partition; the job reads [0, end) of each through the `kaska` source (only the columns
+the queries use), computes the queries (`spark.queries.compute_all`), collects every query's
+rows to the driver, sorts them, and hands them to `QueryResultWriter`s.
+
+QueryDone.invalid carries the run's invalid-row counts by kind (QUERIES.md "Valid rows", every
+kind, zeros included) for every query, and for q2 also `unknown_airport`: the valid rows Q2
+skipped because their origin or destination is not in the airports file.
+
+Thread-safety: `run_session_job` may run in several threads at once over one SparkSession;
+each thread names its FAIR scheduler pool (a thread-local Spark property).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from common.kaska.errors import InvalidTopicError
+from common.kaska.topic_name import validate_topic_name
+from common.session_records import (
+    QUERIES,
+    MalformedSessionRecordError,
+    SessionEnded,
+    airports_topic,
+    flights_topic,
+)
+from spark.kaska_source import SOURCE_NAME, offsets_json
+from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all
+from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter, sorted_rows
+from spark.results_format import format_row
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_AIRPORT = "unknown_airport"
+SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    brokers: str
+    token: str | None = None
+    rows_per_slice: int = RESULT_ROWS_PER_SLICE_DEFAULT
+    slice_pause_s: float = 0.0  # fault-injection tests only: widens the mid-write window
+    retry_deadline_s: float = 60.0  # how long a read task rides out an unavailable broker
+
+
+@dataclass
+class JobReport:
+    client_id: str
+    rows: int = 0
+    valid_rows: int = 0
+    query_rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def validate_session(ended: SessionEnded) -> None:
+    """MalformedSessionRecordError unless the record names a usable session."""
+    cid = ended.client_id
+    if not isinstance(cid, str) or not cid:
+        raise MalformedSessionRecordError(f"bad client_id {cid!r}")
+    try:
+        validate_topic_name(flights_topic(cid))
+    except InvalidTopicError as error:
+        raise MalformedSessionRecordError(f"client_id {cid[:60]!r}: {error}") from error
+    ends = ended.end_offsets
+    for topic in (airports_topic(cid), flights_topic(cid)):
+        offsets = ends.get(topic) if isinstance(ends, dict) else None
+        if not (isinstance(offsets, list) and offsets and all(
+                isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)):
+            raise MalformedSessionRecordError(f"end_offsets of {topic} missing or malformed")
+
+
+def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str,
+                    stop: threading.Event) -> JobReport:
+    """Compute and write one session's results, the Spark jobs in FAIR pool `pool`; raises
+    on failure (the caller retries)."""
+    cid = ended.client_id
+    report = JobReport(cid)
+    context = spark.sparkContext
+    context.setLocalProperty(SCHEDULER_POOL_PROPERTY, pool)
+    context.setJobGroup(f"session-{cid}", f"queries of session {cid}", interruptOnCancel=True)
+    try:
+        started = time.monotonic()
+        flights = _topic_frame(spark, settings, flights_topic(cid), ended, FLIGHT_COLUMNS)
+        airports = _topic_frame(spark, settings, airports_topic(cid), ended, AIRPORT_COLUMNS)
+        results = compute_all(flights, airports)
+        report.rows, report.valid_rows = results.rows, results.valid_rows
+        report.seconds["read_and_prepare"] = time.monotonic() - started
+        log.info("session %s: %d rows read (%d valid; invalid %s; %d unknown-airport rows "
+                 "for q2) in %.2f s", cid, results.rows, results.valid_rows,
+                 json.dumps(results.invalid_counts), results.q2_skipped,
+                 report.seconds["read_and_prepare"])
+        try:
+            rows = _collect(results, report)
+        finally:
+            results.release()
+        _write(rows, results, ended, settings, stop, report)
+    finally:
+        context.setLocalProperty(SCHEDULER_POOL_PROPERTY, None)
+    return report
+
+
+def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, columns):
+    ends = ended.end_offsets[topic]
+    reader = (spark.read.format(SOURCE_NAME)
+              .option("brokers", settings.brokers).option("topic", topic)
+              .option("startingOffsets", offsets_json(topic, [0] * len(ends)))
+              .option("endingOffsets", offsets_json(topic, ends))
+              .option("columns", json.dumps(list(columns)))
+              .option("retryDeadlineS", str(settings.retry_deadline_s)))
+    if settings.token is not None:
+        reader = reader.option("token", settings.token)
+    return reader.load()
+
+
+def _collect(results, report: JobReport) -> dict[str, list[list[str]]]:
+    rows = {}
+    for query, frame in results.frames().items():
+        started = time.monotonic()
+        rows[query] = sorted_rows([format_row(query, row) for row in frame.collect()])
+        report.query_rows[query] = len(rows[query])
+        report.seconds[query] = time.monotonic() - started
+    log.info("session %s: result rows %s, query seconds %s", report.client_id,
+             json.dumps(report.query_rows),
+             json.dumps({q: round(report.seconds[q], 2) for q in QUERIES}))
+    return rows
+
+
+def _write(rows, results, ended: SessionEnded, settings: JobSettings, stop: threading.Event,
+           report: JobReport) -> None:
+    started = time.monotonic()
+    skipped = 0
+    for query in QUERIES:
+        invalid = dict(results.invalid_counts)
+        if query == "q2":
+            invalid[UNKNOWN_AIRPORT] = results.q2_skipped
+        with QueryResultWriter(settings.brokers, ended.client_id, query, token=settings.token,
+                               rows_per_slice=settings.rows_per_slice,
+                               slice_pause_s=settings.slice_pause_s, stop=stop) as writer:
+            writer.write(rows[query], invalid)
+            skipped += writer.slices_stored_before
+    report.seconds["write"] = time.monotonic() - started
+    log.info("session %s: results written in %.2f s (%d slices were already stored by an "
+             "earlier run)", ended.client_id, report.seconds["write"], skipped)
