@@ -190,7 +190,7 @@ class ClientSession:
         self.checkpoint.save(self.state)
         self.summary.upload[name] = {
             "messages": result.messages, "payload_bytes": result.payload_bytes,
-            "messages_resent_duplicate": result.messages_resent_duplicate}
+            "messages_sent": result.messages_sent, "messages_skipped": result.messages_skipped}
         self.summary.rejected_samples += [
             {"file": name, "kind": s.kind, "line": s.line, "text": s.text}
             for s in reader.rejected.samples]

@@ -59,7 +59,8 @@ class EncodedSlice:
 class FileUploadResult:
     messages: int  # the file's messages, all acknowledged
     rows: int  # rows sent (acknowledged now or before a restart)
-    messages_resent_duplicate: int  # re-sent messages the broker already held
+    messages_sent: int  # sent by this run (the broker drops those it already holds)
+    messages_skipped: int  # acknowledged before a restart, not sent again
     payload_bytes: int  # bytes sent by this run
 
 
@@ -85,7 +86,7 @@ class FileUploader:
     def upload(self, reader: CsvSliceReader, messages_acked: int,
                on_ack: AckCallback) -> FileUploadResult:
         """Send every slice from message id `messages_acked` on; calls `on_ack` after each."""
-        result = FileUploadResult(messages=0, rows=0, messages_resent_duplicate=0,
+        result = FileUploadResult(messages=0, rows=0, messages_sent=0, messages_skipped=0,
                                   payload_bytes=0)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
             for item in _prefetched(self._numbered(reader, messages_acked), pool,
@@ -98,9 +99,11 @@ class FileUploader:
 
     def _deliver(self, item: EncodedSlice, result: FileUploadResult,
                  on_ack: AckCallback) -> None:
-        if item.payload is not None:
-            if self._send(item) == _ALREADY_STORED:
-                result.messages_resent_duplicate += 1
+        if item.payload is None:
+            result.messages_skipped += 1
+        else:
+            self._send(item)
+            result.messages_sent += 1
             result.payload_bytes += len(item.payload)
         result.messages = item.message_id + 1
         result.rows += item.rows
@@ -113,22 +116,18 @@ class FileUploader:
         for message_id, rows in enumerate(reader.slices()):
             yield message_id, rows, message_id < messages_acked
 
-    def _send(self, item: EncodedSlice) -> str:
+    def _send(self, item: EncodedSlice) -> None:
         placement = place(item.message_id, self.partitions)
 
-        def send_once() -> str:
+        def send_once() -> None:
             try:
                 self.producer.send_batch(self.topic, placement.partition, [item.payload],
                                          sequence=placement.sequence)
             except DuplicateSequenceError:
-                return _ALREADY_STORED
-            return _STORED
+                log.debug("%s message %d was already stored", self.topic, item.message_id)
 
-        return persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
+        persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
                        self.settings.stall_timeout_s)
-
-
-_STORED, _ALREADY_STORED = "stored", "already stored"
 
 
 def _prefetched(slices: Iterator[tuple[int, pa.RecordBatch, bool]], pool: ThreadPoolExecutor,

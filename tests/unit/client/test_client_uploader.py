@@ -66,12 +66,13 @@ def test_resume_skips_the_acknowledged_prefix_and_counts_its_rows(tmp_path):
     assert [s for _, _, s, _ in producer.sent] == [place(3, 3).sequence, place(4, 3).sequence]
     assert [decode_rows(p).column("row_id").to_pylist()[0] for *_, p in producer.sent] == [15, 20]
     assert result.rows == 23 and [n for n, _ in acks] == [1, 2, 3, 4, 5]
+    assert result.messages_skipped == 3 and result.messages_sent == 2
 
 
 def test_duplicate_sequence_means_already_stored(tmp_path):
     producer = FakeProducer({1: DuplicateSequenceError("older than remembered")})
     result, _ = upload(producer, reader_of(tmp_path))
-    assert result.messages_resent_duplicate == 1 and result.messages == 5
+    assert result.messages_sent == 5 and result.messages == 5
     assert len(producer.sent) == 4
 
 
