@@ -32,7 +32,7 @@ _RFC4180_OPTIONS = {
 def read_flights_csv(spark: SparkSession, path: str) -> DataFrame:
     """The flights file as string columns named by its header."""
     frame = spark.read.options(**_RFC4180_OPTIONS).option("sep", ",").csv(path)
-    return _strip_byte_order_mark(frame)
+    return strip_byte_order_mark(frame)
 
 
 def read_airports_csv(spark: SparkSession, path: str) -> DataFrame:
@@ -43,10 +43,10 @@ def read_airports_csv(spark: SparkSession, path: str) -> DataFrame:
         .option("nullValue", "\\N")
         .csv(path)
     )
-    return _strip_byte_order_mark(frame)
+    return strip_byte_order_mark(frame)
 
 
-def _strip_byte_order_mark(frame: DataFrame) -> DataFrame:
+def strip_byte_order_mark(frame: DataFrame) -> DataFrame:
     """Renames the first column when a byte-order mark survived into its header name."""
     if not frame.columns:
         return frame

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark.csv_input import strip_byte_order_mark
 from spark.results_format import QUERY_HEADERS
 
 FLIGHT_COLUMNS = (
@@ -136,6 +137,8 @@ def compute_all(flights: DataFrame, airports: DataFrame) -> QueryResults:
 
 def prepare_airports(airports: DataFrame) -> DataFrame:
     """`code, lat, lon` of every known airport, one row per code."""
+    # The airports file starts with a byte-order mark; a reader other than ours may keep it.
+    airports = strip_byte_order_mark(airports)
     _require_columns(airports, AIRPORT_COLUMNS, "airports")
     latitude = parse_number(F.col(AIRPORT_LATITUDE))
     longitude = parse_number(F.col(AIRPORT_LONGITUDE))
@@ -150,6 +153,7 @@ def prepare_airports(airports: DataFrame) -> DataFrame:
 
 def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
     """One row per input row: its invalid kind (null when valid) and the derived fields."""
+    flights = strip_byte_order_mark(flights)
     _require_columns(flights, FLIGHT_COLUMNS, "flights")
     # Three selects, so that each regex and parse runs once per row: Spark does not merge a
     # projection into the next when that would repeat an expensive expression.

@@ -6,7 +6,7 @@ import math
 
 from pyspark.sql import functions as F
 
-from spark.queries import duration_minutes, parse_number
+from spark.queries import duration_minutes, parse_number, prepare_airports
 from tests import reference_queries as reference
 from tests.unit.spark.spark_test_frames import string_frame
 
@@ -43,3 +43,19 @@ def test_parse_number_takes_plain_finite_decimals_only(spark):
     expected = {text: value for text, value in NUMBERS.items() if text != "1e400"}
     assert parsed == expected
     assert {text: reference.parse_decimal(text) for text in NUMBERS} == NUMBERS
+
+
+def test_airports_one_row_per_known_code_even_with_byte_order_mark(spark):
+    rows = [
+        {"\ufeffAirport Code": "ATL", "Latitude": "33.6", "Longitude": "-84.4"},
+        {"\ufeffAirport Code": "DUP", "Latitude": "47.4", "Longitude": "-122.3"},
+        {"\ufeffAirport Code": "DUP", "Latitude": "33.6", "Longitude": "-84.5"},
+        {"\ufeffAirport Code": "NUL", "Latitude": "\\N", "Longitude": "-84.4"},
+        {"\ufeffAirport Code": "BIG", "Latitude": "1e999", "Longitude": "-84.4"},
+        {"\ufeffAirport Code": None, "Latitude": "1", "Longitude": "2"},
+    ]
+    known = {row["code"]: (row["lat"], row["lon"])
+             for row in prepare_airports(string_frame(spark, rows)).collect()}
+    assert known == {"ATL": (33.6, -84.4), "DUP": (33.6, -84.5)}
+    plain = [{k.lstrip("\ufeff"): v for k, v in row.items()} for row in rows]
+    assert reference.airport_coordinates(plain) == known
