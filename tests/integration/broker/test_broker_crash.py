@@ -257,26 +257,21 @@ def check_log(stored: dict[int, list[tuple[int, bytes]]], writers: list[Writer],
         assert all(value in present for value in writer.acked.unplaced), where
 
 
-@pytest.mark.timeout(120)
-def test_acknowledged_records_survive_repeated_sigkill_exactly_once(tmp_path):
-    print(f"broker crash test seed {SEED} (replay: KASKA_CRASH_SEED={SEED})")
-    rng = random.Random(SEED)
-    broker = BrokerProcess(tmp_path / "data", "--segment-bytes-max",
-                           str(SEGMENT_BYTES_MAX)).start()
+def run_chaos(broker: BrokerProcess, rng: random.Random) -> tuple[list[Writer], Committer]:
+    """Writers and committer running through CYCLES kill/restart cycles; stopped and joined
+    before returning."""
     stop = threading.Event()
     progress = threading.Condition()
-    writers: list[Writer] = []
+    writers: list[Writer] = [IdempotentWriter(f"idem{p}", broker, p, SEED + p, stop, progress)
+                             for p in range(PARTITIONS)]
+    # A second idempotent producer on partition 0 interleaves with the first.
+    writers.append(IdempotentWriter("idem0b", broker, 0, SEED + 10, stop, progress))
+    writers += [ExplicitSequenceWriter(f"explicit{p}", broker, p, SEED + 20 + p, stop,
+                                       progress) for p in (0, 2)]
     committer = Committer(broker, stop)
+    threads = [*writers, committer]
     try:
-        with Admin(broker.address, retry=RIDE_OUT_RETRY, **CLIENT_TIMEOUTS) as admin:
-            admin.create_topic(TOPIC, partitions=PARTITIONS)
-        writers = [IdempotentWriter(f"idem{p}", broker, p, SEED + p, stop, progress)
-                   for p in range(PARTITIONS)]
-        # A second idempotent producer on partition 0 interleaves with the first.
-        writers.append(IdempotentWriter("idem0b", broker, 0, SEED + 10, stop, progress))
-        writers += [ExplicitSequenceWriter(f"explicit{p}", broker, p, SEED + 20 + p, stop,
-                                           progress) for p in (0, 2)]
-        for thread in [*writers, committer]:
+        for thread in threads:
             thread.start()
         for _ in range(CYCLES):
             wait_for_every_writer(writers, progress, SEED)
@@ -286,10 +281,22 @@ def test_acknowledged_records_survive_repeated_sigkill_exactly_once(tmp_path):
         wait_for_every_writer(writers, progress, SEED)  # they all got through the last one
     finally:
         stop.set()
-        for thread in [*writers, committer]:
+        for thread in threads:
             if thread.is_alive():
                 thread.join(30)
+    return writers, committer
+
+
+@pytest.mark.timeout(120)
+def test_acknowledged_records_survive_repeated_sigkill_exactly_once(tmp_path):
+    print(f"broker crash test seed {SEED} (replay: KASKA_CRASH_SEED={SEED})")
+    rng = random.Random(SEED)
+    broker = BrokerProcess(tmp_path / "data", "--segment-bytes-max", str(SEGMENT_BYTES_MAX))
     try:
+        broker.start()
+        with Admin(broker.address, retry=RIDE_OUT_RETRY, **CLIENT_TIMEOUTS) as admin:
+            admin.create_topic(TOPIC, partitions=PARTITIONS)
+        writers, committer = run_chaos(broker, rng)
         errors = [error for thread in [*writers, committer] for error in thread.errors]
         assert not errors, f"seed {SEED}: {errors}"
         # One more crash with nothing written after it: what is read now was recovered.
