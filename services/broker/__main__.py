@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retention-check-interval-ms", type=int,
                         default=_default("retention_check_interval_ms"))
     parser.add_argument("--flush-interval-ms", type=int, default=None)
+    parser.add_argument("--fetch-wait-ms-max", type=int, default=_default("fetch_wait_ms_max"),
+                        help="longest a caught-up FETCH long-polls, whatever it asks for")
     parser.add_argument("--name", default=None,
                         help="service name in heartbeats (default: broker-<node id>)")
     parser.add_argument("--heartbeat-targets", type=_targets, default=(),
@@ -97,7 +99,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         connections_max=args.connections_max, segment_bytes_max=args.segment_bytes_max,
         retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
-        flush_interval_ms=args.flush_interval_ms)
+        flush_interval_ms=args.flush_interval_ms, fetch_wait_ms_max=args.fetch_wait_ms_max)
 
 
 def main(argv: list[str] | None = None) -> int:
