@@ -335,8 +335,11 @@ class BatchAssembler:
 
 
 def read_range(options: KaskaOptions, columns: tuple[str, ...], arrow_schema: pa.Schema,
-               offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+               offset_range: InputPartition) -> Iterator[pa.RecordBatch]:
     """Arrow batches holding exactly the rows of the records in `offset_range`."""
+    if not isinstance(offset_range, OffsetRange):
+        # Spark plans one placeholder partition when `partitions()` found no data.
+        return
     converter = RowsConverter(columns)
     assembler = BatchAssembler(arrow_schema, options.arrow_batch_rows_max)
     with options.range_reader() as reader:

@@ -65,7 +65,9 @@ class QueryResultWriter:
         self._stop = stop or threading.Event()
         self._producer = Producer(brokers, result_producer_id(client_id, query), token=token,
                                   retry=WRITE_RETRY)
-        self.slices_stored_before = 0  # slices a previous run had already written
+        # Batches the broker called older duplicates (stored by an earlier run beyond its
+        # dedup window); recent ones it simply answers with their first offset, uncounted.
+        self.old_duplicates = 0
 
     def write(self, rows: Sequence[Sequence[str]], invalid: dict[str, int]) -> int:
         """Every row, then QueryDone; returns the number of slices. `rows` must already be in
@@ -88,7 +90,7 @@ class QueryResultWriter:
             self._producer.send_batch(self.topic, RESULTS_PARTITION, [payload],
                                       sequence=sequence)
         except DuplicateSequenceError:
-            self.slices_stored_before += 1
+            self.old_duplicates += 1
 
     def close(self) -> None:
         self._producer.close()

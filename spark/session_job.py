@@ -135,7 +135,7 @@ def _collect(results, report: JobReport) -> dict[str, list[list[str]]]:
 def _write(rows, results, ended: SessionEnded, settings: JobSettings, stop: threading.Event,
            report: JobReport) -> None:
     started = time.monotonic()
-    skipped = 0
+    old_duplicates = 0
     for query in QUERIES:
         invalid = dict(results.invalid_counts)
         if query == "q2":
@@ -144,7 +144,8 @@ def _write(rows, results, ended: SessionEnded, settings: JobSettings, stop: thre
                                rows_per_slice=settings.rows_per_slice,
                                slice_pause_s=settings.slice_pause_s, stop=stop) as writer:
             writer.write(rows[query], invalid)
-            skipped += writer.slices_stored_before
+            old_duplicates += writer.old_duplicates
     report.seconds["write"] = time.monotonic() - started
-    log.info("session %s: results written in %.2f s (%d slices were already stored by an "
-             "earlier run)", ended.client_id, report.seconds["write"], skipped)
+    log.info("session %s: results written in %.2f s (%d batches dropped by the broker as "
+             "written by an earlier run)", ended.client_id, report.seconds["write"],
+             old_duplicates)

@@ -84,7 +84,7 @@ def test_batches_an_earlier_run_stored_count_as_written(recording):
     writer = QueryResultWriter("h:1", "c1", "q4", rows_per_slice=1)
     recording[0].stored = {0, 1}
     writer.write(rows, {})
-    assert writer.slices_stored_before == 2
+    assert writer.old_duplicates == 2
     assert [sequence for sequence, _ in recording[0].sent] == [2, 3, 4]
 
 

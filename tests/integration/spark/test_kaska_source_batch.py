@@ -1,0 +1,116 @@
+"""The `kaska` source in Spark against a real broker: exact rows for offset ranges over several
+partitions, sliced ranges, empty ranges, inferred columns, streaming across a restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, offsets_json
+from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
+
+pytestmark = pytest.mark.integration
+
+
+def kaska_reader(spark, broker, topic, starts=None, ends=None, **options):
+    reader = (spark.read.format(SOURCE_NAME).option("brokers", broker.address)
+              .option("topic", topic))
+    if starts is not None:
+        reader = reader.option("startingOffsets", offsets_json(topic, starts))
+    if ends is not None:
+        reader = reader.option("endingOffsets", offsets_json(topic, ends))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader
+
+
+def rows_of(frame) -> list[tuple]:
+    return by_repr(tuple(row) for row in frame.collect())
+
+
+def by_repr(rows) -> list[tuple]:
+    """Rows in one order whatever they hold (None sorts with strings)."""
+    return sorted(rows, key=repr)
+
+
+@pytest.fixture(scope="module")
+def loaded(broker):
+    """3 partitions x 4 batches x 2 records x 3 rows, so ranges can start or end mid-batch."""
+    producer = RowsProducer(broker.address, "flights.batch-ranges", partitions=3,
+                            rows_per_record=3, records_per_batch=2)
+    producer.produce(4)
+    yield producer
+    producer.close()
+
+
+def test_a_whole_topic_reads_back_every_row_once(spark, broker, loaded):
+    frame = kaska_reader(spark, broker, loaded.topic, columns=json.dumps(COLUMNS)).load()
+    assert frame.columns == [*COLUMNS, *EXTRA_COLUMNS]
+    assert rows_of(frame) == by_repr(loaded.expected)
+    assert len(loaded.expected) == 3 * 4 * 2 * 3
+
+
+def test_explicit_ranges_read_exactly_those_offsets(spark, broker, loaded):
+    starts, ends = [1, 0, 3], [6, 3, 3]  # partition 2: an empty range
+    frame = kaska_reader(spark, broker, loaded.topic, starts, ends,
+                         columns=json.dumps(COLUMNS)).load()
+    expected = by_repr(loaded.rows_between(starts, ends))
+    assert rows_of(frame) == expected
+    assert len(expected) == (5 + 3) * 3
+    assert frame.rdd.getNumPartitions() == 2  # one input partition per non-empty range
+
+
+def test_sliced_ranges_cover_the_same_rows(spark, broker, loaded):
+    starts, ends = [0, 2, 1], [8, 7, 2]
+    frame = kaska_reader(spark, broker, loaded.topic, starts, ends, offsetsPerSliceMax="3",
+                         columns=json.dumps(COLUMNS)).load()
+    assert frame.rdd.getNumPartitions() == 3 + 2 + 1
+    assert rows_of(frame) == by_repr(loaded.rows_between(starts, ends))
+
+
+def test_an_empty_range_is_no_rows_with_the_full_schema(spark, broker, loaded):
+    frame = kaska_reader(spark, broker, loaded.topic, [4, 4, 4], [4, 4, 4]).load()
+    assert frame.columns == [*COLUMNS, *EXTRA_COLUMNS]  # columns from the first record at 4
+    assert frame.collect() == []
+
+
+def test_columns_are_taken_from_the_first_record_and_projected_on_request(spark, broker, loaded):
+    frame = kaska_reader(spark, broker, loaded.topic, [0, 0, 0], [1, 0, 0]).load()
+    assert frame.columns == [*COLUMNS, *EXTRA_COLUMNS]
+    projected = kaska_reader(spark, broker, loaded.topic, [0, 0, 0], [1, 0, 0],
+                             columns='["note", "legId"]').load()
+    assert rows_of(projected) == by_repr(
+        (row[2], row[0], *row[3:]) for row in loaded.rows_between([0, 0, 0], [1, 0, 0]))
+
+
+def start_stream(spark, broker, topic, out_dir, checkpoint_dir):
+    frame = (spark.readStream.format(SOURCE_NAME).option("brokers", broker.address)
+             .option("topic", topic).option("startingOffsets", "earliest")
+             .option("columns", json.dumps(COLUMNS)).load())
+    return (frame.writeStream.format("parquet").option("path", str(out_dir))
+            .option("checkpointLocation", str(checkpoint_dir))
+            .trigger(processingTime="200 milliseconds").start())
+
+
+def test_streaming_resumes_from_its_checkpoint_without_loss_or_repeat(spark, broker, tmp_path):
+    producer = RowsProducer(broker.address, "flights.streamed", partitions=2)
+    out_dir, checkpoint_dir = tmp_path / "out", tmp_path / "checkpoint"
+    try:
+        producer.produce(2)
+        query = start_stream(spark, broker, producer.topic, out_dir, checkpoint_dir)
+        query.processAllAvailable()
+        producer.produce(3)
+        query.processAllAvailable()
+        query.stop()
+        producer.produce(2)  # written while no query runs
+        restarted = start_stream(spark, broker, producer.topic, out_dir, checkpoint_dir)
+        restarted.processAllAvailable()
+        first_start = json.loads(restarted.recentProgress[0]["sources"][0]["startOffset"])
+        restarted.stop()
+    finally:
+        producer.close()
+    assert first_start == {"0": 5, "1": 5}  # where the first query stopped, not earliest
+    written = rows_of(spark.read.parquet(str(out_dir)))
+    assert written == by_repr(producer.expected)
+    assert len(producer.expected) == 2 * 7 * 3
