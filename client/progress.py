@@ -37,7 +37,7 @@ MIB = 1024 * 1024
 class UploadProgress(Protocol):
     def start_file(self, name: str, total_bytes: int) -> None: ...
 
-    def advance(self, rows: int, bytes_read: int) -> None: ...
+    def advance(self, rows: int, bytes_parsed: int) -> None: ...
 
     def finish_file(self, rows_total: int) -> None: ...
 
@@ -72,9 +72,9 @@ class RichUploadProgress:
         self._rows = 0
         self._task = self._progress.add_task(name, total=max(total_bytes, 1), rows=0)
 
-    def advance(self, rows: int, bytes_read: int) -> None:
+    def advance(self, rows: int, bytes_parsed: int) -> None:
         self._rows += rows
-        self._progress.update(self._task, completed=bytes_read, rows=self._rows)
+        self._progress.update(self._task, completed=bytes_parsed, rows=self._rows)
 
     def finish_file(self, rows_total: int) -> None:
         task = self._progress.tasks[-1]
@@ -105,9 +105,9 @@ class LogUploadProgress:
         self._rows = self._bytes = 0
         self._started_at = self._logged_at = self.clock()
 
-    def advance(self, rows: int, bytes_read: int) -> None:
+    def advance(self, rows: int, bytes_parsed: int) -> None:
         self._rows += rows
-        self._bytes = bytes_read
+        self._bytes = bytes_parsed
         now = self.clock()
         if now - self._logged_at >= self.log_interval_s:
             self._logged_at = now

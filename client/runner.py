@@ -202,7 +202,7 @@ class ClientSession:
 
         def on_ack(messages_acked: int, rows: int) -> None:
             progress.messages_acked = messages_acked
-            self.progress.advance(rows, reader.bytes_read)
+            self.progress.advance(rows, reader.bytes_parsed)
             now = time.monotonic()
             if now - saved_at[0] >= self.config.checkpoint_interval_s:
                 saved_at[0] = now
