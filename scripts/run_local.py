@@ -385,10 +385,10 @@ class LogTail:
 
 
 class SurvivableChaosBackend:
-    """The killer's local backend, minus the last live health checker."""
+    """A killer backend (the local one in run_local), minus the last live health checker."""
 
-    def __init__(self, registry_dir: Path) -> None:
-        self.local = killer.LocalBackend(registry_dir)
+    def __init__(self, backend: killer.Backend) -> None:
+        self.local = backend
 
     def running(self) -> list[str]:
         names = self.local.running()
@@ -418,7 +418,7 @@ class _PrefixedLines:
 class ChaosThread:
     """`killer.chaos` on a thread; `stop()` ends it at its next wake-up."""
 
-    def __init__(self, registry_dir: Path, interval_s: float, duration_s: float,
+    def __init__(self, backend: killer.Backend, interval_s: float, duration_s: float,
                  seed: int | None) -> None:
         self.stop_event = threading.Event()
         self.kills: list[killer.Kill] = []
@@ -428,7 +428,7 @@ class ChaosThread:
             return time.monotonic() + (duration_s + interval_s if self.stop_event.is_set() else 0)
 
         def run() -> None:
-            self.kills = killer.chaos(SurvivableChaosBackend(registry_dir), interval_s,
+            self.kills = killer.chaos(SurvivableChaosBackend(backend), interval_s,
                                       duration_s, rng=random.Random(seed), clock=clock,
                                       sleep=self.stop_event.wait, out=_PrefixedLines("[chaos]"))
 
@@ -545,7 +545,7 @@ def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
         if args.chaos_interval_s:
             say(f"chaos: a SIGKILL every {args.chaos_interval_s:g} s for at most "
                 f"{args.chaos_duration_s:g} s")
-            chaos = ChaosThread(layout.registry_dir, args.chaos_interval_s,
+            chaos = ChaosThread(killer.LocalBackend(layout.registry_dir), args.chaos_interval_s,
                                 args.chaos_duration_s, args.chaos_seed).start()
         sessions_started = time.monotonic()
         foreground = len(runs) == 1 and chaos is None and sys.stdout.isatty()
