@@ -200,3 +200,37 @@ def test_client_killed_mid_upload_resumes_and_stores_every_row_once(broker, serv
     check_stored_once(broker, client_id, batch_rows, rows_sent)
     assert session_records(broker, client_id) == {"SessionStarted": 1, "SessionEnded": 1}
     check_results(tmp_path / "r", data, service, client_id)
+
+
+def test_sigterm_mid_upload_checkpoints_and_exits_3_then_the_session_resumes(broker, service,
+                                                                            data, tmp_path):
+    client_id = str(uuid.uuid4())
+    batch_rows = 25
+    args = (broker, data, tmp_path / "r", client_id, "--batch-rows", str(batch_rows))
+    first = subprocess.Popen(client_command(*args), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    checkpoint = SessionCheckpoint(tmp_path / "r" / "state", client_id)
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = checkpoint.store.load_json() if checkpoint.store.current_path.exists() else None
+        if state and state["files"]["flights"]["messages_acked"] >= 50:
+            break
+        time.sleep(0.005)
+    signalled_at = time.monotonic()
+    first.terminate()
+    _, stderr = first.communicate(timeout=10)
+    assert first.returncode == 3, stderr[-3000:]
+    assert time.monotonic() - signalled_at < 5
+    summary = read_summary(tmp_path / "r")
+    assert summary["status"] == "interrupted"
+    state = checkpoint.store.load_json()
+    rows_sent = ROWS - data[2].invalid_rows["short_row"]
+    assert state["session_ended"] is None
+    assert 50 <= state["files"]["flights"]["messages_acked"] < math.ceil(rows_sent / batch_rows)
+
+    resumed = run_client(*args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_summary(tmp_path / "r")["upload"]["flights"]["messages_skipped"] == \
+        state["files"]["flights"]["messages_acked"]
+    check_stored_once(broker, client_id, batch_rows, rows_sent)
+    check_results(tmp_path / "r", data, service, client_id)
