@@ -1,0 +1,346 @@
+"""Broker throughput against the raw loopback ceilings, measured in one run.
+
+    python -m scripts.bench_broker [--records N] [--record-bytes B] [--batch-bytes 1048576]
+        [--fetch-bytes 1048576] [--repeats 5]
+
+Starts a broker (a child process, any free port, a temporary data directory) and two helper
+processes, then `repeats` times, interleaved so that the machine's noise is shared:
+  (a) ceiling-in:  this process sends the produce volume over 127.0.0.1 to a helper process
+                   that `recv_into()`s it straight into a preallocated, mmap'd file (what a
+                   broker does at best on produce);
+  (b) produce:     N records of B bytes, pre-encoded as idempotent record batches of about
+                   `batch-bytes` (encoding is the producer's cost, not the broker's), sent one
+                   request at a time, each waiting for its answer, as the client Producer does;
+  (c) ceiling-out: a helper process `os.sendfile()`s the same volume from a file (in the page
+                   cache) to this process, which `recv_into()`s a reused buffer;
+  (d) consume:     FETCH requests of up to `fetch-bytes` from offset 0 to the end; every batch
+                   is CRC-checked and its records counted (per-record decoding is the
+                   application's business; `decode_records_per_s` reports it separately, over
+                   the batches of the last round).
+Each round writes a fresh topic and deletes it afterwards. The client is always this process
+and the server another one, for the ceilings as for the broker.
+
+Prints one JSON line: medians over the repeats. MB are 10^6 bytes: broker figures count
+record payload (N * B), the ceilings count the bytes they moved (the encoded batches, ~4 %
+more at 100-byte records); `*_vs_ceiling` compare the same volume (ceiling time / broker
+time), so they are fair ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common.kaska import Admin
+from common.kaska.connection import BrokerConnection
+from common.kaska.consumer import FETCH_BYTES_MAX_DEFAULT
+from common.kaska.protocol import FetchRequest, ProduceRequest
+from common.kaska.protocol.produce import ACKS_ALL
+from common.kaska.record_batch import (
+    HEADER_BYTES,
+    RECORD_LENGTH_BYTES,
+    encode_batch,
+    iter_batches,
+    iter_records,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+READY_TIMEOUT_S = 60.0
+MB = 1_000_000
+TOTAL = struct.Struct(">Q")
+ACK = b"\x01"
+RECV_CHUNK_BYTES = 4 * 1024 * 1024  # recv_into this much at most per call in the ceilings
+PRODUCER_ID = bytes(range(16))
+BROKER_TIMEOUT_S = 120.0
+BATCH_BYTES_MAX = 32 * 1024 * 1024  # well inside the broker's default 64 MiB segments
+
+
+# -- helper processes ------------------------------------------------------------------------
+
+
+def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:got + RECV_CHUNK_BYTES])
+        if n == 0:
+            raise ConnectionError(f"stream ended {len(view) - got} bytes short")
+        got += n
+
+
+def serve_mmap_sink(listener: socket.socket, directory: Path) -> None:
+    """Each connection: a u64 byte count, then that many bytes received straight into a fresh
+    sparse file mapped like a broker segment; answered with one byte."""
+    while True:
+        sock, _ = listener.accept()
+        with sock:
+            header = bytearray(TOTAL.size)
+            recv_exactly_into(sock, memoryview(header))
+            (total,) = TOTAL.unpack(header)
+            path = directory / "sink.bin"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, total)
+                with mmap.mmap(fd, total, mmap.MAP_SHARED,
+                               mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+                    view = memoryview(mm)
+                    recv_exactly_into(sock, view)
+                    view.release()
+            finally:
+                os.close(fd)
+                path.unlink()
+            sock.sendall(ACK)
+
+
+def serve_sendfile_source(listener: socket.socket, path: Path) -> None:
+    """Each connection: a u64 byte count, answered by sending that many bytes of `path` with
+    os.sendfile (the file is in the page cache, as a broker's fresh segments are)."""
+    fd = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    while True:
+        sock, _ = listener.accept()
+        with sock:
+            header = bytearray(TOTAL.size)
+            recv_exactly_into(sock, memoryview(header))
+            (total,) = TOTAL.unpack(header)
+            assert total <= size
+            sent = 0
+            while sent < total:
+                sent += os.sendfile(sock.fileno(), fd, sent, total - sent)
+
+
+def helper_main(role: str, where: Path) -> int:
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(f"listening on 127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    if role == "mmap-sink":
+        serve_mmap_sink(listener, where)
+    else:
+        serve_sendfile_source(listener, where)
+    return 0
+
+
+class Child:
+    """A child process that prints `... listening on host:port` once it serves."""
+
+    def __init__(self, command: list[str], log_path: Path) -> None:
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = selector.select(READY_TIMEOUT_S)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        if "listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"{command[2:4]} did not start: {log_path.read_text()[-2000:]}")
+        host, _, port = line.strip().rsplit(" ", 1)[1].rpartition(":")
+        self.address = (host, int(port))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+def helper(role: str, where: Path, log_path: Path) -> Child:
+    return Child([sys.executable, "-m", "scripts.bench_broker", "--serve", role,
+                  "--where", str(where)], log_path)
+
+
+# -- the rounds ------------------------------------------------------------------------------
+
+
+def build_batches(records: int, record_bytes: int, batch_bytes: int) -> list[bytes]:
+    """Idempotent batches of about batch_bytes, holding `records` records of record_bytes."""
+    per_batch = max(1, (batch_bytes - HEADER_BYTES) // (record_bytes + RECORD_LENGTH_BYTES))
+    pool = os.urandom(record_bytes + 251)
+    values = [pool[i % 251:i % 251 + record_bytes] for i in range(per_batch)]
+    batches = []
+    for sequence, start in enumerate(range(0, records, per_batch)):
+        count = min(per_batch, records - start)
+        batches.append(encode_batch(values[:count], producer_id=PRODUCER_ID, sequence=sequence))
+    return batches
+
+
+def timed(run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def ceiling_in(address: tuple[str, int], batches: list[bytes]) -> None:
+    total = sum(len(batch) for batch in batches)
+    with socket.create_connection(address) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(TOTAL.pack(total))
+        for batch in batches:
+            sock.sendall(batch)
+        ack = bytearray(1)
+        recv_exactly_into(sock, memoryview(ack))
+
+
+def ceiling_out(address: tuple[str, int], total: int, buffer: bytearray) -> None:
+    view = memoryview(buffer)
+    with socket.create_connection(address) as sock:
+        sock.sendall(TOTAL.pack(total))
+        got = 0
+        while got < total:
+            n = sock.recv_into(view[:min(len(view), total - got)])
+            if n == 0:
+                raise ConnectionError("the sendfile source stopped early")
+            got += n
+
+
+def produce(connection: BrokerConnection, topic: str, batches: list[bytes]) -> None:
+    for batch in batches:
+        response = connection.request(ProduceRequest(topic, 0, ACKS_ALL, batch))
+        assert not response.duplicate
+
+
+def consume(connection: BrokerConnection, topic: str, fetch_bytes: int,
+            expected_records: int) -> list:
+    """Every batch of the topic, CRC-checked; the fetched answers (for the decode figure)."""
+    offset = 0
+    answers = []
+    while offset < expected_records:
+        response = connection.request(FetchRequest(topic, 0, offset, fetch_bytes, 0))
+        for header, _batch in iter_batches(response.records):
+            offset = header.next_offset
+        answers.append(response.records)
+    assert offset == expected_records, (offset, expected_records)
+    return answers
+
+
+def decode_records(answers: list) -> int:
+    count = 0
+    for records in answers:
+        for header, batch in iter_batches(records):
+            for _ in iter_records(batch, header):
+                count += 1
+    return count
+
+
+def run(args: argparse.Namespace) -> dict:
+    batches = build_batches(args.records, args.record_bytes, args.batch_bytes)
+    wire_bytes = sum(len(batch) for batch in batches)
+    payload_bytes = args.records * args.record_bytes
+    work = Path(tempfile.mkdtemp(prefix="bench-broker-"))
+    children: list[Child] = []
+    try:
+        source_file = work / "source.bin"
+        with open(source_file, "wb") as out:
+            for batch in batches:
+                out.write(batch)
+        (work / "sink").mkdir()
+        broker = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--listen",
+                        "127.0.0.1:0", "--data-dir", str(work / "data"),
+                        "--log-level", "WARNING"], work / "broker.log")
+        children.append(broker)
+        sink = helper("mmap-sink", work / "sink", work / "sink.log")
+        children.append(sink)
+        source = helper("sendfile-source", source_file, work / "source.log")
+        children.append(source)
+        bootstrap = f"{broker.address[0]}:{broker.address[1]}"
+        receive_buffer = bytearray(RECV_CHUNK_BYTES)
+        rounds: dict[str, list[float]] = {"ceiling_in": [], "produce": [], "ceiling_out": [],
+                                          "consume": []}
+        answers: list = []
+        with Admin(bootstrap) as admin:
+            for repeat in range(args.repeats):
+                topic = f"bench{repeat}"
+                admin.create_topic(topic)
+                connection = BrokerConnection(broker.address,
+                                              request_timeout_s=BROKER_TIMEOUT_S)
+                try:
+                    rounds["ceiling_in"].append(timed(lambda: ceiling_in(sink.address,
+                                                                          batches)))
+                    rounds["produce"].append(timed(lambda t=topic, c=connection:
+                                                   produce(c, t, batches)))
+                    rounds["ceiling_out"].append(timed(lambda: ceiling_out(
+                        source.address, wire_bytes, receive_buffer)))
+                    started = time.perf_counter()
+                    answers = consume(connection, topic, args.fetch_bytes, args.records)
+                    rounds["consume"].append(time.perf_counter() - started)
+                finally:
+                    connection.close()
+                admin.delete_topic(topic)
+        decode_s = timed(lambda: decode_records(answers))
+    finally:
+        for child in children:
+            child.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return summarize(args, rounds, payload_bytes, wire_bytes, decode_s)
+
+
+def summarize(args: argparse.Namespace, rounds: dict[str, list[float]], payload_bytes: int,
+              wire_bytes: int, decode_s: float) -> dict:
+    median = {name: statistics.median(times) for name, times in rounds.items()}
+    return {
+        "load_average_1min": round(os.getloadavg()[0], 2),  # the machine is shared: noise
+        "records": args.records, "record_bytes": args.record_bytes,
+        "batch_bytes": args.batch_bytes, "fetch_bytes": args.fetch_bytes,
+        "repeats": args.repeats, "wire_bytes": wire_bytes,
+        "produce_records_per_s": round(args.records / median["produce"]),
+        "produce_mb_per_s": round(payload_bytes / median["produce"] / MB, 1),
+        "consume_records_per_s": round(args.records / median["consume"]),
+        "consume_mb_per_s": round(payload_bytes / median["consume"] / MB, 1),
+        "ceiling_recv_into_mmap_mb_per_s": round(wire_bytes / median["ceiling_in"] / MB, 1),
+        "ceiling_sendfile_mb_per_s": round(wire_bytes / median["ceiling_out"] / MB, 1),
+        "produce_vs_ceiling": round(median["ceiling_in"] / median["produce"], 3),
+        "consume_vs_ceiling": round(median["ceiling_out"] / median["consume"], 3),
+        "decode_records_per_s": round(args.records / decode_s),
+        "seconds": {name: [round(t, 4) for t in times] for name, times in rounds.items()},
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_broker",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--fetch-bytes", type=int, default=FETCH_BYTES_MAX_DEFAULT,
+                        help="max_bytes of each FETCH (default: the Consumer's)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--serve", choices=("mmap-sink", "sendfile-source"),
+                        help=argparse.SUPPRESS)  # the helper processes
+    parser.add_argument("--where", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is None and (args.records < 1 or args.record_bytes < 0
+                               or args.batch_bytes < 1 or args.repeats < 1
+                               or args.fetch_bytes < 1):
+        parser.error("records, batch bytes, fetch bytes and repeats must be positive")
+    if args.batch_bytes > BATCH_BYTES_MAX:
+        parser.error(f"--batch-bytes above {BATCH_BYTES_MAX}: a batch must fit a broker segment")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.serve is not None:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        return helper_main(args.serve, args.where)
+    print(json.dumps(run(args)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
