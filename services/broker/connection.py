@@ -5,7 +5,8 @@ Stream discipline: whatever a handler does, the unread rest of the frame is drai
 bounded chunks) before the answer goes out, so every error answer leaves the connection usable.
 The connection is closed instead when the frame cannot be trusted or bounded: a length below
 the header, a frame above `frame_bytes_max` (answered FrameTooLarge first, never read), a
-broken or stalled socket, a failed or missing authentication.
+broken or stalled socket, a body still arriving `read_timeout_s` after its header (see
+body.py), a failed or missing authentication.
 
 Used by exactly one thread (its own); `interrupt()` and `force_close()` are the only methods
 other threads call, and they only touch the socket under `_state_lock`.
@@ -154,7 +155,7 @@ class Connection:
             self._send_error(header.correlation_id,
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
-        body = RequestBody(self._sock, header.body_bytes)
+        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
             self._send_error(header.correlation_id, error)

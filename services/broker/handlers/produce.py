@@ -24,8 +24,12 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     batch_bytes = body.remaining
     if batch_bytes < HEADER_BYTES:
         raise CorruptBatchError(f"a batch of {batch_bytes} bytes cannot hold its header")
-    result = partition_log.append_from(batch_bytes, body.recv_into_exactly,
-                                       leader_epoch=role.leader_epoch)
+
+    def fill(region: memoryview) -> None:
+        body.rearm()  # the wait for the partition lock is not this client's delay
+        body.recv_into_exactly(region)
+
+    result = partition_log.append_from(batch_bytes, fill, leader_epoch=role.leader_epoch)
     end_offset = result.base_offset + result.record_count
     ctx.replicas.await_acks(prefix.topic, prefix.partition, end_offset, prefix.acks,
                             ctx.config.read_timeout_s)
