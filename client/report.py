@@ -138,14 +138,24 @@ def stopover_charts(table: ResultTable) -> str:
     ])
 
 
+def _invalid_rows(by_query: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
+    """One line per kind when every query skipped the same rows (the usual case), else per
+    query and kind."""
+    distinct = {tuple(sorted(kinds.items())) for kinds in by_query.values()}
+    if len(distinct) == 1:
+        kinds = dict(next(iter(distinct)))
+        return [(f"rows invalid for the queries: {kind}", f"{n:,}") for kind, n in kinds.items()]
+    return [(f"rows invalid for {query}: {kind}", f"{n:,}")
+            for query, kinds in by_query.items() for kind, n in kinds.items()]
+
+
 def _summary_table(summary: Summary) -> str:
     rows = [("status", summary.status), ("client id", summary.client_id)]
     rows += [(f"rows sent: {name}", f"{n:,}") for name, n in summary.rows_sent.items()]
     for name, kinds in summary.rows_rejected.items():
         rows += [(f"rows rejected by the reader: {name}, {kind}", f"{n:,}")
                  for kind, n in kinds.items()]
-    for query, kinds in summary.rows_invalid_for_queries.items():
-        rows += [(f"rows invalid for {query}: {kind}", f"{n:,}") for kind, n in kinds.items()]
+    rows += _invalid_rows(summary.rows_invalid_for_queries)
     rows += [(f"{query} rows", f"{n:,}") for query, n in summary.rows_per_query.items()]
     rows += [(f"time: {name}", f"{seconds:,.2f} s") for name, seconds in
              summary.timings_s.items()]

@@ -95,7 +95,7 @@ def test_slices_hold_batch_rows_across_block_boundaries(tmp_path):
     numbers = [int(v) for s in slices for v in s.column("n").to_pylist()]
     row_ids = [v for s in slices for v in s.column(ROW_ID).to_pylist()]
     assert numbers == list(range(1000)) and row_ids == list(range(1000))
-    assert reader.rows_accepted == 1000 and reader.bytes_read == reader.file_bytes
+    assert reader.rows_accepted == 1000 and reader.bytes_parsed == reader.file_bytes
 
 
 def test_same_file_same_slices_on_every_pass(tmp_path):

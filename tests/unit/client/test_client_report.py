@@ -108,3 +108,12 @@ def test_bar_lengths_are_proportional():
     svg = ET.fromstring(bar_chart("t", ["a", "b"], [Series("s", [50.0, 100.0], "#000")]))
     widths = [float(r.get("width")) for r in svg.iter("{http://www.w3.org/2000/svg}rect")]
     assert widths[1] == 2 * widths[0]
+
+
+def test_summary_table_lists_invalid_rows_once_when_every_query_agrees():
+    same = {q: {"bad_fare": 3} for q in ("q1", "q2", "q3", "q4")}
+    html = report_html(table_with(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=same))
+    assert html.count("bad_fare") == 1 and "rows invalid for the queries: bad_fare" in html
+    differ = {**same, "q2": {"bad_fare": 3, "unknown_airport": 1}}
+    html = report_html(table_with(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=differ))
+    assert html.count("bad_fare") == 4 and "rows invalid for q2: unknown_airport" in html
