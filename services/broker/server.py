@@ -10,8 +10,8 @@ Concurrency model — one thread per connection, at most `connections_max` of th
 - Memory and thread count stay bounded: over `connections_max` a new connection is closed
   at once; each connection holds at most one control body (`control_body_bytes_max`) and a
   64 KiB drain buffer; produce bodies go straight to the log and never to the heap.
-- Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`) and idle ones by
-  `idle_timeout_s`.
+- Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`), a request body
+  trickling in by the same bound on the whole body (body.py), idle peers by `idle_timeout_s`.
 
 Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, wake long-polls, let every
 request in flight finish (idle connections close at once), force-close what outlives
