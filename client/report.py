@@ -139,14 +139,17 @@ def stopover_charts(table: ResultTable) -> str:
 
 
 def _invalid_rows(by_query: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
-    """One line per kind when every query skipped the same rows (the usual case), else per
-    query and kind."""
-    distinct = {tuple(sorted(kinds.items())) for kinds in by_query.values()}
-    if len(distinct) == 1:
-        kinds = dict(next(iter(distinct)))
-        return [(f"rows invalid for the queries: {kind}", f"{n:,}") for kind, n in kinds.items()]
-    return [(f"rows invalid for {query}: {kind}", f"{n:,}")
-            for query, kinds in by_query.items() for kind, n in kinds.items()]
+    """A kind every query counts alike is listed once (the validity rules are shared);
+    a kind only some queries count, or count differently (Q2's unknown airports), per query."""
+    kinds = dict.fromkeys(kind for counts in by_query.values() for kind in counts)
+    shared, own = [], []
+    for kind in kinds:
+        counts = {query: c[kind] for query, c in by_query.items() if kind in c}
+        if len(counts) == len(by_query) and len(set(counts.values())) == 1:
+            shared.append((f"rows invalid for the queries: {kind}", f"{counts.popitem()[1]:,}"))
+        else:
+            own += [(f"rows invalid for {query}: {kind}", f"{n:,}") for query, n in counts.items()]
+    return shared + own
 
 
 def _summary_table(summary: Summary) -> str:
