@@ -20,7 +20,9 @@ what lets a resumed upload skip the slices already acknowledged.
 
 The header is parsed here with the csv module (a UTF-8 byte-order mark is dropped, as pyarrow
 drops it from the data); a header that does not decode, is empty or repeats a name raises
-`MalformedHeaderError`.
+`MalformedHeaderError`. pyarrow's parser cannot recover from a quote left open across a block
+boundary (an unbalanced quote in a large file): that ends the read with `CsvParseError`, which
+says where; within one block the open quote swallows the rest of the block into one rejected row.
 
 Thread-safety: a `CsvSliceReader` is used by one thread; its `rejected` counts may be read by
 another thread (plain int updates).
@@ -61,6 +63,11 @@ class CsvReaderError(Exception):
 
 class MalformedHeaderError(CsvReaderError):
     """A header row that is missing, not UTF-8, too long, has an empty or a repeated name."""
+
+
+class CsvParseError(CsvReaderError):
+    """The parser lost its place: a quoted field runs across more than a block (an unbalanced
+    quote in a large file), so no later row boundary can be trusted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +195,21 @@ class CsvSliceReader:
                 ),
             )
             self._check_schema(reader.schema)
-            for block in reader:
+            while (block := self._next_block(reader)) is not None:
                 self.bytes_parsed = min(self.file_bytes, self.bytes_parsed + self.block_bytes)
                 if block.num_rows:
                     yield self._utf8_rows(block)
             self.bytes_parsed = self.file_bytes
+
+    def _next_block(self, reader) -> pa.RecordBatch | None:
+        try:
+            return reader.read_next_batch()
+        except StopIteration:
+            return None
+        except pa.ArrowInvalid as error:
+            raise CsvParseError(
+                f"{self.path}: cannot parse past byte ~{self.bytes_parsed + self.block_bytes:,} "
+                f"(after {self.rows_accepted:,} rows): {error}") from error
 
     def _check_schema(self, schema: pa.Schema) -> None:
         # pyarrow parses the header itself; a disagreement with ours (a header that only

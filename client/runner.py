@@ -107,6 +107,7 @@ class ClientSession:
         self.printer = printer or ResultPrinter(config.rows_shown_max)
         self.summary = Summary(client_id=config.client_id, started_at=_now_text())
         self.started_at = time.monotonic()
+        self.upload_started_at = self.started_at
         self.readers: dict[str, CsvSliceReader] = {}
         self.state: ResumeState | None = None
         self.checkpoint = SessionCheckpoint(config.effective_state_dir, config.client_id)
@@ -198,14 +199,15 @@ class ClientSession:
 
     def _ack_recorder(self, name: str, reader: CsvSliceReader):
         progress = self.state.files[name]
-        saved_at = [time.monotonic()]
+        saved_at = time.monotonic()
 
         def on_ack(messages_acked: int, rows: int) -> None:
+            nonlocal saved_at
             progress.messages_acked = messages_acked
             self.progress.advance(rows, reader.bytes_parsed)
             now = time.monotonic()
-            if now - saved_at[0] >= self.config.checkpoint_interval_s:
-                saved_at[0] = now
+            if now - saved_at >= self.config.checkpoint_interval_s:
+                saved_at = now
                 self.checkpoint.save_quietly(self.state)
 
         return on_ack

@@ -10,6 +10,7 @@ from client.csv_reader import (
     FLIGHTS_DIALECT,
     UNDECODABLE_BYTES,
     WRONG_FIELD_COUNT,
+    CsvParseError,
     CsvSliceReader,
     MalformedHeaderError,
 )
@@ -76,6 +77,15 @@ def test_unterminated_quote_swallows_the_rest_as_one_rejected_row(tmp_path):
     reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
     assert [row["a"] for row in all_rows(reader)] == ["1"]
     assert reader.rejected.counts[WRONG_FIELD_COUNT] == 1
+
+
+def test_an_open_quote_across_blocks_is_a_named_parse_error(tmp_path):
+    lines = [b"a,b,c"] + [f"{i},b{i},c{i}".encode() for i in range(3000)]
+    lines[100] = b'"99,open quote,c'
+    path = write(tmp_path, b"\n".join(lines) + b"\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=300, block_bytes=4096)
+    with pytest.raises(CsvParseError, match="cannot parse past byte"):
+        list(reader.slices())
 
 
 @pytest.mark.parametrize("data", [b"\xff,b\n1,2\n", b"a,,c\n1,2,3\n", b"a,b,a\n1,2,3\n", b"",
