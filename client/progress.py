@@ -49,7 +49,7 @@ class _RowsPerSecondColumn(ProgressColumn):
         rows = task.fields.get("rows", 0)
         elapsed_s = task.elapsed or 0.0
         rate = rows / elapsed_s if elapsed_s > 0 else 0.0
-        return Text(f"{rows:,} rows  {rate:,.0f} rows/s", style="progress.data.speed")
+        return Text(f"{rows:,} rows {rate:,.0f}/s", style="progress.data.speed")
 
 
 class RichUploadProgress:
@@ -58,7 +58,7 @@ class RichUploadProgress:
     def __init__(self, console: Console | None = None) -> None:
         self._progress = Progress(
             TextColumn("[bold]{task.description:>8}"),
-            BarColumn(),
+            BarColumn(bar_width=20),  # the whole line fits 80 columns
             DownloadColumn(),
             _RowsPerSecondColumn(),
             TimeRemainingColumn(),
