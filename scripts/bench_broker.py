@@ -23,7 +23,9 @@ and the server another one, for the ceilings as for the broker.
 Prints one JSON line: medians over the repeats. MB are 10^6 bytes: broker figures count
 record payload (N * B), the ceilings count the bytes they moved (the encoded batches, ~4 %
 more at 100-byte records); `*_vs_ceiling` compare the same volume (ceiling time / broker
-time), so they are fair ratios.
+time), so they are fair ratios. `server_cpu_s_per_gb` is the CPU time the serving process
+(broker, or the helper for a ceiling) spent per GB moved: unlike wall time it hardly moves
+when other work shares the machine.
 """
 
 from __future__ import annotations
@@ -83,27 +85,30 @@ def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
 
 def serve_mmap_sink(listener: socket.socket, directory: Path) -> None:
     """Each connection: a u64 byte count, then that many bytes received straight into a fresh
-    sparse file mapped like a broker segment; answered with one byte."""
+    sparse file mapped like a broker segment, answered with one byte. The file stays mapped
+    until a connection announcing 0 bytes (answered once it is unmapped and deleted): like a
+    broker's deleted topic, its teardown is not part of the timed round."""
+    path = directory / "sink.bin"
+    kept: tuple[int, mmap.mmap] | None = None
     while True:
         sock, _ = listener.accept()
         with sock:
             header = bytearray(TOTAL.size)
             recv_exactly_into(sock, memoryview(header))
             (total,) = TOTAL.unpack(header)
-            path = directory / "sink.bin"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.ftruncate(fd, total)
-                with mmap.mmap(fd, total, mmap.MAP_SHARED,
-                               mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-                    view = memoryview(mm)
-                    recv_exactly_into(sock, view)
-                    view.release()
-                    # Answer before unmapping and deleting, which the broker does not time.
-                    sock.sendall(ACK)
-            finally:
-                os.close(fd)
+            if kept is not None:
+                kept[1].close()
+                os.close(kept[0])
                 path.unlink()
+                kept = None
+            if total:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.ftruncate(fd, total)
+                mm = mmap.mmap(fd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                kept = (fd, mm)
+                with memoryview(mm) as view:
+                    recv_exactly_into(sock, view)
+            sock.sendall(ACK)
 
 
 def serve_sendfile_source(listener: socket.socket, path: Path) -> None:
@@ -187,7 +192,22 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (clock-tick resolution, ~10 ms)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(server: Child, run: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, the server process's CPU seconds) of one round. CPU time hardly depends
+    on what else the machine runs, so it tells the broker's cost apart from the noise."""
+    before = cpu_s(server.proc.pid)
+    wall_s = timed(run)
+    return wall_s, cpu_s(server.proc.pid) - before
+
+
 def ceiling_in(address: tuple[str, int], batches: list[bytes]) -> None:
+    """The batches to the mmap sink (no batches: it drops what it holds)."""
     total = sum(len(batch) for batch in batches)
     with socket.create_connection(address) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -255,8 +275,8 @@ def run(args: argparse.Namespace) -> dict:
         children.append(source)
         bootstrap = f"{broker.address[0]}:{broker.address[1]}"
         receive_buffer = bytearray(RECV_CHUNK_BYTES)
-        rounds: dict[str, list[float]] = {"ceiling_in": [], "produce": [], "ceiling_out": [],
-                                          "consume": []}
+        rounds: dict[str, list[tuple[float, float]]] = {
+            "ceiling_in": [], "produce": [], "ceiling_out": [], "consume": []}
         with Admin(bootstrap) as admin:
             for repeat in range(args.repeats):
                 topic = f"bench{repeat}"
@@ -264,20 +284,22 @@ def run(args: argparse.Namespace) -> dict:
                 connection = BrokerConnection(broker.address,
                                               request_timeout_s=BROKER_TIMEOUT_S)
                 try:
-                    rounds["ceiling_in"].append(timed(lambda: ceiling_in(sink.address,
-                                                                          batches)))
-                    rounds["produce"].append(timed(lambda t=topic, c=connection:
-                                                   produce(c, t, batches)))
-                    rounds["ceiling_out"].append(timed(lambda: ceiling_out(
+                    rounds["ceiling_in"].append(measured(sink, lambda: ceiling_in(
+                        sink.address, batches)))
+                    rounds["produce"].append(measured(broker, lambda t=topic, c=connection:
+                                                      produce(c, t, batches)))
+                    rounds["ceiling_out"].append(measured(source, lambda: ceiling_out(
                         source.address, wire_bytes, receive_buffer)))
-                    rounds["consume"].append(timed(lambda t=topic, c=connection: consume(
-                        c, t, args.fetch_bytes, args.records)))
+                    rounds["consume"].append(measured(broker, lambda t=topic, c=connection:
+                                                      consume(c, t, args.fetch_bytes,
+                                                              args.records)))
                     if repeat == args.repeats - 1:  # once: Python per record is slow
                         decode_s = timed(lambda t=topic, c=connection: consume(
                             c, t, args.fetch_bytes, args.records, decode=True))
                 finally:
                     connection.close()
                 admin.delete_topic(topic)
+                ceiling_in(sink.address, [])
     finally:
         for child in children:
             child.stop()
@@ -285,9 +307,11 @@ def run(args: argparse.Namespace) -> dict:
     return summarize(args, rounds, payload_bytes, wire_bytes, decode_s)
 
 
-def summarize(args: argparse.Namespace, rounds: dict[str, list[float]], payload_bytes: int,
-              wire_bytes: int, decode_s: float) -> dict:
-    median = {name: statistics.median(times) for name, times in rounds.items()}
+def summarize(args: argparse.Namespace, rounds: dict[str, list[tuple[float, float]]],
+              payload_bytes: int, wire_bytes: int, decode_s: float) -> dict:
+    median = {name: statistics.median(wall for wall, _ in runs) for name, runs in rounds.items()}
+    cpu_per_gb = {name: round(statistics.median(cpu for _, cpu in runs) / wire_bytes * 1e9, 3)
+                  for name, runs in rounds.items()}
     return {
         "load_average_1min": round(os.getloadavg()[0], 2),  # the machine is shared: noise
         "records": args.records, "record_bytes": args.record_bytes,
@@ -302,7 +326,8 @@ def summarize(args: argparse.Namespace, rounds: dict[str, list[float]], payload_
         "produce_vs_ceiling": round(median["ceiling_in"] / median["produce"], 3),
         "consume_vs_ceiling": round(median["ceiling_out"] / median["consume"], 3),
         "consume_decoded_records_per_s": round(args.records / decode_s),
-        "seconds": {name: [round(t, 4) for t in times] for name, times in rounds.items()},
+        "server_cpu_s_per_gb": cpu_per_gb,  # broker for produce/consume, helper for ceilings
+        "seconds": {name: [round(wall, 4) for wall, _ in runs] for name, runs in rounds.items()},
     }
 
 

@@ -27,3 +27,5 @@ def test_bench_broker_prints_one_json_line_with_every_figure():
     # 100-byte records plus a 4-byte length each, in batches with a 60-byte header.
     assert 30000 * 104 < figures["wire_bytes"] < 30000 * 104 * 1.01
     assert all(len(times) == 2 for times in figures["seconds"].values())
+    assert set(figures["server_cpu_s_per_gb"]) == set(figures["seconds"]) == {
+        "ceiling_in", "produce", "ceiling_out", "consume"}
