@@ -1,7 +1,7 @@
 """Broker throughput against the raw loopback ceilings, measured in one run.
 
     python -m scripts.bench_broker [--records N] [--record-bytes B] [--batch-bytes 1048576]
-        [--fetch-bytes 1048576] [--repeats 5]
+        [--fetch-bytes 1048576] [--in-flight 4] [--repeats 5]
 
 Starts a broker (a child process, any free port, a temporary data directory) and two helper
 processes, then `repeats` times, interleaved so that the machine's noise is shared:
@@ -9,8 +9,10 @@ processes, then `repeats` times, interleaved so that the machine's noise is shar
                    that `recv_into()`s it straight into a preallocated, mmap'd file (what a
                    broker does at best on produce);
   (b) produce:     N records of B bytes, pre-encoded as idempotent record batches of about
-                   `batch-bytes` (encoding is the producer's cost, not the broker's), sent one
-                   request at a time, each waiting for its answer, as the client Producer does;
+                   `batch-bytes` (encoding is the producer's cost, not the broker's), sent
+                   over one connection with up to `in-flight` requests unanswered (a Kafka
+                   producer's default is 5; the client Producer here sends one at a time:
+                   `--in-flight 1` measures that);
   (c) ceiling-out: a helper process `os.sendfile()`s the same volume from a file (in the page
                    cache) to this process, which `recv_into()`s a reused buffer;
   (d) consume:     FETCH requests of up to `fetch-bytes` from offset 0 to the end; every batch
@@ -44,13 +46,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 from common.kaska import Admin
-from common.kaska.connection import BrokerConnection
+from common.kaska.connection import BrokerConnection, error_from_answer
 from common.kaska.consumer import FETCH_BYTES_MAX_DEFAULT
-from common.kaska.protocol import FetchRequest, ProduceRequest
+from common.kaska.protocol import Api, FetchRequest, ProduceRequest, ProduceResponse
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.record_batch import (
     HEADER_BYTES,
@@ -68,6 +72,7 @@ ACK = b"\x01"
 RECV_CHUNK_BYTES = 4 * 1024 * 1024  # recv_into this much at most per call in the ceilings
 PRODUCER_ID = bytes(range(16))
 BROKER_TIMEOUT_S = 120.0
+IN_FLIGHT_DEFAULT = 4  # as a Kafka producer's max.in.flight (5 with idempotence)
 BATCH_BYTES_MAX = 32 * 1024 * 1024  # well inside the broker's default 64 MiB segments
 
 
@@ -230,10 +235,25 @@ def ceiling_out(address: tuple[str, int], total: int, buffer: bytearray) -> None
             got += n
 
 
-def produce(connection: BrokerConnection, topic: str, batches: list[bytes]) -> None:
+def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
+            in_flight: int) -> None:
+    """Send the batches in order, at most `in_flight` unanswered at a time on the connection
+    (the broker serves a connection's requests one after the other, so order holds)."""
+    pending: deque[Future] = deque()
     for batch in batches:
-        response = connection.request(ProduceRequest(topic, 0, ACKS_ALL, batch))
-        assert not response.duplicate
+        if len(pending) == in_flight:
+            check_produced(pending.popleft())
+        pending.append(connection.send(Api.PRODUCE, list(
+            ProduceRequest(topic, 0, ACKS_ALL, batch).encode_parts())))
+    while pending:
+        check_produced(pending.popleft())
+
+
+def check_produced(answer: Future) -> None:
+    code, body = answer.result(BROKER_TIMEOUT_S)
+    if code:
+        raise error_from_answer(code, body)
+    assert not ProduceResponse.decode(body).duplicate
 
 
 def consume(connection: BrokerConnection, topic: str, fetch_bytes: int,
@@ -287,7 +307,7 @@ def run(args: argparse.Namespace) -> dict:
                     rounds["ceiling_in"].append(measured(sink, lambda: ceiling_in(
                         sink.address, batches)))
                     rounds["produce"].append(measured(broker, lambda t=topic, c=connection:
-                                                      produce(c, t, batches)))
+                                                      produce(c, t, batches, args.in_flight)))
                     rounds["ceiling_out"].append(measured(source, lambda: ceiling_out(
                         source.address, wire_bytes, receive_buffer)))
                     rounds["consume"].append(measured(broker, lambda t=topic, c=connection:
@@ -316,6 +336,7 @@ def summarize(args: argparse.Namespace, rounds: dict[str, list[tuple[float, floa
         "load_average_1min": round(os.getloadavg()[0], 2),  # the machine is shared: noise
         "records": args.records, "record_bytes": args.record_bytes,
         "batch_bytes": args.batch_bytes, "fetch_bytes": args.fetch_bytes,
+        "in_flight": args.in_flight,
         "repeats": args.repeats, "wire_bytes": wire_bytes,
         "produce_records_per_s": round(args.records / median["produce"]),
         "produce_mb_per_s": round(payload_bytes / median["produce"] / MB, 1),
@@ -340,14 +361,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fetch-bytes", type=int, default=FETCH_BYTES_MAX_DEFAULT,
                         help="max_bytes of each FETCH (default: the Consumer's)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT_DEFAULT,
+                        help="produce requests unanswered at a time (1: the client Producer "
+                             "today)")
     parser.add_argument("--serve", choices=("mmap-sink", "sendfile-source"),
                         help=argparse.SUPPRESS)  # the helper processes
     parser.add_argument("--where", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is None and (args.records < 1 or args.record_bytes < 0
                                or args.batch_bytes < 1 or args.repeats < 1
-                               or args.fetch_bytes < 1):
-        parser.error("records, batch bytes, fetch bytes and repeats must be positive")
+                               or args.fetch_bytes < 1 or args.in_flight < 1):
+        parser.error("records, batch bytes, fetch bytes, in-flight and repeats must be "
+                     "positive")
     if args.batch_bytes > BATCH_BYTES_MAX:
         parser.error(f"--batch-bytes above {BATCH_BYTES_MAX}: a batch must fit a broker segment")
     return args
