@@ -47,3 +47,39 @@ DEMO_DIR ?= results/demo
 .PHONY: demo
 demo: $(STAMP)
 	$(PY) -m scripts.run_local --results-dir $(DEMO_DIR) --rows $(ROWS) --seed $(SEED)
+
+# --- Docker Compose deployment (compose/docker-compose-dev.yaml, rendered from the template by
+# `python -m scripts.compose_generator`). One client session per `make docker-compose-up`: its
+# results land in RESULTS_DIR/client-<i>/; the deployment keeps running until
+# `make docker-compose-down`. `make chaos` SIGKILLs random containers of it meanwhile.
+COMPOSE_PROJECT ?= flights-optimizer
+COMPOSE_FILE_DEV ?= compose/docker-compose-dev.yaml
+RESULTS_DIR ?= results
+CHAOS_INTERVAL_S ?= 5
+CHAOS_DURATION_S ?= 120
+COMPOSE := docker-compose -f $(COMPOSE_FILE_DEV) -p $(COMPOSE_PROJECT)
+# What the compose file reads (see its header); the clients write as the calling user.
+COMPOSE_ENV := COMPOSE_PROJECT_NAME=$(COMPOSE_PROJECT) \
+	FLIGHTS_DATA_DIR=$(abspath $(DATA_DIR)) FLIGHTS_RESULTS_DIR=$(abspath $(RESULTS_DIR)) \
+	FLIGHTS_UID=$$(id -u) FLIGHTS_GID=$$(id -g)
+.PHONY: docker-compose-up docker-compose-down docker-compose-logs chaos
+
+docker-compose-up: docker-image data
+	@mkdir -p $(RESULTS_DIR)
+	@# A fresh session: a client that finds no client id in its state directory starts one.
+	rm -rf $(RESULTS_DIR)/client-*/state
+	@started_at=$$(date +%s.%N); \
+	$(COMPOSE_ENV) $(COMPOSE) up -d && \
+	$(PY) -m scripts.compose_follow --project $(COMPOSE_PROJECT) --started-at $$started_at
+	@echo "results: $(RESULTS_DIR)/client-*/ ; the deployment keeps running (make docker-compose-logs, make chaos, make docker-compose-down)"
+
+docker-compose-down:
+	$(COMPOSE_ENV) $(COMPOSE) down --volumes --remove-orphans
+
+docker-compose-logs:
+	$(COMPOSE_ENV) $(COMPOSE) logs --follow --tail=100
+
+chaos: $(STAMP)
+	$(PY) -m scripts.killer --backend docker --project $(COMPOSE_PROJECT) --random \
+		--spare-last healthchecker- --interval-s $(CHAOS_INTERVAL_S) \
+		--duration-s $(CHAOS_DURATION_S)

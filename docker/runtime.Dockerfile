@@ -12,13 +12,15 @@ RUN python3 -m venv /opt/venv \
         --find-links /tmp/wheels --requirement /tmp/wheels/requirements.txt
 
 FROM ${BASE_IMAGE}
-# JAVA_HOME through an arch-independent link; an unprivileged user for every service. Services
+# JAVA_HOME through an arch-independent link; an unprivileged user for every service, and
+# /var/lib/flights owned by it: compose mounts each service's named volume there, and Docker
+# gives a new volume the ownership of the image's directory it is mounted on. Services
 # that talk to the Docker socket (health checkers) need `user: root` or a `group_add` of the
 # socket's group in compose: that group id is only known on the host.
 RUN ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java \
  && groupadd --gid 10001 flights \
  && useradd --uid 10001 --gid flights --create-home --shell /bin/bash flights \
- && install -d -o flights -g flights /app
+ && install -d -o flights -g flights /app /var/lib/flights
 COPY --from=venv /opt/venv /opt/venv
 ENV JAVA_HOME=/opt/java \
     VIRTUAL_ENV=/opt/venv \

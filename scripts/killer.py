@@ -3,6 +3,7 @@
     python -m scripts.killer --services broker-1,healthchecker-3     # these, now
     python -m scripts.killer                                         # lists them, asks which
     python -m scripts.killer --random --interval-s 5 --duration-s 120 --exclude client
+    python -m scripts.killer --random --spare-last healthchecker-    # never the last checker
 
 `--backend docker` (default) sees only containers carrying this deployment's project label
 (`com.docker.compose.project=<project>` or `flights.project=<project>`); `--backend local` sees the
@@ -84,6 +85,28 @@ class DockerBackend:
             raise KillError(f"no running container of this deployment for {name!r}")
         container.kill()  # SIGKILL
         return f"container={container.short_id}"
+
+
+class SpareLastBackend:
+    """A backend minus, for each prefix, the last running service whose name starts with it:
+    with `healthchecker-`, a chaos loop never kills the last health checker (nothing would be
+    left to restart anything)."""
+
+    def __init__(self, backend: Backend, prefixes: Sequence[str]) -> None:
+        self.backend = backend
+        self.prefixes = tuple(prefixes)
+
+    def running(self) -> list[str]:
+        names = self.backend.running()
+        spared = set()
+        for prefix in self.prefixes:
+            group = [name for name in names if name.startswith(prefix)]
+            if len(group) == 1:
+                spared.update(group)
+        return [name for name in names if name not in spared]
+
+    def kill(self, name: str) -> str:
+        return self.backend.kill(name)
 
 
 @dataclass(frozen=True)
@@ -190,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exclude", action="append", default=[],
                         help="name prefix the chaos loop never kills (repeat, or comma separate)")
     parser.add_argument("--seed", type=int, help="random seed for a reproducible chaos run")
+    parser.add_argument("--spare-last", action="append", default=[], metavar="PREFIX",
+                        help="the chaos loop never kills the last running service named "
+                             "PREFIX* (e.g. healthchecker-); repeat for several")
     parser.add_argument("--project", default=PROJECT_DEFAULT, help="deployment label (docker)")
     parser.add_argument("--registry", type=Path, default=Path(REGISTRY_DIR_DEFAULT),
                         help="local service registry directory (local)")
@@ -208,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.random:
         excludes = [e for item in args.exclude for e in item.split(",") if e]
+        if args.spare_last:
+            backend = SpareLastBackend(backend, args.spare_last)
         chaos(backend, args.interval_s, args.duration_s, excludes, random.Random(args.seed))
         return 0
     if args.services:

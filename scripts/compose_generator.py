@@ -1,0 +1,207 @@
+"""Renders the Compose deployment from compose/docker-compose.yaml.j2.
+
+    python -m scripts.compose_generator --brokers 1 --healthcheckers 3 --spark-workers 2 \\
+        --clients 1 --rows 200000 [--seed 1] [--out compose/generated/docker-compose.yaml]
+
+Run with no flags at a terminal, it asks for each count (Enter keeps the default shown); with
+no flags and no terminal it renders the defaults. The default rendering is committed as
+compose/docker-compose-dev.yaml; a unit test re-renders it and fails when the two differ, so
+after editing the template run `python -m scripts.compose_generator --defaults --out
+compose/docker-compose-dev.yaml`.
+
+Brokers: the template takes a count, but the broker has no replication yet (each one would be
+an island holding a part of every session), so more than `BROKERS_SUPPORTED_MAX` is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import jinja2
+
+from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE_DIR = REPO / "compose"
+TEMPLATE_NAME = "docker-compose.yaml.j2"
+DEV_FILE = COMPOSE_DIR / "docker-compose-dev.yaml"
+OUT_DEFAULT = COMPOSE_DIR / "generated" / "docker-compose.yaml"
+PROJECT_DEFAULT = "flights-optimizer"
+IMAGE_DEFAULT = "flights-optimizer:latest"
+BROKERS_SUPPORTED_MAX = 1  # raise when services/broker/replication/ exists
+HEALTHCHECKERS_MAX = 9
+SPARK_WORKERS_MAX = 16
+CLIENTS_MAX = 32
+ROWS_MAX = 100_000_000
+ASK_ATTEMPTS_MAX = 5
+
+# Fixed ports inside the Compose network (nothing is published on the host).
+PORTS = {
+    "broker": 9092,
+    "healthchecker": 9500,  # election over UDP and heartbeats over TCP
+    "spark_master": 7077,
+    "spark_master_ui": 8080,
+    "spark_worker": 7100,
+    "spark_worker_ui": 8081,
+    "spark_driver": 7078,
+    "spark_block_manager": 7079,
+}
+# One core each: the reference machine has two. The executor takes the worker's whole memory.
+SPARK_WORKER_CORES = 1
+SPARK_WORKER_MEMORY = "1g"
+SPARK_EXECUTOR_MEMORY = "1g"
+# How long the master waits for workers and applications to answer after a restart (its
+# recovery), and how long a silent worker stays registered; Spark's default is 60 s.
+SPARK_WORKER_TIMEOUT_S = 10
+# A restarted service gets this long to answer before the leader restarts it again, and a new
+# leader waits this long before its first restart: a Spark JVM needs 5-30 s to open its port on
+# two busy cores, and the health checkers' 5 s default restarted the workers in a loop.
+RESTART_GRACE_S = 30
+
+
+class DeploymentShapeError(ValueError):
+    """A count outside what the template and the platform support."""
+
+
+@dataclass(frozen=True)
+class DeploymentShape:
+    """How many of each service the rendering holds, and the sample data size."""
+
+    brokers: int = 1
+    healthcheckers: int = 3
+    spark_workers: int = 2
+    clients: int = 1
+    rows: int = 200_000
+    seed: int = 1
+
+    def check(self) -> DeploymentShape:
+        bounds = {
+            "brokers": (1, BROKERS_SUPPORTED_MAX),
+            "healthcheckers": (1, HEALTHCHECKERS_MAX),
+            "spark_workers": (1, SPARK_WORKERS_MAX),
+            "clients": (0, CLIENTS_MAX),
+            "rows": (1, ROWS_MAX),
+        }
+        for name, (low, high) in bounds.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                why = " (no broker replication yet)" if name == "brokers" else ""
+                raise DeploymentShapeError(f"{name} must lie in [{low}, {high}]{why}, got {value}")
+        return self
+
+
+@functools.cache
+def template_environment() -> jinja2.Environment:
+    """One environment per process: it caches the compiled template."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(COMPOSE_DIR),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - YAML, not HTML
+    )
+
+
+def render(shape: DeploymentShape, environment: jinja2.Environment | None = None) -> str:
+    """The Compose file for `shape` (unchecked: tests render shapes the generator refuses)."""
+    environment = environment or template_environment()
+    return environment.get_template(TEMPLATE_NAME).render(
+        **asdict(shape),
+        ports=PORTS,
+        project_default=PROJECT_DEFAULT,
+        image_default=IMAGE_DEFAULT,
+        flights_file=FLIGHTS_FILE,
+        airports_file=AIRPORTS_FILE,
+        spark_worker_cores=SPARK_WORKER_CORES,
+        spark_worker_memory=SPARK_WORKER_MEMORY,
+        spark_executor_memory=SPARK_EXECUTOR_MEMORY,
+        spark_worker_timeout_s=SPARK_WORKER_TIMEOUT_S,
+        restart_grace_s=RESTART_GRACE_S,
+    )
+
+
+def write(shape: DeploymentShape, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(out.name + ".tmp")
+    temporary.write_text(render(shape.check()))
+    temporary.replace(out)
+    return out
+
+
+QUESTIONS = {
+    "brokers": "brokers",
+    "healthcheckers": "health checkers",
+    "spark_workers": "Spark workers",
+    "clients": "clients",
+    "rows": "rows of sample data (generated when the data directory is empty)",
+}
+
+
+def ask(read: Callable[[str], str] = input, out=None) -> DeploymentShape:
+    """Asks for each count, Enter keeping the default; re-asks (a few times) on bad answers."""
+    out = out or sys.stdout
+    answers: dict[str, int] = {}
+    defaults = DeploymentShape()
+    for name, question in QUESTIONS.items():
+        answers[name] = _ask_one(name, f"{question} [{getattr(defaults, name)}]: ", read, out)
+    return DeploymentShape(**answers)
+
+
+def _ask_one(name: str, prompt: str, read: Callable[[str], str], out) -> int:
+    default = getattr(DeploymentShape(), name)
+    for _ in range(ASK_ATTEMPTS_MAX):
+        answer = read(prompt).strip().replace("_", "")
+        value = default if not answer else int(answer) if answer.isdigit() else None
+        if value is None:
+            print(f"  {answer!r} is not a whole number", file=out)
+            continue
+        try:
+            DeploymentShape(**{name: value}).check()
+        except DeploymentShapeError as error:
+            print(f"  {error}", file=out)
+            continue
+        return value
+    raise DeploymentShapeError(f"no valid answer for {name} after {ASK_ATTEMPTS_MAX} attempts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scripts.compose_generator",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for field in fields(DeploymentShape):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=None,
+                            help=f"default {field.default}")
+    parser.add_argument("--defaults", action="store_true",
+                        help="no questions: defaults for every count not given")
+    parser.add_argument("--out", type=Path, default=OUT_DEFAULT,
+                        help=f"default {OUT_DEFAULT.relative_to(REPO)}")
+    return parser
+
+
+def shape_from_args(args: argparse.Namespace, interactive: bool) -> DeploymentShape:
+    given = {f.name: getattr(args, f.name) for f in fields(DeploymentShape)
+             if getattr(args, f.name) is not None}
+    if not given and not args.defaults and interactive:
+        return ask()
+    return DeploymentShape(**given)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        shape = shape_from_args(args, interactive=sys.stdin.isatty()).check()
+        out = write(shape, args.out)
+    except (DeploymentShapeError, EOFError) as error:
+        parser.error(str(error) or "no answer")
+    print(f"wrote {out}: {shape.brokers} broker(s), {shape.healthcheckers} health checkers, "
+          f"{shape.spark_workers} Spark worker(s), {shape.clients} client(s), {shape.rows} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
