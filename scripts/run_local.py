@@ -384,21 +384,6 @@ class LogTail:
 # --- chaos ------------------------------------------------------------------------------------
 
 
-class SurvivableChaosBackend:
-    """A killer backend (the local one in run_local), minus the last live health checker."""
-
-    def __init__(self, backend: killer.Backend) -> None:
-        self.local = backend
-
-    def running(self) -> list[str]:
-        names = self.local.running()
-        checkers = [n for n in names if n.startswith(CHECKER_PREFIX)]
-        return [n for n in names if len(checkers) > 1 or not n.startswith(CHECKER_PREFIX)]
-
-    def kill(self, name: str) -> str:
-        return self.local.kill(name)
-
-
 class _PrefixedLines:
     """A text stream that prints each line with a prefix (the chaos loop's output)."""
 
@@ -416,7 +401,8 @@ class _PrefixedLines:
 
 
 class ChaosThread:
-    """`killer.chaos` on a thread; `stop()` ends it at its next wake-up."""
+    """`killer.chaos` on a thread, never killing the last live health checker (nothing would
+    be left to restart anything); `stop()` ends it at its next wake-up."""
 
     def __init__(self, backend: killer.Backend, interval_s: float, duration_s: float,
                  seed: int | None) -> None:
@@ -428,7 +414,8 @@ class ChaosThread:
             return time.monotonic() + (duration_s + interval_s if self.stop_event.is_set() else 0)
 
         def run() -> None:
-            self.kills = killer.chaos(SurvivableChaosBackend(backend), interval_s,
+            spared = killer.SpareLastBackend(backend, [CHECKER_PREFIX])
+            self.kills = killer.chaos(spared, interval_s,
                                       duration_s, rng=random.Random(seed), clock=clock,
                                       sleep=self.stop_event.wait, out=_PrefixedLines("[chaos]"))
 

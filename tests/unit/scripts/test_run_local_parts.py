@@ -15,7 +15,6 @@ from scripts.run_local import (
     ClientRun,
     InputFiles,
     LogTail,
-    SurvivableChaosBackend,
     client_outcome,
     parse_args,
     sample_files,
@@ -72,12 +71,16 @@ class FakeBackend:
         return "pid=1"
 
 
-def test_the_last_live_health_checker_is_never_offered():
-    guard = SurvivableChaosBackend(FakeBackend(["broker-1", "healthchecker-1",
-                                                "healthchecker-3"]))
-    assert guard.running() == ["broker-1", "healthchecker-1", "healthchecker-3"]
-    guard.kill("healthchecker-1")
-    assert guard.running() == ["broker-1"]
+def test_chaos_never_kills_the_last_live_health_checker(capsys):
+    backend = FakeBackend(["healthchecker-1", "healthchecker-2", "healthchecker-3"])
+    chaos = ChaosThread(backend, interval_s=0.01, duration_s=60, seed=1).start()
+    deadline = time.monotonic() + 5
+    while len(backend.killed) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.1)  # ten more rounds with one checker left
+    chaos.stop()
+    assert len(backend.killed) == 2 and len(backend.names) == 1
+    assert "nothing to kill" in capsys.readouterr().out
 
 
 def test_chaos_thread_kills_on_schedule_and_stops_at_once(capsys):
