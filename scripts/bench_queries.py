@@ -1,13 +1,14 @@
 """Q1-Q4 from the CSV files against Q1-Q4 through the `kaska` source, in one Spark application.
 
     python -m scripts.bench_queries --rows N [--seed S] [--data-dir DIR] [--slice-rows R]
-        [--partitions P] [--master local[2]] [--repeats K]
+        [--partitions P] [--master local[2]] [--repeats K] [--warmups W]
 
-Generates N rows (unless DIR already holds them), starts a broker on 127.0.0.1 (a child
-process, any free port), loads airports and flights into `airports.<cid>` / `flights.<cid>` the
-way a client does (untimed): Arrow IPC payloads of R CSV rows each (default 300, the client's
-default), one Kaska record batch per payload, spread round-robin over P partitions. Then, K
-times each, alternating, it times
+Generates N rows (unless DIR already holds them; 1 % malformed), starts a broker on 127.0.0.1
+(a child process, any free port), loads airports and flights into `airports.<cid>` /
+`flights.<cid>` the way a client does (untimed): Arrow IPC payloads of R CSV rows each (default
+300, the client's default), one Kaska record batch per payload, spread round-robin over P
+partitions. After W untimed warm-up runs of each path (JIT, Python workers; default 1), K times
+each, alternating, it times
   (a) `csv`:   Spark reads both CSV files and computes the four queries,
   (b) `kaska`: Spark reads both topics through the `kaska` source over the loaded offset
                ranges and computes the same four queries,
@@ -254,6 +255,9 @@ def bench(args: argparse.Namespace) -> dict:
         try:
             runs = {"csv": [], "kaska": []}
             counts = {}
+            for _ in range(args.warmups):  # JIT, Python workers, caches: untimed
+                run_queries(*csv_frames(spark, flights_path, airports_path))
+                run_queries(*kaska_frames(spark, broker.address, loaded.ended))
             for _ in range(args.repeats):
                 seconds, counts["csv"] = timed(
                     lambda: run_queries(*csv_frames(spark, flights_path, airports_path)))
@@ -267,6 +271,7 @@ def bench(args: argparse.Namespace) -> dict:
         raise RuntimeError(f"the two paths disagree: {counts}")
     csv_s, kaska_s = statistics.median(runs["csv"]), statistics.median(runs["kaska"])
     return {"rows": args.rows, "slice_rows": args.slice_rows, "partitions": args.partitions,
+            "warmups": args.warmups,
             "master": args.master, "load_s": round(loaded.seconds, 2), "csv_s": csv_s,
             "kaska_s": kaska_s, "kaska_over_csv": round(kaska_s / csv_s, 3), "runs": runs,
             "result_rows": counts["csv"]}
@@ -283,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=PARTITIONS_DEFAULT)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmups", type=int, default=1, help="untimed runs of each path first")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -37,7 +37,8 @@ batches (about 3x the rows/s of Python tuples on this machine), and an IPC paylo
 with no per-row Python work at all: decode, select, append three constant/row-id columns,
 concatenate. All columns travel because the platform keeps complete data (new queries need no
 client change); the `columns` option still lets a reader decode only what it needs (IPC reads
-skip the other columns' buffers, ~4x faster for the 7 of 27 columns the queries use).
+skip the other columns' buffers: decoding the 7 of 27 columns the queries use took 2-4x less
+time than decoding all of them, measured on 200k generated rows).
 Strings keep the CSV text exact (no float rounding, validity rules see the original text).
 
 Exactness: each input partition is one offset range [start, end) of one topic partition, read
@@ -388,7 +389,9 @@ class KaskaDataSource(DataSource):
             starts = resolve_offsets(options.starting, reader, options.topic, EARLIEST)
             for partition, start in sorted(starts.items()):
                 _, end = reader.offsets(options.topic, partition)
-                for record in reader.read(options.topic, partition, start, min(end, start + 1)):
+                if start >= end:
+                    continue
+                for record in reader.read(options.topic, partition, start, start + 1):
                     return payload_columns(record.value)
         return ()
 

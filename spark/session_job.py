@@ -21,7 +21,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from common.kaska.errors import InvalidTopicError
+from common.kaska import Admin
+from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
 from common.kaska.topic_name import validate_topic_name
 from common.session_records import (
     QUERIES,
@@ -29,6 +30,7 @@ from common.session_records import (
     SessionEnded,
     airports_topic,
     flights_topic,
+    results_topic,
 )
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_AIRPORT = "unknown_airport"
 SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
+RESULTS_PARTITIONS = 1  # common/session_records.py: results.<cid> has one partition
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,20 @@ def _collect(results, report: JobReport) -> dict[str, list[list[str]]]:
     return rows
 
 
+def _ensure_results_topic(settings: JobSettings, client_id: str) -> None:
+    """Clients create `results.<cid>` when they open a session; making sure costs one request
+    and keeps the service's answer from depending on it."""
+    with Admin(settings.brokers, token=settings.token) as admin:
+        try:
+            admin.create_topic(results_topic(client_id), RESULTS_PARTITIONS)
+        except TopicAlreadyExistsError:
+            pass  # the usual case
+
+
 def _write(rows, results, ended: SessionEnded, settings: JobSettings, stop: threading.Event,
            report: JobReport) -> None:
     started = time.monotonic()
+    _ensure_results_topic(settings, ended.client_id)
     old_duplicates = 0
     for query in QUERIES:
         invalid = dict(results.invalid_counts)

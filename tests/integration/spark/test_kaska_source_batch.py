@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from spark.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, offsets_json
+from common.kaska import Consumer
+from spark.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, KaskaDataSource, offsets_json
 from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
 
 pytestmark = pytest.mark.integration
@@ -114,3 +115,13 @@ def test_streaming_resumes_from_its_checkpoint_without_loss_or_repeat(spark, bro
     written = rows_of(spark.read.parquet(str(out_dir)))
     assert written == by_repr(producer.expected)
     assert len(producer.expected) == 2 * 7 * 3
+
+
+def test_stream_commit_stores_the_offsets_for_the_group(broker, loaded):
+    reader = KaskaDataSource({"brokers": broker.address, "topic": loaded.topic,
+                              "columns": json.dumps(COLUMNS), "commitGroup": "lag-watch"})
+    stream = reader.streamReader(reader.schema())
+    assert stream.latestOffset() == {"0": 8, "1": 8, "2": 8}
+    stream.commit({"0": 3, "1": 8, "2": 0})
+    with Consumer(broker.address, "lag-watch") as consumer:
+        assert [consumer.committed(loaded.topic, p) for p in range(3)] == [3, 8, 0]
