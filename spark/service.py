@@ -332,6 +332,10 @@ class QueryService:
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
+        busy = sum(worker.is_alive() for worker in self._workers)
+        if busy:
+            log.info("%d session job(s) still running at shutdown: left uncommitted, redone by "
+                     "the next start", busy)
 
     def _work(self, pool: str) -> None:
         """One worker: its jobs go to its own FAIR pool, so concurrent sessions share the
