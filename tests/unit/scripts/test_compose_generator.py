@@ -53,15 +53,19 @@ def test_every_service_is_labelled_and_none_has_a_restart_policy():
         assert "restart" not in service, name
 
 
-def test_health_checkers_start_after_every_other_service_so_they_stop_first():
+def test_health_checkers_start_after_the_servers_and_before_the_clients():
     services = _services(render(DeploymentShape(spark_workers=3, clients=2)))
-    others = {n for n in services if not n.startswith("healthchecker-") and n != "datagen"}
+    checkers = {f"healthchecker-{i}" for i in (1, 2, 3)}
+    servers = {n for n in services
+               if n not in checkers and not n.startswith(("client-", "datagen"))}
     probed = {"spark-master", "spark-worker-1", "spark-worker-2", "spark-worker-3", "broker-1"}
-    for name in ("healthchecker-1", "healthchecker-3"):
+    for name in checkers:
         depends_on = services[name]["depends_on"]
-        assert set(depends_on) == others
+        assert set(depends_on) == servers
         assert {n for n, c in depends_on.items() if c["condition"] == "service_healthy"} == probed
         assert "/var/run/docker.sock:/var/run/docker.sock" in services[name]["volumes"]
+    for name in ("client-1", "client-2"):
+        assert checkers <= set(services[name]["depends_on"])
 
 
 def test_rows_and_seed_reach_the_data_generator():

@@ -1,0 +1,232 @@
+"""One Compose deployment under test: `docker-compose` v1 through subprocess, the rest through the
+Docker SDK.
+
+Why not testcontainers' `DockerCompose`: it runs `docker compose ...` (the v2 CLI plugin) and
+parses `docker compose ps --format json`, which v1 has no notion of. This machine has Docker
+Engine 20.10 and only the `docker-compose` 1.29 CLI (Debian package; no registry reachable
+here offers the v2 plugin), where `docker compose` fails with "unknown command". So the tests
+run `docker-compose -f compose/docker-compose-dev.yaml up -d / down` themselves (the same file
+and commands `make docker-compose-up` uses) and read container states, logs and events, and
+SIGKILL containers, with the `docker` SDK.
+
+Each deployment gets a unique project name (COMPOSE_PROJECT_NAME, which also fills the
+flights.project label and the health checkers' --project), its own data and results
+directories, and its own named volumes, removed by `down`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from docker.models.containers import Container
+
+from scripts.compose_follow import docker_time
+from scripts.compose_generator import DEV_FILE, IMAGE_DEFAULT
+
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+COMPOSE_TIMEOUT_S = 600
+POLL_S = 0.5
+# healthchecker/node.py: "ROLE node=1 role=follower leader=3", "ROLE node=3 role=leader", ...
+ROLE_LINE = re.compile(r"ROLE node=(\d+) role=(leader|follower|electing)(?: leader=(\d+))?")
+RESTARTED_LINE = re.compile(r"RESTARTED service=(\S+) action=(\S+)")
+
+
+class DeploymentError(AssertionError):
+    """The deployment did not reach the state a test waits for (message carries the evidence)."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    at: float  # epoch seconds, from Docker's timestamp of the line
+    text: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    at: float
+    service: str
+    action: str
+    by: str  # the health checker that logged it
+
+
+class ComposeDeployment:
+    def __init__(self, data_dir: Path, results_dir: Path, project: str | None = None,
+                 compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT) -> None:
+        self.project = project or f"flights-e2e-{uuid.uuid4().hex[:8]}"
+        self.compose_file = compose_file
+        self.data_dir = data_dir
+        self.results_dir = results_dir
+        self.image = image
+        self.docker = docker.from_env()
+
+    # --- docker-compose ---------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "COMPOSE_PROJECT_NAME": self.project,
+            "FLIGHTS_IMAGE": self.image,
+            "FLIGHTS_DATA_DIR": str(self.data_dir),
+            "FLIGHTS_RESULTS_DIR": str(self.results_dir),
+            "FLIGHTS_UID": str(os.getuid()),
+            "FLIGHTS_GID": str(os.getgid()),
+        }
+
+    def compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> str:
+        command = ["docker-compose", "-f", str(self.compose_file), "-p", self.project, *args]
+        done = subprocess.run(command, env=self.env(), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            raise DeploymentError(f"{' '.join(command)} exited {done.returncode}:\n"
+                                  f"{output[-4000:]}")
+        return output
+
+    def up(self) -> str:
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        return self.compose("up", "-d")
+
+    def down(self) -> str:
+        return self.compose("down", "--volumes", "--remove-orphans")
+
+    # --- containers -------------------------------------------------------------------------
+    def containers(self) -> dict[str, Container]:
+        found = self.docker.containers.list(
+            all=True, filters={"label": f"{PROJECT_LABEL}={self.project}"})
+        return {c.labels[SERVICE_LABEL]: c for c in found}
+
+    def container(self, service: str) -> Container:
+        containers = self.containers()
+        if service not in containers:
+            raise DeploymentError(f"no container for {service}; have {sorted(containers)}")
+        return containers[service]
+
+    def running(self) -> list[str]:
+        return sorted(name for name, c in self.containers().items() if c.status == "running")
+
+    def started_at(self, service: str) -> float:
+        return docker_time(self.container(service).attrs["State"]["StartedAt"]).timestamp()
+
+    def kill(self, service: str) -> float:
+        """SIGKILL `service`'s container; returns when (epoch seconds)."""
+        self.container(service).kill()
+        return time.time()
+
+    # --- logs -------------------------------------------------------------------------------
+    def log_lines(self, service: str) -> list[LogLine]:
+        """Every line the container wrote, over all its runs, with Docker's timestamps."""
+        raw = self.container(service).logs(timestamps=True).decode("utf-8", errors="replace")
+        lines = []
+        for line in raw.splitlines():
+            stamp, _, text = line.partition(" ")
+            lines.append(LogLine(docker_time(stamp).timestamp(), text))
+        return lines
+
+    def logs_text(self, service: str, tail_lines: int = 60) -> str:
+        return "\n".join(f"{dt.datetime.fromtimestamp(line.at):%H:%M:%S.%f} {line.text}"
+                         for line in self.log_lines(service)[-tail_lines:])
+
+    def checkers(self) -> list[str]:
+        return sorted(name for name in self.containers() if name.startswith("healthchecker-"))
+
+    def restarts(self) -> list[Restart]:
+        """Every restart any health checker logged (`RESTARTED service=... action=...`)."""
+        found = []
+        for checker in self.checkers():
+            for line in self.log_lines(checker):
+                match = RESTARTED_LINE.search(line.text)
+                if match:
+                    found.append(Restart(line.at, match.group(1), match.group(2), checker))
+        return sorted(found, key=lambda restart: restart.at)
+
+    def leader(self) -> str | None:
+        """The health checker every running checker last named as leader, or None."""
+        named = set()
+        for checker in self.checkers():
+            if self.container(checker).status != "running":
+                continue
+            roles = [ROLE_LINE.search(line.text) for line in self.log_lines(checker)]
+            last = next((m for m in reversed(roles) if m is not None), None)
+            if last is None or last.group(2) == "electing":
+                return None
+            named.add(last.group(1) if last.group(2) == "leader" else last.group(3))
+        return f"healthchecker-{named.pop()}" if len(named) == 1 else None
+
+    # --- waiting ----------------------------------------------------------------------------
+    def wait_for(self, what: str, condition: Callable[[], object], timeout_s: float) -> object:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(POLL_S)
+        raise DeploymentError(f"timed out after {timeout_s:g} s waiting for {what}\n"
+                              f"{self.diagnostics()}")
+
+    def wait_for_log(self, service: str, pattern: str, timeout_s: float) -> LogLine:
+        regex = re.compile(pattern)
+        return self.wait_for(
+            f"{pattern!r} in {service}'s log",
+            lambda: next((line for line in self.log_lines(service) if regex.search(line.text)),
+                         None),
+            timeout_s)
+
+    def wait_client_done(self, service: str, timeout_s: float) -> None:
+        """Until `service` exited 0 (a killed client is restarted by the health checkers and
+        resumes; any other exit fails the wait at once, with the evidence)."""
+
+        def done() -> bool:
+            container = self.container(service)
+            state = container.attrs["State"]
+            if state["Status"] == "exited" and state["ExitCode"] not in (0, 137):
+                raise DeploymentError(f"{service} exited {state['ExitCode']}\n"
+                                      f"{self.diagnostics()}")
+            return state["Status"] == "exited" and state["ExitCode"] == 0
+
+        self.wait_for(f"{service} to complete its session", done, timeout_s)
+
+    def diagnostics(self, tail_lines: int = 40) -> str:
+        parts = []
+        for name, container in sorted(self.containers().items()):
+            state = container.attrs["State"]
+            parts.append(f"===== {name}: {state['Status']} exit={state['ExitCode']} "
+                         f"started={state['StartedAt']}\n{self.logs_text(name, tail_lines)}")
+        return "\n".join(parts)
+
+
+
+class EventRecorder:
+    """Docker events of one project, recorded by a thread from `start()` to `stop()`."""
+
+    def __init__(self, deployment: ComposeDeployment) -> None:
+        self.deployment = deployment
+        self.events: list[dict] = []
+        self._since = time.time()
+        self._stream = None
+        self._thread = threading.Thread(target=self._record, name="docker-events", daemon=True)
+
+    def start(self) -> EventRecorder:
+        self._stream = self.deployment.docker.events(
+            since=int(self._since) - 1, decode=True,
+            filters={"label": f"{PROJECT_LABEL}={self.deployment.project}", "type": "container"})
+        self._thread.start()
+        return self
+
+    def _record(self) -> None:
+        for event in self._stream:
+            self.events.append(event)
+
+    def stop(self) -> list[dict]:
+        self._stream.close()
+        self._thread.join(5.0)
+        return [e for e in self.events if e.get("timeNano", 0) / 1e9 >= self._since]
