@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from common.kaska import Admin
 from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
 from common.kaska.topic_name import validate_topic_name
+from common.result_csv import format_row
 from common.session_records import (
     QUERIES,
     MalformedSessionRecordError,
@@ -35,7 +36,6 @@ from common.session_records import (
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter, sorted_rows
-from spark.results_format import format_row
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ session from the rows its topics really hold, with the plain-Python reference of
 
 For each SessionEnded it reads every partition of `airports.<cid>` and `flights.<cid>` up to
 the announced end offsets, computes Q1-Q4 with tests/reference_queries.py, formats them with
-spark/results_format.py, and writes ResultRows slices of `rows_per_slice` then QueryDone per
+common/result_csv.py, and writes ResultRows slices of `rows_per_slice` then QueryDone per
 query. With `duplicates=True` it also writes every slice and every QueryDone a second time
 (with fresh sequence numbers, so the broker stores both copies), as a re-run service could.
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from common.arrow_rows import ROW_ID, decode_rows
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import TopicAlreadyExistsError
+from common.result_csv import format_row
 from common.session_records import (
     SESSIONS_TOPIC,
     QueryDone,
@@ -30,7 +31,6 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
-from spark.results_format import format_row
 from tests.reference_queries import airport_coordinates, compute
 
 log = logging.getLogger(__name__)
