@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec
+from scripts.run_local import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DUMMY_SERVICE = Path(__file__).with_name("dummy_service.py")
@@ -28,28 +28,6 @@ FAST_TIMINGS = {
     "--backoff-max-s": "4",
     "--stable-after-s": "10",
 }
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free for both TCP and UDP on 127.0.0.1 (each checker uses one port for both)."""
-    ports: list[int] = []
-    holders = []
-    while len(ports) < count:
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        tcp.bind(("127.0.0.1", 0))
-        port = tcp.getsockname()[1]
-        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            udp.bind(("127.0.0.1", port))
-        except OSError:
-            tcp.close()
-            udp.close()
-            continue
-        holders += [tcp, udp]
-        ports.append(port)
-    for sock in holders:
-        sock.close()
-    return ports
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.02):
