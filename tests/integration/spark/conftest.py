@@ -11,36 +11,22 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker.broker_process import BrokerProcess
+from tests.spark_session import local_spark_session
 
 REPO = Path(__file__).resolve().parents[3]
-# Spark binds its driver to this address; the project uses 127.0.0.1 only. Python workers and
-# the streaming source runner are started by the JVM: they need the tree on their path.
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Python workers and the streaming source runner are started by the JVM: they need the tree
+# on their path.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
-SHUFFLE_PARTITIONS = 2
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from pyspark.sql import SparkSession
-
     from spark.kaska_source import register
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("flights-optimizer-integration-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_spark_session("flights-optimizer-integration-tests")
     register(session)
     yield session
     session.stop()
