@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="HOST:PORT clients are told to use (default: the listen address)")
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--peers", type=_peers, default=(),
-                        help="other brokers, ID@HOST:PORT[,...] (for replication)")
+                        help="other brokers, ID@HOST:PORT[,...]: refused until replication "
+                             "exists (a broker that ignored them would be a second leader)")
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                         help=f"shared token clients must present (default: ${TOKEN_ENV})")
     parser.add_argument("--frame-bytes-max", type=int, default=_default("frame_bytes_max"))
@@ -89,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    if args.peers:
+        raise ValueError("--peers: replication is not built yet; run one broker without peers")
     host, port = args.listen
     advertised_host, advertised_port = args.advertise or (None, None)
     return BrokerConfig(
