@@ -40,6 +40,7 @@ POLL_S = 0.5
 # healthchecker/node.py: "ROLE node=1 role=follower leader=3", "ROLE node=3 role=leader", ...
 ROLE_LINE = re.compile(r"ROLE node=(\d+) role=(leader|follower|electing)(?: leader=(\d+))?")
 RESTARTED_LINE = re.compile(r"RESTARTED service=(\S+) action=(\S+)")
+DECISION_LINE = re.compile(r"RESTART service=(\S+) attempt=(\d+)")  # logged before the start
 
 
 class DeploymentError(AssertionError):
@@ -148,6 +149,16 @@ class ComposeDeployment:
                 if match:
                     found.append(Restart(line.at, match.group(1), match.group(2), checker))
         return sorted(found, key=lambda restart: restart.at)
+
+    def restart_decisions(self) -> list[tuple[float, str]]:
+        """(when, service) of every `RESTART service=...` decision a health checker logged."""
+        found = []
+        for checker in self.checkers():
+            for line in self.log_lines(checker):
+                match = DECISION_LINE.search(line.text)
+                if match:
+                    found.append((line.at, match.group(1)))
+        return sorted(found)
 
     def leader(self) -> str | None:
         """The health checker every running checker last named as leader, or None."""
