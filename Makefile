@@ -83,3 +83,10 @@ chaos: $(STAMP)
 	$(PY) -m scripts.killer --backend docker --project $(COMPOSE_PROJECT) --random \
 		--spare-last healthchecker- --interval-s $(CHAOS_INTERVAL_S) \
 		--duration-s $(CHAOS_DURATION_S)
+
+# Benchmarks (figures and how to read them: docs/benchmarks.md). BENCH_ROWS sizes the query one.
+BENCH_ROWS ?= 200000
+.PHONY: bench
+bench: $(STAMP)
+	$(PY) -m scripts.bench_broker
+	$(PY) -m scripts.bench_queries --rows $(BENCH_ROWS) --repeats 3 --warmups 1
