@@ -41,8 +41,9 @@ clean:
 docker-image: $(STAMP)
 	PYTHON=$(abspath $(PY)) scripts/build_images.sh
 
-# The embedded default: broker, query service and health checkers as local processes, a
-# generated sample (ROWS rows), one client session; results and logs in DEMO_DIR.
+# The embedded default: three brokers (one replicated cluster), query service and health
+# checkers as local processes, a generated sample (ROWS rows), one client session; results and
+# logs in DEMO_DIR.
 DEMO_DIR ?= results/demo
 .PHONY: demo
 demo: $(STAMP)

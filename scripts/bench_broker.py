@@ -179,7 +179,8 @@ def helper(role: str, where: Path, log_path: Path) -> Child:
 # -- the rounds ------------------------------------------------------------------------------
 
 
-def build_batches(records: int, record_bytes: int, batch_bytes: int) -> list[bytes]:
+def build_batches(records: int, record_bytes: int, batch_bytes: int,
+                  producer_id: bytes = PRODUCER_ID) -> list[bytes]:
     """Idempotent batches of about batch_bytes, holding `records` records of record_bytes."""
     per_batch = max(1, (batch_bytes - HEADER_BYTES) // (record_bytes + RECORD_LENGTH_BYTES))
     pool = os.urandom(record_bytes + 251)
@@ -187,7 +188,7 @@ def build_batches(records: int, record_bytes: int, batch_bytes: int) -> list[byt
     batches = []
     for sequence, start in enumerate(range(0, records, per_batch)):
         count = min(per_batch, records - start)
-        batches.append(encode_batch(values[:count], producer_id=PRODUCER_ID, sequence=sequence))
+        batches.append(encode_batch(values[:count], producer_id=producer_id, sequence=sequence))
     return batches
 
 
@@ -236,7 +237,7 @@ def ceiling_out(address: tuple[str, int], total: int, buffer: bytearray) -> None
 
 
 def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
-            in_flight: int) -> None:
+            in_flight: int, acks: int = ACKS_ALL) -> None:
     """Send the batches in order, at most `in_flight` unanswered at a time on the connection
     (the broker serves a connection's requests one after the other, so order holds)."""
     pending: deque[Future] = deque()
@@ -244,7 +245,7 @@ def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
         if len(pending) == in_flight:
             check_produced(pending.popleft())
         pending.append(connection.send(Api.PRODUCE, list(
-            ProduceRequest(topic, 0, ACKS_ALL, batch).encode_parts())))
+            ProduceRequest(topic, 0, acks, batch).encode_parts())))
     while pending:
         check_produced(pending.popleft())
 

@@ -1,6 +1,6 @@
 """Renders the Compose deployment from compose/docker-compose.yaml.j2.
 
-    python -m scripts.compose_generator --brokers 1 --healthcheckers 3 --spark-workers 2 \\
+    python -m scripts.compose_generator --brokers 3 --healthcheckers 3 --spark-workers 2 \\
         --clients 1 --rows 200000 [--seed 1] [--out compose/generated/docker-compose.yaml]
 
 Run with no flags at a terminal, it asks for each count (Enter keeps the default shown); with
@@ -9,8 +9,11 @@ compose/docker-compose-dev.yaml; a unit test re-renders it and fails when the tw
 after editing the template run `python -m scripts.compose_generator --defaults --out
 compose/docker-compose-dev.yaml`.
 
-Brokers: the template takes a count, but the broker has no replication yet (each one would be
-an island holding a part of every session), so more than `BROKERS_SUPPORTED_MAX` is refused.
+Brokers: one replicated Kaska cluster (docs/replication.md) of an odd number of brokers,
+broker-1..broker-N, each with its own named volume and `--peers` naming the others; the query
+service and the clients get all of them as their bootstrap list. N brokers survive (N-1)/2
+failures, so an even N (one more broker, no more tolerance) is refused, as are N < 1 and
+N > `BROKERS_MAX`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ DEV_FILE = COMPOSE_DIR / "docker-compose-dev.yaml"
 OUT_DEFAULT = COMPOSE_DIR / "generated" / "docker-compose.yaml"
 PROJECT_DEFAULT = "flights-optimizer"
 IMAGE_DEFAULT = "flights-optimizer:latest"
-BROKERS_SUPPORTED_MAX = 1  # raise when services/broker/replication/ exists
+BROKERS_MAX = 9
 HEALTHCHECKERS_MAX = 9
 SPARK_WORKERS_MAX = 16
 CLIENTS_MAX = 32
@@ -65,14 +68,14 @@ RESTART_GRACE_S = 30
 
 
 class DeploymentShapeError(ValueError):
-    """A count outside what the template and the platform support."""
+    """A count outside what the template and the platform support (or an even broker count)."""
 
 
 @dataclass(frozen=True)
 class DeploymentShape:
     """How many of each service the rendering holds, and the sample data size."""
 
-    brokers: int = 1
+    brokers: int = 3  # odd: a majority must stay up
     healthcheckers: int = 3
     spark_workers: int = 2
     clients: int = 1
@@ -81,7 +84,7 @@ class DeploymentShape:
 
     def check(self) -> DeploymentShape:
         bounds = {
-            "brokers": (1, BROKERS_SUPPORTED_MAX),
+            "brokers": (1, BROKERS_MAX),
             "healthcheckers": (1, HEALTHCHECKERS_MAX),
             "spark_workers": (1, SPARK_WORKERS_MAX),
             "clients": (0, CLIENTS_MAX),
@@ -90,8 +93,11 @@ class DeploymentShape:
         for name, (low, high) in bounds.items():
             value = getattr(self, name)
             if not low <= value <= high:
-                why = " (no broker replication yet)" if name == "brokers" else ""
-                raise DeploymentShapeError(f"{name} must lie in [{low}, {high}]{why}, got {value}")
+                raise DeploymentShapeError(f"{name} must lie in [{low}, {high}], got {value}")
+        if self.brokers % 2 == 0:
+            raise DeploymentShapeError(
+                f"brokers must be odd (N brokers survive (N-1)/2 failures, so an even count adds "
+                f"a broker but no tolerance), got {self.brokers}")
         return self
 
 
@@ -133,7 +139,7 @@ def write(shape: DeploymentShape, out: Path) -> Path:
 
 
 QUESTIONS = {
-    "brokers": "brokers",
+    "brokers": "brokers (odd: one replicated cluster, a majority must stay up)",
     "healthcheckers": "health checkers",
     "spark_workers": "Spark workers",
     "clients": "clients",

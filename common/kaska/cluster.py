@@ -63,6 +63,9 @@ class Cluster:
         self._leaders: dict[tuple[str, int], Address] = {}
         self._partition_counts: dict[str, int] = {}
         self._last_good = 0  # index into the bootstrap list
+        # Where requests without a partition (create/delete topic) go: the broker a NOT_LEADER
+        # answer named, i.e. the cluster's leader; None: any broker.
+        self._controller: Address | None = None
 
     # -- the retry loop ----------------------------------------------------------------------
 
@@ -83,7 +86,7 @@ class Cluster:
         while True:
             address = None
             try:
-                address = self._leader(*route) if route else self._any_broker()
+                address = self._leader(*route) if route else self._controller_or_any()
                 return self._connection(address).request(request, timeout_s)
             except KaskaError as error:
                 if maybe_delivered and isinstance(error, ok_after_delivery):
@@ -104,8 +107,11 @@ class Cluster:
         if isinstance(error, BrokerUnavailableError | ConnectionLostError |
                       RequestTimedOutError | InvalidResponseError) and address is not None:
             self._drop(address)
-        elif isinstance(error, NotLeaderError) and route is not None:
-            hint = getattr(error, "leader", "")
+        elif isinstance(error, NotLeaderError) and route is None:
+            with self._lock:
+                self._controller = parse_address(error.leader) if error.leader else None
+        elif isinstance(error, NotLeaderError):
+            hint = error.leader
             with self._lock:
                 self._leaders.pop(route, None)
                 if hint:
@@ -135,8 +141,15 @@ class Cluster:
             self._connections[address] = connection
         return connection
 
+    def _controller_or_any(self) -> Address:
+        with self._lock:
+            controller = self._controller
+        return controller if controller is not None else self._any_broker()
+
     def _drop(self, address: Address) -> None:
         with self._lock:
+            if self._controller == address:
+                self._controller = None
             connection = self._connections.pop(address, None)
             for route in [r for r, a in self._leaders.items() if a == address]:
                 del self._leaders[route]

@@ -12,6 +12,12 @@ class KaskaError(Exception):
 
     code = -1
     retriable = False
+    # "host:port" of the leader a NOT_LEADER answer points to; "" when none is known. Set on
+    # the instance: by the broker that refuses, and by the client from the answer's ErrorBody.
+    leader: str = ""
+    # Set by the client's retry loop on the error it finally raises: an earlier attempt may
+    # have reached the broker and been applied (a producer must not reuse its sequence).
+    maybe_delivered: bool = False
 
 
 class UnknownServerError(KaskaError):
@@ -90,6 +96,8 @@ class TopicAlreadyExistsError(KaskaError):
 
 
 class NotEnoughReplicasError(KaskaError):
+    """A majority did not confirm the write in time, or the broker stopped leading meanwhile."""
+
     code = 19
     retriable = True
 
@@ -121,6 +129,28 @@ class InvalidPartitionsError(KaskaError):
     """A partition count outside what the broker accepts (create topic)."""
 
     code = 37
+
+
+class UnknownReplicaError(KaskaError):
+    """A replication request (vote, replica fetch) from a node id that is not a configured
+    peer: a misconfigured cluster, which retrying cannot mend."""
+
+    code = 47
+
+
+class StaleEpochError(KaskaError):
+    """A replication request carrying an epoch older than the receiver's: the sender was
+    deposed and must adopt the newer epoch first (Kafka's FENCED_LEADER_EPOCH)."""
+
+    code = 48
+
+
+class OffsetNotAvailableError(KaskaError):
+    """The offset is in the leader's log but above its high watermark (e.g. just after a
+    failover, until the new leader's commit catches up): not readable yet, so wait and retry."""
+
+    code = 49
+    retriable = True
 
 
 NONE = 0

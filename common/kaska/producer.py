@@ -100,7 +100,7 @@ class Producer:
             response = self._cluster.call(request, route=key,
                                           ok_after_delivery=(DuplicateSequenceError,))
         except KaskaError as error:
-            if getattr(error, "maybe_delivered", False):
+            if error.maybe_delivered:
                 # The broker may hold this sequence: reusing it for other records could be
                 # taken for a retry and dropped. Move on; a gap is reported loudly instead.
                 self._next_sequence[key] = sequence + 1

@@ -8,9 +8,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    retries_max: int = 6
+    """The default rides out a broker failover (an election takes 1-3 s, a restarted broker a
+    few more): 20 retries with back-off capped at 1 s keep trying for roughly 8-16 s."""
+
+    retries_max: int = 20
     backoff_s_initial: float = 0.05
-    backoff_s_max: float = 2.0
+    backoff_s_max: float = 1.0
 
     def backoff_s(self, attempt: int) -> float:
         """Pause before retry number `attempt` (0-based); jitter spreads clients apart."""

@@ -57,7 +57,7 @@ def companions_from_args(args: argparse.Namespace) -> list:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m services.broker",
-                                     description="Kaska broker (single node today).")
+                                     description="Kaska broker (one of a replicated cluster).")
     parser.add_argument("--node-id", type=int, required=True)
     parser.add_argument("--listen", type=_address, default=("127.0.0.1", 9092),
                         help="HOST:PORT to listen on (port 0: any free port)")
@@ -65,8 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="HOST:PORT clients are told to use (default: the listen address)")
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--peers", type=_peers, default=(),
-                        help="other brokers, ID@HOST:PORT[,...]: refused until replication "
-                             "exists (a broker that ignored them would be a second leader)")
+                        help="the other brokers of the cluster, ID@HOST:PORT[,...] (absent: a "
+                             "cluster of one)")
+    parser.add_argument("--election-timeout-ms-min", type=int,
+                        default=_default("election_timeout_ms_min"))
+    parser.add_argument("--election-timeout-ms-max", type=int,
+                        default=_default("election_timeout_ms_max"))
+    parser.add_argument("--quorum-timeout-ms", type=int, default=_default("quorum_timeout_ms"))
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                         help=f"shared token clients must present (default: ${TOKEN_ENV})")
     parser.add_argument("--frame-bytes-max", type=int, default=_default("frame_bytes_max"))
@@ -90,8 +95,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    if args.peers:
-        raise ValueError("--peers: replication is not built yet; run one broker without peers")
     host, port = args.listen
     advertised_host, advertised_port = args.advertise or (None, None)
     return BrokerConfig(
@@ -102,7 +105,10 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         connections_max=args.connections_max, segment_bytes_max=args.segment_bytes_max,
         retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
-        flush_interval_ms=args.flush_interval_ms, fetch_wait_ms_max=args.fetch_wait_ms_max)
+        flush_interval_ms=args.flush_interval_ms, fetch_wait_ms_max=args.fetch_wait_ms_max,
+        election_timeout_ms_min=args.election_timeout_ms_min,
+        election_timeout_ms_max=args.election_timeout_ms_max,
+        quorum_timeout_ms=args.quorum_timeout_ms)
 
 
 def main(argv: list[str] | None = None) -> int:

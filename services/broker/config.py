@@ -34,7 +34,7 @@ class BrokerConfig:
     port: int = 9092  # 0: any free port (read it back from BrokerServer.address)
     advertised_host: str | None = None  # what METADATA tells clients; default: host
     advertised_port: int | None = None
-    peers: tuple[Peer, ...] = ()  # kept for replication; single node today
+    peers: tuple[Peer, ...] = ()  # the other brokers of the cluster (none: a cluster of one)
     token: str | None = None
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     # Requests other than PRODUCE are read whole into memory; they are tiny, so a much smaller
@@ -52,6 +52,13 @@ class BrokerConfig:
     retention_bytes: int | None = None
     retention_ms: int | None = None
     flush_interval_ms: int | None = None
+    # Replication (docs/replication.md): a follower that hears nothing from the leader for a
+    # random time in [min, max] starts an election; a leader not fetched from by a majority
+    # for quorum_timeout_ms steps down; a produce waits at most ack_timeout_s for its acks.
+    election_timeout_ms_min: int = 1000
+    election_timeout_ms_max: int = 2000
+    quorum_timeout_ms: int = 3000
+    ack_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.frame_bytes_max < 1024:
@@ -64,3 +71,11 @@ class BrokerConfig:
             raise ValueError("read_timeout_s and idle_timeout_s must be positive")
         if self.fetch_wait_ms_max < 0 or self.retention_check_interval_ms <= 0:
             raise ValueError("fetch_wait_ms_max must be >= 0, retention_check_interval_ms > 0")
+        if not 0 < self.election_timeout_ms_min <= self.election_timeout_ms_max:
+            raise ValueError("need 0 < election_timeout_ms_min <= election_timeout_ms_max")
+        if self.quorum_timeout_ms < self.election_timeout_ms_min or self.ack_timeout_s <= 0:
+            raise ValueError("quorum_timeout_ms must be >= election_timeout_ms_min and "
+                             "ack_timeout_s > 0")
+        ids = [peer.node_id for peer in self.peers]
+        if self.node_id in ids or len(set(ids)) != len(ids):
+            raise ValueError("--peers must name other brokers, each once (not --node-id)")

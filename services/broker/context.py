@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from services.broker.config import BrokerConfig
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
-from services.broker.replica_manager import SingleNodeReplicaManager
+from services.broker.replica_manager import ReplicaManager
 from services.broker.storage.log import Log
 
 
@@ -16,5 +16,5 @@ class BrokerContext:
     config: BrokerConfig
     log: Log
     offsets: CommittedOffsets
-    replicas: SingleNodeReplicaManager
+    replicas: ReplicaManager
     notifier: DataNotifier

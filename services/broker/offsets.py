@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from common.kaska.errors import InvalidRequestError
 from common.kaska.protocol.codec import BodyReader, BodyWriter
@@ -51,9 +52,12 @@ def decode_commit(record: bytes) -> tuple[Key, int]:
 
 
 class CommittedOffsets:
-    def __init__(self, storage) -> None:
-        """`storage` is the broker's storage Log; the `__offsets` topic is made if missing."""
+    def __init__(self, storage, append: Callable[[bytes], None] | None = None) -> None:
+        """`storage` is the broker's storage Log; the `__offsets` topic is made if missing.
+        `append(batch)` stores one commit batch (the broker routes it through replication, so
+        it returns once a majority holds it); default: straight into the local partition."""
         self._storage = storage
+        self._append_batch = append or (lambda batch: self._partition().append(batch))
         self._lock = threading.Lock()
         self._table: dict[Key, int] = {}
 
@@ -92,8 +96,16 @@ class CommittedOffsets:
     def _append(self, key: Key, offset: int) -> None:
         # Caller holds self._lock.
         batch = encode_batch([encode_commit(*key, offset)])
-        self._partition().append(batch)
+        self._append_batch(batch)
         self._apply(key, offset)
+
+    def absorb(self, batch: bytes) -> None:
+        """Apply one `__offsets` batch replicated from the leader (a follower's table stays
+        current, so it serves at once if it becomes leader)."""
+        with self._lock:
+            for header, whole in iter_batches(batch):
+                for _offset, value in iter_records(whole, header):
+                    self._apply(*decode_commit(value))
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         assert offset >= 0

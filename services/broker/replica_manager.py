@@ -1,55 +1,200 @@
-"""The seam between request handling and the leader/follower role of each partition.
+"""The seam between request handling and replication: who leads, what consumers may see, and
+how the leader appends (data, then its journal entry, then waiting for the acks asked for).
 
 Handlers never decide leadership or visibility themselves: they ask the replica manager who
 leads a partition (NOT_LEADER answers carry its address), which offset is the high watermark
-(the end of what consumers may see) and when a produce is acknowledged. Replication replaces
-`SingleNodeReplicaManager` with a manager that tracks followers; the handlers stay as they are.
+and to append. One broker leads every partition today (the cluster's Raft leader); `role`
+takes the partition so that leadership can later be spread over brokers without touching the
+handlers. A broker without peers is a cluster of one: the same code, committing at once.
+
+Thread-safe: the replication state is an immutable snapshot read without a lock; appends take
+the partition lock, then `_metadata_lock` (so a topic's last batches can never land in the
+journal after its DELETE entry), then the journal's lock.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.kaska.errors import NotLeaderError
-from common.kaska.protocol.metadata import BrokerInfo
+from common.kaska.errors import (
+    InvalidPartitionsError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
+from common.kaska.protocol.produce import ACKS_ALL
+from common.kaska.protocol.replica_fetch import EntryKind
+from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.offsets import OFFSETS_PARTITION
+from services.broker.replication.node import ReplicationNode
+from services.broker.replication.raft import Role
+from services.broker.storage.log import PARTITIONS_MAX, Log
+from services.broker.storage.partition import AppendResult, PartitionLog
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionRole:
     is_leader: bool
-    leader_id: int
+    leader_id: int  # NO_LEADER when unknown
     leader_epoch: int
     leader_address: str  # "host:port", "" when unknown
 
 
-class SingleNodeReplicaManager:
-    """This broker leads every partition at epoch 0; the high watermark is the log end.
+class ReplicaManager:
+    def __init__(self, node: ReplicationNode, advertised: tuple[str, int], log: Log,
+                 ack_timeout_s: float) -> None:
+        self.node = node
+        self._log = log
+        self._ack_timeout_s = ack_timeout_s
+        self._self = BrokerInfo(node.config.node_id, advertised[0], advertised[1])
+        self._brokers = (self._self, *(BrokerInfo(peer.node_id, peer.host, peer.port)
+                                       for peer in node.config.peers))
+        self._metadata_lock = threading.Lock()
+        self._deleting: set[str] = set()
 
-    Thread-safe: it holds no mutable state.
-    """
-
-    LEADER_EPOCH = 0
-
-    def __init__(self, node_id: int, advertised: tuple[str, int]) -> None:
-        self._self = BrokerInfo(node_id, advertised[0], advertised[1])
+    # -- roles -------------------------------------------------------------------------------
 
     def brokers(self) -> tuple[BrokerInfo, ...]:
-        return (self._self,)
+        return self._brokers
 
     def role(self, topic: str, partition: int) -> PartitionRole:
-        return PartitionRole(True, self._self.node_id, self.LEADER_EPOCH, self._self.address)
+        state = self.node.state
+        leader = state.leader_id
+        if leader is None:
+            return PartitionRole(False, NO_LEADER, state.epoch, "")
+        if leader == self._self.node_id:
+            return PartitionRole(state.role is Role.LEADER, leader, state.epoch,
+                                 self._self.address)
+        return PartitionRole(False, leader, state.epoch, self.node.peer_address(leader))
 
     def require_leader(self, topic: str, partition: int) -> PartitionRole:
         role = self.role(topic, partition)
         if not role.is_leader:
-            error = NotLeaderError(f"{topic}/{partition} is led by node {role.leader_id}")
-            error.leader = role.leader_address
-            raise error
+            raise self._not_leader(f"{topic}/{partition}", role)
         return role
 
-    def high_watermark(self, topic: str, partition: int, log) -> int:
-        return log.log_end_offset
+    @staticmethod
+    def _not_leader(what: str, role: PartitionRole) -> NotLeaderError:
+        if role.leader_id == NO_LEADER:
+            error = NotLeaderError(f"{what}: no leader elected yet (epoch {role.leader_epoch})")
+        else:
+            error = NotLeaderError(f"{what} is led by node {role.leader_id}")
+        error.leader = role.leader_address
+        return error
 
-    def await_acks(self, topic: str, partition: int, end_offset: int, acks: int,
-                   timeout_s: float) -> None:
-        """Return once `acks` replicas hold the log up to end_offset (alone: at once)."""
+    def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
+        """The end of what consumers may see: the committed prefix, never above the log end."""
+        return min(self.node.high_watermark(topic, partition), partition_log.log_end_offset)
+
+    def retention_safe_offset(self, topic: str, partition: int) -> int:
+        return self.node.high_watermark(topic, partition)
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append_from(self, topic: str, partition: int, partition_log: PartitionLog,
+                    total_bytes: int, fill: Callable[[memoryview], None], acks: int
+                    ) -> AppendResult:
+        """Receive one batch into the log as leader; answer per `acks` (see module doc)."""
+        role = self.require_leader(topic, partition)
+        epoch = role.leader_epoch
+
+        def journal_it(header, base_offset: int) -> None:
+            with self._metadata_lock:
+                if topic in self._deleting:
+                    raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
+                self.node.journal.append(epoch, EntryKind.BATCH, topic=topic,
+                                         partition=partition, base_offset=base_offset,
+                                         record_count=header.record_count,
+                                         batch_bytes=header.total_bytes)
+
+        result = partition_log.append_from(total_bytes, fill, leader_epoch=epoch,
+                                           on_append=journal_it)
+        self.node.leader_appended()
+        if acks == ACKS_ALL:
+            self._await_high_watermark(topic, partition, result.base_offset
+                                       + result.record_count, epoch)
+        return result
+
+    def append(self, topic: str, partition: int, batch: bytes, acks: int = ACKS_ALL
+               ) -> AppendResult:
+        """The same from bytes in memory (committed offsets)."""
+        source = memoryview(batch).cast("B")
+
+        def copy(region: memoryview) -> None:
+            region[:] = source
+
+        return self.append_from(topic, partition, self._log.partition(topic, partition),
+                                source.nbytes, copy, acks)
+
+    def append_offsets(self, batch: bytes) -> None:
+        self.append(OFFSETS_TOPIC, OFFSETS_PARTITION, batch)
+
+    def _await_high_watermark(self, topic: str, partition: int, end: int, epoch: int) -> None:
+        node = self.node
+
+        def settled() -> bool:
+            return node.high_watermark(topic, partition) >= end or not self._leads(epoch)
+
+        node.wait_changed(settled, self._ack_timeout_s)
+        if node.high_watermark(topic, partition) >= end:
+            return
+        if not self._leads(epoch):
+            raise self._not_leader(f"{topic}/{partition}", self.role(topic, partition))
+        raise NotEnoughReplicasError(f"{topic}/{partition}: offset {end} not on a majority of "
+                                     f"brokers within {self._ack_timeout_s:.0f} s")
+
+    def _leads(self, epoch: int) -> bool:
+        state = self.node.state
+        return state.role is Role.LEADER and state.epoch == epoch
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidPartitionsError(f"{partitions} partitions; 1..{PARTITIONS_MAX} allowed")
+        role = self.require_leader(name, 0)
+        with self._metadata_lock:
+            if name in self._log.topics():
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            entry = self.node.journal.append(role.leader_epoch, EntryKind.CREATE_TOPIC,
+                                             topic=name, partitions=partitions)
+            self._log.create_topic(name, partitions)
+        self.node.leader_appended()
+        self._await_commit(entry.index, role.leader_epoch, name)
+
+    def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
+        """Tombstone the topic's committed offsets, then journal the delete; every broker
+        removes the files once the delete is committed."""
+        role = self.require_leader(name, 0)
+        if name not in self._log.topics():
+            raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        forget_offsets(name)
+        with self._metadata_lock:
+            self._deleting.add(name)
+            try:
+                entry = self.node.journal.append(role.leader_epoch, EntryKind.DELETE_TOPIC,
+                                                 topic=name)
+            except BaseException:
+                self._deleting.discard(name)
+                raise
+        try:
+            self.node.leader_appended()
+            self._await_commit(entry.index, role.leader_epoch, name)
+        finally:
+            with self._metadata_lock:
+                self._deleting.discard(name)
+
+    def _await_commit(self, index: int, epoch: int, what: str) -> None:
+        node = self.node
+        node.wait_changed(lambda: node.state.commit > index or not self._leads(epoch),
+                          self._ack_timeout_s)
+        if node.state.commit > index:
+            return
+        if not self._leads(epoch):
+            raise self._not_leader(what, self.role(what, 0))
+        raise NotEnoughReplicasError(f"{what}: not on a majority of brokers within "
+                                     f"{self._ack_timeout_s:.0f} s")

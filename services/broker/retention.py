@@ -17,9 +17,12 @@ log = logging.getLogger(__name__)
 
 class RetentionThread:
     def __init__(self, storage, interval_ms: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 safe_offset: Callable[[str, int], int] | None = None) -> None:
+        """`safe_offset(topic, partition)`: deletion stays below it (the high watermark)."""
         assert interval_ms > 0
         self._storage = storage
+        self._safe_offset = safe_offset
         self._interval_s = interval_ms / 1000
         self._clock_ms = clock_ms
         self._stop = threading.Event()
@@ -46,7 +49,8 @@ class RetentionThread:
                 continue
             for p in range(partitions):
                 try:
-                    deleted += self._storage.partition(topic, p).apply_retention(now_ms)
+                    upto = None if self._safe_offset is None else self._safe_offset(topic, p)
+                    deleted += self._storage.partition(topic, p).apply_retention(now_ms, upto)
                 except UnknownTopicOrPartitionError:
                     break  # deleted while we walked the list
                 except OSError:

@@ -37,7 +37,8 @@ from services.broker.connection import Connection
 from services.broker.context import BrokerContext
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
-from services.broker.replica_manager import SingleNodeReplicaManager
+from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
@@ -64,6 +65,15 @@ def log_config(config: BrokerConfig) -> LogConfig:
         batch_bytes_max=min(config.frame_bytes_max,
                             config.segment_bytes_max - SEGMENT_HEADER_BYTES),
     )
+
+
+def replication_config(config: BrokerConfig) -> ReplicationConfig:
+    return ReplicationConfig(
+        node_id=config.node_id,
+        peers=tuple(PeerAddress(peer.node_id, peer.host, peer.port) for peer in config.peers),
+        election_timeout_min_s=config.election_timeout_ms_min / 1000,
+        election_timeout_max_s=config.election_timeout_ms_max / 1000,
+        quorum_timeout_s=config.quorum_timeout_ms / 1000, token=config.token)
 
 
 def _timeval(seconds: float) -> bytes:
@@ -103,17 +113,27 @@ class BrokerServer:
         # Bind first (a taken port fails fast), listen only once recovery is done.
         self._listener = self._bind()
         self.storage = Log(config.data_dir, log_config(config))
-        self.offsets = CommittedOffsets(self.storage)
+        notifier = DataNotifier()
+        # Commits are appended through replication; the manager exists only further down.
+        self.offsets = CommittedOffsets(self.storage,
+                                        append=lambda batch: self.replicas.append_offsets(batch))
+        self.node = ReplicationNode(
+            replication_config(config), self.storage, config.data_dir,
+            on_offsets_batch=self.offsets.absorb, on_offsets_truncated=self.offsets.load,
+            on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify)
         self.offsets.load()
         self._listener.listen(config.listen_backlog)
         self.address = self._listener.getsockname()[:2]
         advertised = (config.advertised_host or self.address[0],
                       config.advertised_port or self.address[1])
+        self.replicas = ReplicaManager(self.node, advertised, self.storage,
+                                       config.ack_timeout_s)
         self.context = BrokerContext(
-            config=config, log=self.storage, offsets=self.offsets,
-            replicas=SingleNodeReplicaManager(config.node_id, advertised),
-            notifier=DataNotifier())
-        self._retention = RetentionThread(self.storage, config.retention_check_interval_ms)
+            config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
+            notifier=notifier)
+        self.node.start()
+        self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
+                                          safe_offset=self.replicas.retention_safe_offset)
         self._retention.start()
         for companion in self._companions:
             companion.start()
@@ -136,6 +156,7 @@ class BrokerServer:
         self.context.notifier.stop()
         self._drain_connections()
         self._retention.stop()
+        self.node.stop()
         self._close_storage()
         self._stopped.set()
         log.info("broker %d stopped", self.config.node_id)
@@ -174,6 +195,9 @@ class BrokerServer:
             retention.stop()
         if self._listener is not None:
             self._listener.close()
+        node = getattr(self, "node", None)
+        if node is not None:
+            node.stop()
         storage = getattr(self, "storage", None)
         if storage is not None:
             storage.close()

@@ -13,6 +13,8 @@ from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsRespo
 from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
 from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse
 from common.kaska.protocol.produce import ProduceRequest, ProduceResponse
+from common.kaska.protocol.replica_fetch import ReplicaFetchRequest, ReplicaFetchResponse
+from common.kaska.protocol.vote import VoteRequest, VoteResponse
 
 REQUEST_TYPES = {
     Api.PRODUCE: ProduceRequest,
@@ -26,6 +28,8 @@ REQUEST_TYPES = {
     Api.COMMIT_OFFSET: CommitOffsetRequest,
     Api.FETCH_COMMITTED: FetchCommittedRequest,
     Api.AUTHENTICATE: AuthenticateRequest,
+    Api.VOTE: VoteRequest,
+    Api.REPLICA_FETCH: ReplicaFetchRequest,
 }
 
 RESPONSE_TYPES = {
@@ -40,6 +44,8 @@ RESPONSE_TYPES = {
     Api.COMMIT_OFFSET: EmptyResponse,
     Api.FETCH_COMMITTED: FetchCommittedResponse,
     Api.AUTHENTICATE: EmptyResponse,
+    Api.VOTE: VoteResponse,
+    Api.REPLICA_FETCH: ReplicaFetchResponse,
 }
 assert set(REQUEST_TYPES) == set(Api) == set(RESPONSE_TYPES)
 
@@ -49,5 +55,6 @@ __all__ = [
     "FetchCommittedResponse", "FetchRequest", "FetchResponse", "ListOffsetsRequest",
     "ListOffsetsResponse", "ListTopicsRequest", "ListTopicsResponse", "MessageLengthRequest",
     "MessageLengthResponse", "MetadataRequest", "MetadataResponse", "ProduceRequest",
-    "ProduceResponse", "REQUEST_TYPES", "RESPONSE_TYPES",
+    "ProduceResponse", "REQUEST_TYPES", "RESPONSE_TYPES", "ReplicaFetchRequest",
+    "ReplicaFetchResponse", "VoteRequest", "VoteResponse",
 ]

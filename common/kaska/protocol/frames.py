@@ -28,12 +28,17 @@ class Api(IntEnum):
     COMMIT_OFFSET = 8
     FETCH_COMMITTED = 9
     AUTHENTICATE = 10
+    # Broker to broker (docs/replication.md).
+    VOTE = 32
+    REPLICA_FETCH = 33
 
 
-# Api numbers 32..47 are kept free for broker-to-broker replication (follower fetch, vote,
-# leader epoch, ...) so that adding them never renumbers a client API.
+# Api numbers 32..47 belong to broker-to-broker replication and every client API stays below
+# them, so adding either kind never renumbers the other.
 REPLICATION_APIS_RESERVED = range(32, 48)
-assert not any(api in REPLICATION_APIS_RESERVED for api in Api)
+REPLICATION_APIS = frozenset({Api.VOTE, Api.REPLICA_FETCH})
+assert {api for api in Api if api in REPLICATION_APIS_RESERVED} == REPLICATION_APIS
+assert all(api < REPLICATION_APIS_RESERVED.start for api in Api if api not in REPLICATION_APIS)
 
 VERSION = 0  # every API is at version 0; a broker answers other versions UnsupportedVersion
 
@@ -118,7 +123,7 @@ class ErrorBody:
 
     @classmethod
     def from_error(cls, error: KaskaError) -> ErrorBody:
-        return cls(str(error) or type(error).__name__, getattr(error, "leader", "") or "")
+        return cls(str(error) or type(error).__name__, error.leader or "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ from services.broker.handlers import (
     message_length,
     metadata,
     produce,
+    replica_fetch,
+    vote,
 )
 
 
@@ -47,5 +49,7 @@ HANDLERS: dict[int, Handler] = {
     Api.COMMIT_OFFSET: _v0(commit_offset),
     Api.FETCH_COMMITTED: _v0(fetch_committed),
     Api.AUTHENTICATE: _v0(authenticate),
+    Api.VOTE: _v0(vote),
+    Api.REPLICA_FETCH: _v0(replica_fetch),
 }
 assert set(HANDLERS) == set(Api)

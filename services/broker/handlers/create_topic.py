@@ -1,4 +1,4 @@
-"""CREATE_TOPIC (the storage checks the partition count: InvalidPartitionsError)."""
+"""CREATE_TOPIC: journaled by the leader, answered once a majority of brokers has it."""
 
 from __future__ import annotations
 
@@ -12,5 +12,5 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, CreateTopicRequest)
     client_writable_topic(request.topic)
-    ctx.log.create_topic(request.topic, request.partitions)
+    ctx.replicas.create_topic(request.topic, request.partitions)
     return Reply()

@@ -1,4 +1,5 @@
-"""DELETE_TOPIC: the topic's files, its committed offsets, and wakes its long-polls."""
+"""DELETE_TOPIC: tombstones for its committed offsets, then a journaled delete; every broker
+removes the files (and wakes the topic's long-polls) once the delete is committed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,5 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, DeleteTopicRequest)
     client_writable_topic(request.topic)
-    ctx.log.delete_topic(request.topic)
-    ctx.notifier.forget_topic(request.topic)
-    ctx.offsets.forget_topic(request.topic)
+    ctx.replicas.delete_topic(request.topic, ctx.offsets.forget_topic)
     return Reply()

@@ -9,7 +9,7 @@ wake every waiter at once.
 
 from __future__ import annotations
 
-from common.kaska.errors import OffsetOutOfRangeError
+from common.kaska.errors import OffsetNotAvailableError, OffsetOutOfRangeError
 from common.kaska.protocol.fetch import FetchRequest, encode_response_prefix
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
@@ -26,9 +26,14 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         return replicas.high_watermark(request.topic, request.partition, partition_log)
 
     start = partition_log.log_start_offset
-    if request.offset < start or request.offset > high_watermark():
+    if request.offset < start or request.offset > partition_log.log_end_offset:
         raise OffsetOutOfRangeError(f"offset {request.offset} outside [{start}, "
                                     f"{high_watermark()}] of {request.topic}/{request.partition}")
+    if request.offset > high_watermark():
+        # In this leader's log but not yet known committed (right after a failover).
+        raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark "
+                                      f"{high_watermark()} of {request.topic}/"
+                                      f"{request.partition}; retry")
     wait_ms = min(request.max_wait_ms, ctx.config.fetch_wait_ms_max)
     if request.offset == high_watermark() and wait_ms > 0:
         ctx.notifier.wait_until(request.topic, request.partition,

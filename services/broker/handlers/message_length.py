@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
+from common.kaska.errors import CorruptBatchError, OffsetNotAvailableError, OffsetOutOfRangeError
 from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
 from common.kaska.record_batch import HEADER_BYTES, RECORD_LENGTH_BYTES, parse_header
 from services.broker.body import RequestBody
@@ -38,6 +38,8 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, MessageLengthRequest)
     _role, partition_log = led_partition(ctx, request.topic, request.partition)
     end = ctx.replicas.high_watermark(request.topic, request.partition, partition_log)
+    if end <= request.offset < partition_log.log_end_offset:
+        raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark {end}")
     if not partition_log.log_start_offset <= request.offset < end:
         raise OffsetOutOfRangeError(f"offset {request.offset} outside "
                                     f"[{partition_log.log_start_offset}, {end}) of "

@@ -1,9 +1,11 @@
 """PRODUCE: the batch goes from the socket straight into the log's mapped region.
 
-Only the small prefix (topic, partition, acks) is read into memory; then
-`PartitionLog.append_from` reserves the batch's bytes in the active segment and calls back to
+Only the small prefix (topic, partition, acks) is read into memory; then the replica manager
+has `PartitionLog.append_from` reserve the batch's bytes in the active segment and call back to
 fill them with `recv_into` (zero copy). The storage checks CRC and producer sequence before the
-batch becomes visible; a retried batch is answered with its original offset (duplicate).
+batch becomes visible; a retried batch is answered with its original offset (duplicate). The
+answer waits until a majority of brokers hold the batch (acks=all) or the leader has it
+(acks=1); consumers are woken when the high watermark passes it, not here.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     prefix = read_prefix(body.read_exact)
     client_writable_topic(prefix.topic)
-    role, partition_log = led_partition(ctx, prefix.topic, prefix.partition)
+    _role, partition_log = led_partition(ctx, prefix.topic, prefix.partition)
     batch_bytes = body.remaining
     if batch_bytes < HEADER_BYTES:
         raise CorruptBatchError(f"a batch of {batch_bytes} bytes cannot hold its header")
@@ -29,11 +31,7 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         body.rearm()  # the wait for the partition lock is not this client's delay
         body.recv_into_exactly(region)
 
-    result = partition_log.append_from(batch_bytes, fill, leader_epoch=role.leader_epoch)
-    end_offset = result.base_offset + result.record_count
-    ctx.replicas.await_acks(prefix.topic, prefix.partition, end_offset, prefix.acks,
-                            ctx.config.read_timeout_s)
-    if not result.duplicate:
-        ctx.notifier.notify(prefix.topic, prefix.partition)
+    result = ctx.replicas.append_from(prefix.topic, prefix.partition, partition_log,
+                                      batch_bytes, fill, prefix.acks)
     return Reply(ProduceResponse(result.base_offset, result.record_count,
                                  result.duplicate).encode())

@@ -31,3 +31,8 @@ class DataDirectoryLockedError(StorageError):
 
 class PartitionClosedError(UnknownTopicOrPartitionError):
     """The partition was closed (its topic deleted, or the broker shutting down)."""
+
+
+class ReplicaOffsetMismatchError(StorageError):
+    """A replicated batch (or a restart point) that does not continue this partition's log:
+    the follower's log and the leader's disagree on where it ends."""

@@ -49,9 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.kaska.errors import CorruptBatchError, MessageTooLargeError, OffsetOutOfRangeError
-from common.kaska.record_batch import HEADER_BYTES
+from common.kaska.record_batch import HEADER_BYTES, BatchHeader, parse_header
 from services.broker.storage.config import LogConfig
-from services.broker.storage.errors import CorruptSegmentError, PartitionClosedError
+from services.broker.storage.errors import (
+    CorruptSegmentError,
+    PartitionClosedError,
+    ReplicaOffsetMismatchError,
+)
 from services.broker.storage.producer_state import ProducerStateTable
 from services.broker.storage.segment import FileSlice, LogSegment, log_path
 
@@ -60,6 +64,9 @@ __all__ = ["AppendResult", "FileSlice", "PartitionLog"]
 log = logging.getLogger(__name__)
 
 _SEGMENT_NAME_DIGITS = 20
+
+
+OnAppend = Callable[[BatchHeader, int], None]
 
 
 @dataclass(frozen=True)
@@ -138,13 +145,17 @@ class PartitionLog:
     # -- appending -----------------------------------------------------------------------
 
     def append_from(self, total_bytes: int, fill: Callable[[memoryview], None],
-                    leader_epoch: int = 0) -> AppendResult:
+                    leader_epoch: int = 0, on_append: OnAppend | None = None) -> AppendResult:
         """Reserve total_bytes (one whole batch as it came on the wire) in the active segment
         (rolling first if it does not fit), call fill(region) -- the server does
         sock.recv_into(region) in a loop here -- then validate the header and CRC in place,
         check the producer table, stamp base offset and epoch, and only then make it visible
         and advance log_end_offset. A CorruptBatchError / sequence error leaves nothing visible.
         An exception from fill (broken socket) leaves nothing visible and re-raises.
+        `on_append(header, base_offset)` runs under the lock once the batch is valid and will be
+        appended (never for a duplicate), before it is stamped and visible; if it raises, the
+        batch is discarded. Replication writes its journal entry there, in the partition's
+        own order, and refuses appends of a deposed leader.
 
         The partition lock is held while fill runs: other appends to this partition wait, so
         the caller must bound fill (socket timeout). Reads are not blocked.
@@ -157,33 +168,61 @@ class PartitionLog:
                                        f"batch_bytes_max {self.config.batch_bytes_max}")
         with self._lock:
             self._check_open()
-            return self._append_locked(total_bytes, fill, leader_epoch)
+            return self._append_locked(total_bytes, fill, leader_epoch, on_append)
 
-    def append(self, batch: bytes | memoryview, leader_epoch: int = 0) -> AppendResult:
-        """Same through a copy (tests, internal topics, replication)."""
+    def append(self, batch: bytes | memoryview, leader_epoch: int = 0,
+               on_append: OnAppend | None = None) -> AppendResult:
+        """Same through a copy (tests, internal topics)."""
         source = memoryview(batch).cast("B")
 
         def copy(region: memoryview) -> None:
             region[:] = source
 
-        return self.append_from(source.nbytes, copy, leader_epoch)
+        return self.append_from(source.nbytes, copy, leader_epoch, on_append)
+
+    def append_replica(self, batch: bytes | memoryview,
+                       on_append: OnAppend | None = None) -> AppendResult:
+        """A batch copied byte for byte from the leader's log, already stamped: it must start
+        at this log's end; it is CRC-checked like a produce and keeps its offset and epoch.
+        The producer table records it without the sequence check: a follower stores exactly
+        what the leader stored (the leader already deduplicated)."""
+        source = memoryview(batch).cast("B")
+        stamped = parse_header(source)
+        if stamped.total_bytes != source.nbytes:
+            raise CorruptBatchError(f"replicated batch says {stamped.total_bytes} bytes, "
+                                    f"carries {source.nbytes}")
+        with self._lock:
+            self._check_open()
+            if stamped.base_offset != self._leo:
+                raise ReplicaOffsetMismatchError(
+                    f"{self.directory}: replicated batch at offset {stamped.base_offset}, "
+                    f"log ends at {self._leo}")
+
+            def copy(region: memoryview) -> None:
+                region[:] = source
+
+            return self._append_locked(source.nbytes, copy, stamped.leader_epoch, on_append,
+                                       replica=True)
 
     def _append_locked(self, total_bytes: int, fill: Callable[[memoryview], None],
-                       leader_epoch: int) -> AppendResult:
+                       leader_epoch: int, on_append: OnAppend | None = None,
+                       replica: bool = False) -> AppendResult:
         segment = self._segment_for(total_bytes)
         region = segment.reserve(total_bytes)
+        base_offset = self._leo
         try:
             fill(region)
             del region
             header = segment.validate_reservation()
-            original = self._producers.check(header)
+            original = None if replica else self._producers.check(header)
+            if original is None and on_append is not None:
+                on_append(header, base_offset)
         except BaseException:
             segment.discard()
             raise
         if original is not None:
             segment.discard()
             return AppendResult(original.base_offset, original.record_count, duplicate=True)
-        base_offset = self._leo
         self._dirty = True
         segment.commit(header, base_offset, leader_epoch)
         self._producers.record(header, base_offset)
@@ -290,6 +329,20 @@ class PartitionLog:
         self._publish(segments[:i + 1])
         self._leo = batch_base
 
+    def restart_at(self, offset: int) -> None:
+        """Empty the partition and start it again at `offset` (a follower whose leader no
+        longer has the bytes before `offset`). Only forward: the log must end at or before."""
+        with self._lock:
+            self._check_open()
+            if offset < self._leo:
+                raise ReplicaOffsetMismatchError(f"{self.directory}: cannot restart at {offset}, "
+                                                 f"the log already ends at {self._leo}")
+            if offset == self._leo and self._view[0][0].base_offset == offset:
+                return
+            self._dirty = True
+            self._truncate_fully_locked(list(self._view[0]), offset)
+            self._producers.clear()
+
     def _truncate_fully_locked(self, segments: list[LogSegment], offset: int) -> None:
         for segment in segments:
             self._forget(segment)
@@ -298,16 +351,20 @@ class PartitionLog:
         self._publish([fresh])
         self._leo = offset
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int, upto_offset: int | None = None) -> int:
         """Delete whole segments from the front while the partition stays at or above
         retention_bytes without them, or while their newest batch timestamp is older than
-        retention_ms at wall-clock `now_ms`; never the active segment. Segments deleted."""
+        retention_ms at wall-clock `now_ms`; never the active segment, and never a segment
+        holding an offset at or above `upto_offset` (the high watermark: a follower may still
+        need it). Segments deleted."""
         with self._lock:
             self._check_open()
             segments = list(self._view[0])
             total_bytes = sum(segment.size_bytes for segment in segments)
             doomed = 0
             for segment in segments[:-1]:
+                if upto_offset is not None and segment.next_offset > upto_offset:
+                    break
                 if not self._expired(segment, total_bytes, now_ms):
                     break
                 total_bytes -= segment.size_bytes

@@ -58,7 +58,8 @@ def test_health_checkers_start_after_the_servers_and_before_the_clients():
     checkers = {f"healthchecker-{i}" for i in (1, 2, 3)}
     servers = {n for n in services
                if n not in checkers and not n.startswith(("client-", "datagen"))}
-    probed = {"spark-master", "spark-worker-1", "spark-worker-2", "spark-worker-3", "broker-1"}
+    probed = {"spark-master", "spark-worker-1", "spark-worker-2", "spark-worker-3",
+              "broker-1", "broker-2", "broker-3"}
     for name in checkers:
         depends_on = services[name]["depends_on"]
         assert set(depends_on) == servers
@@ -73,8 +74,10 @@ def test_rows_and_seed_reach_the_data_generator():
     assert "--rows 12345 --seed 7 --out /data" in command
 
 
-@pytest.mark.parametrize("field, value", [("brokers", 2), ("healthcheckers", 0),
-                                          ("spark_workers", 0), ("rows", 0), ("clients", -1)])
+@pytest.mark.parametrize("field, value", [("brokers", 2), ("brokers", 4), ("brokers", 0),
+                                          ("brokers", -1), ("brokers", 11),
+                                          ("healthcheckers", 0), ("spark_workers", 0),
+                                          ("rows", 0), ("clients", -1)])
 def test_shapes_outside_the_bounds_are_refused(field, value):
     with pytest.raises(DeploymentShapeError, match=field):
         DeploymentShape(**{field: value}).check()
@@ -84,9 +87,24 @@ def test_questions_take_defaults_on_enter_and_ask_again_after_a_bad_answer():
     answers = iter(["", "x", "4", "", "2", "50_000"])
     out = io.StringIO()
     shape = compose_generator.ask(read=lambda prompt: next(answers), out=out)
-    assert shape == DeploymentShape(brokers=1, healthcheckers=4, spark_workers=2,
+    assert shape == DeploymentShape(brokers=3, healthcheckers=4, spark_workers=2,
                                     clients=2, rows=50_000)
     assert "'x' is not a whole number" in out.getvalue()
+
+
+def test_an_even_number_of_brokers_is_asked_again():
+    answers = iter(["2", "5", "", "", "", ""])
+    prompts = []
+    out = io.StringIO()
+
+    def read(prompt):
+        prompts.append(prompt)
+        return next(answers)
+
+    shape = compose_generator.ask(read=read, out=out)
+    assert shape == DeploymentShape(brokers=5)
+    assert prompts[0].startswith("brokers") and prompts[0] == prompts[1]
+    assert "brokers must be odd" in out.getvalue()
 
 
 def test_flags_write_the_file_and_no_flags_without_terminal_mean_defaults(tmp_path):
@@ -101,5 +119,61 @@ def test_refused_shape_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         compose_generator.main(["--brokers", "2", "--out", str(tmp_path / "c.yaml")])
     assert exited.value.code == 2
-    assert "no broker replication yet" in capsys.readouterr().err
+    assert "brokers must be odd" in capsys.readouterr().err
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_the_default_is_a_cluster_of_three_brokers():
+    assert DeploymentShape().brokers == 3
+    services = _services(DEV_FILE.read_text())
+    assert {f"broker-{i}" for i in (1, 2, 3)} <= set(services) and "broker-4" not in services
+
+
+def _flag(command: list[str], name: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in command if a.startswith(f"--{name}=")]
+    assert len(values) <= 1, (name, command)
+    return values[0] if values else None
+
+
+@pytest.mark.parametrize("brokers", [1, 3, 5])
+def test_brokers_form_one_cluster_each_naming_the_others(brokers):
+    document = yaml.safe_load(render(DeploymentShape(brokers=brokers, clients=2).check()))
+    services = document["services"]
+    names = [f"broker-{i}" for i in range(1, brokers + 1)]
+    assert [n for n in services if n.startswith("broker-")] == names
+    bootstrap = ",".join(f"{name}:9092" for name in names)
+    for i, name in enumerate(names, start=1):
+        command = services[name]["command"]
+        assert command[:3] == ["python", "-m", "services.broker"]
+        assert _flag(command, "node-id") == str(i)
+        assert _flag(command, "listen") == "0.0.0.0:9092"
+        assert _flag(command, "advertise") == f"{name}:9092"
+        assert _flag(command, "data-dir") == "/var/lib/flights/kaska"
+        assert _flag(command, "heartbeat-targets") == \
+            "healthchecker-1:9500,healthchecker-2:9500,healthchecker-3:9500"
+        peers = _flag(command, "peers")
+        if brokers == 1:
+            assert peers is None  # a cluster of one
+        else:
+            assert peers.split(",") == [f"{j}@broker-{j}:9092"
+                                        for j in range(1, brokers + 1) if j != i]
+        assert services[name]["volumes"] == [f"{name}-data:/var/lib/flights"]
+        assert services[name]["labels"]["flights.service"] == name
+        assert services[name]["labels"]["flights.supervised"] == "true"
+        assert "healthcheck" in services[name]
+        assert "depends_on" not in services[name]  # brokers start together and elect
+    volumes = document["volumes"]
+    assert [v for v in volumes if v.startswith("broker-")] == [f"{n}-data" for n in names]
+    assert _flag(services["query-service"]["command"], "brokers") == bootstrap
+    for client in ("client-1", "client-2"):
+        assert f"--brokers {bootstrap} " in services[client]["command"][-1]
+    for dependent in ("query-service", "client-1", "client-2", "healthchecker-1"):
+        depends_on = services[dependent]["depends_on"]
+        assert all(depends_on[name]["condition"] == "service_healthy" for name in names)
+        assert not any(n.startswith("broker-") and n not in names for n in depends_on)
+
+
+@pytest.mark.parametrize("brokers", [2, 4])
+def test_an_even_number_of_brokers_is_refused_with_a_reason(brokers):
+    with pytest.raises(DeploymentShapeError, match=f"brokers must be odd.*got {brokers}"):
+        DeploymentShape(brokers=brokers).check()

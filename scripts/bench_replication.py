@@ -1,0 +1,253 @@
+"""Replication's price and its failover time, measured side by side in one run.
+
+    python -m scripts.bench_replication [--records N] [--record-bytes B] [--repeats 5]
+        [--failovers 20]
+
+Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
+this machine; `repeats` rounds interleave them (single, cluster all, cluster one, ...) so the
+machine's noise is shared, each round producing the same pre-encoded idempotent batches (see
+scripts/bench_broker.py) with up to `--in-flight` requests unanswered. The ratio that matters
+is `cluster_acks_all_vs_single` = single round time / cluster round time, median over rounds.
+
+Failover: `failovers` times, the cluster's leader is SIGKILLed while a producer sends one
+small batch after another (acks=all) through the bootstrap list; the time from the kill to
+the first batch acknowledged afterwards (necessarily by a new leader) is one trial. The killed
+broker is restarted and the cluster settles before the next trial. Median and max reported.
+
+Prints one JSON line. Every broker is a child process on 127.0.0.1 with a temporary data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common.kaska import Admin
+from common.kaska.cluster import Cluster
+from common.kaska.connection import BrokerConnection
+from common.kaska.errors import DuplicateSequenceError, KaskaError
+from common.kaska.protocol import MetadataRequest, ProduceRequest
+from common.kaska.protocol.metadata import NO_LEADER
+from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
+from common.kaska.record_batch import encode_batch
+from common.kaska.retry import RetryPolicy
+from scripts.bench_broker import BROKER_TIMEOUT_S, Child, build_batches, measured, produce
+
+TOPIC = "bench"
+SETTLE_TIMEOUT_S = 60.0
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class LocalCluster:
+    """N brokers (child processes) that know each other; `size` 1 is a lone broker."""
+
+    def __init__(self, work: Path, size: int, name: str) -> None:
+        self.work = work
+        self.name = name
+        self.ports = dict(zip(range(1, size + 1), free_ports(size), strict=True))
+        self.children: dict[int, Child] = {}
+        for node in self.ports:
+            self.start(node)
+
+    def argv(self, node: int) -> list[str]:
+        peers = ",".join(f"{other}@127.0.0.1:{port}" for other, port in self.ports.items()
+                         if other != node)
+        argv = [sys.executable, "-m", "services.broker", "--node-id", str(node), "--listen",
+                f"127.0.0.1:{self.ports[node]}", "--data-dir",
+                str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING"]
+        return argv + (["--peers", peers] if peers else [])
+
+    def start(self, node: int) -> None:
+        self.children[node] = Child(self.argv(node), self.work / f"{self.name}-{node}.log")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+
+    def leader(self, timeout_s: float = SETTLE_TIMEOUT_S) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node, port in self.ports.items():
+                if self.children[node].proc.poll() is not None:
+                    continue
+                leader = self._leader_seen_by(port)
+                if leader is not None:
+                    return leader
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: no leader within {timeout_s:.0f} s")
+
+    @staticmethod
+    def _leader_seen_by(port: int) -> int | None:
+        try:
+            connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
+                                          connect_timeout_s=1.0)
+        except KaskaError:
+            return None
+        try:
+            response = connection.request(MetadataRequest((TOPIC,)))
+        except KaskaError:
+            return None
+        finally:
+            connection.close()
+        partitions = response.topics.get(TOPIC)
+        if not partitions or partitions[0].leader_id == NO_LEADER:
+            return None
+        return partitions[0].leader_id
+
+    def leader_connection(self) -> BrokerConnection:
+        return BrokerConnection(("127.0.0.1", self.ports[self.leader()]),
+                                request_timeout_s=BROKER_TIMEOUT_S)
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            if child.proc.poll() is None:
+                child.stop()
+
+
+def create_topic(cluster: LocalCluster) -> None:
+    with Admin(cluster.bootstrap, retry=RetryPolicy(retries_max=60, backoff_s_max=0.5)) as admin:
+        admin.create_topic(TOPIC, 1)
+    cluster.leader()
+
+
+def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int,
+                     acks: int) -> tuple[float, float]:
+    leader = cluster.leader()
+    connection = cluster.leader_connection()
+    try:
+        return measured(cluster.children[leader], lambda: produce(
+            connection, TOPIC, batches, in_flight, acks))
+    finally:
+        connection.close()
+
+
+def throughput(work: Path, args: argparse.Namespace) -> dict:
+    single = LocalCluster(work, 1, "single")
+    cluster = LocalCluster(work, 3, "cluster")
+    rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": []}
+    try:
+        create_topic(single)
+        create_topic(cluster)
+        for repeat in range(args.repeats):
+            # A fresh producer id per round: the broker would take the same sequences for
+            # retries of the previous round's batches.
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=repeat.to_bytes(16, "big"))
+            rounds["single"].append(throughput_round(single, batches, args.in_flight,
+                                                     ACKS_ALL)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(1000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_all"].append(throughput_round(cluster, batches,
+                                                               args.in_flight, ACKS_ALL)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(2000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_1"].append(throughput_round(cluster, batches, args.in_flight,
+                                                             ACKS_LEADER)[0])
+    finally:
+        single.stop()
+        cluster.stop()
+    payload_mb = args.records * args.record_bytes / 1e6
+    ratios = [s / c for s, c in zip(rounds["single"], rounds["cluster_acks_all"], strict=True)]
+    return {
+        "single_produce_mb_s": round(payload_mb / statistics.median(rounds["single"]), 1),
+        "cluster_acks_all_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_all"]), 1),
+        "cluster_acks_1_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_1"]), 1),
+        "cluster_acks_all_vs_single": round(statistics.median(ratios), 2),
+        "cluster_acks_all_vs_single_each": [round(r, 2) for r in ratios],
+    }
+
+
+def failover_trial(cluster: LocalCluster, producer_id: bytes) -> float:
+    """Kill the leader between two produces; seconds from the kill to the next ack (the
+    client retries every 10-50 ms, following the cluster to its new leader)."""
+    leader = cluster.leader()
+    client = Cluster(cluster.bootstrap, request_timeout_s=2.0, connect_timeout_s=0.5,
+                     retry=RetryPolicy(retries_max=10_000, backoff_s_initial=0.01,
+                                       backoff_s_max=0.05))
+    sequence = 0
+
+    def send_one() -> None:
+        nonlocal sequence
+        batch = encode_batch([b"x" * 100], producer_id=producer_id, sequence=sequence)
+        client.call(ProduceRequest(TOPIC, 0, ACKS_ALL, batch), route=(TOPIC, 0),
+                    ok_after_delivery=(DuplicateSequenceError,))
+        sequence += 1
+
+    try:
+        send_one()  # the cluster answers before the kill
+        cluster.children[leader].proc.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        cluster.children[leader].proc.wait()
+        send_one()
+        took_s = time.monotonic() - killed_at
+    finally:
+        client.close()
+    cluster.children[leader].proc.stdout.close()
+    cluster.start(leader)
+    return took_s
+
+
+def failover(work: Path, trials: int) -> dict:
+    cluster = LocalCluster(work, 3, "failover")
+    try:
+        create_topic(cluster)
+        times = [failover_trial(cluster, (5000 + trial).to_bytes(16, "big"))
+                 for trial in range(trials)]
+    finally:
+        cluster.stop()
+    return {"failover_trials": trials,
+            "failover_s_median": round(statistics.median(times), 2),
+            "failover_s_max": round(max(times), 2),
+            "failover_s_each": [round(t, 2) for t in times]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_replication",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--failovers", type=int, default=20)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    try:
+        result = {"records": args.records, "record_bytes": args.record_bytes,
+                  "repeats": args.repeats}
+        if args.repeats:
+            result |= throughput(work, args)
+        if args.failovers:
+            result |= failover(work, args.failovers)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

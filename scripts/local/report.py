@@ -1,0 +1,91 @@
+"""What a run prints about itself: the clients' log lines as they come, each session's outcome
+and timings, kills and restarts, where things are."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scripts.local import console
+from scripts.local.layout import CHECKER_PREFIX, RunLayout
+
+if TYPE_CHECKING:
+    from scripts.local.chaos import ChaosThread
+    from scripts.local.sessions import ClientRun
+
+RESTART_LINE = re.compile(r"RESTARTED service=(\S+)")
+
+
+class LogTail:
+    """Prints the new lines of some log files, prefixed with their service name."""
+
+    def __init__(self, paths: dict[str, Path]) -> None:
+        self.paths = paths
+        self.offsets = dict.fromkeys(paths, 0)
+
+    def print_new(self) -> None:
+        for name, path in self.paths.items():
+            if not path.exists():
+                continue
+            with open(path, "rb") as file:
+                file.seek(self.offsets[name])
+                data = file.read()
+            complete = data[:data.rfind(b"\n") + 1]
+            self.offsets[name] += len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                console.say(f"[{name}] {line}")
+
+
+def restarts_in_logs(layout: RunLayout) -> Counter:
+    """Service name → restarts the health checkers logged (`RESTARTED service=...`)."""
+    restarts: Counter = Counter()
+    for path in sorted(layout.logs_dir.glob(f"{CHECKER_PREFIX}*.log")):
+        restarts.update(RESTART_LINE.findall(path.read_text(errors="replace")))
+    return restarts
+
+
+def describe_session(run: ClientRun) -> list[str]:
+    summary = run.summary
+    if run.outcome != "completed":
+        return [f"  {run.name}: {run.outcome}: {summary.get('error') or ''}".rstrip()]
+    sent = summary["rows_sent"]
+    rejected = sum(n for kinds in summary["rows_rejected"].values() for n in kinds.values())
+    invalid = summary["rows_invalid_for_queries"].get("q4", {})
+    rows = ", ".join(f"{q} {n:,}" for q, n in summary["rows_per_query"].items())
+    return [
+        f"  {run.name}: {sent.get('flights', 0):,} flights and {sent.get('airports', 0):,} "
+        f"airports sent, {rejected:,} rows rejected by the reader, "
+        f"{sum(invalid.values()):,} invalid for the queries",
+        f"    results: {rows}",
+        f"    {describe_timings(summary)}",
+        f"    files: {run.results_dir}/q1.csv ... q4.csv, summary.json, report.html",
+    ]
+
+
+def describe_timings(summary: dict) -> str:
+    timings = summary["timings_s"]
+    phases = [f"{label} {timings[key]:.1f} s" for key, label in (
+        ("upload", "upload"), ("results_wait", "query (upload end to last result)"),
+        ("total", "total")) if key in timings]
+    resumed = " (a resumed client: earlier instances did the rest)" if summary["resumed"] else ""
+    return f"the client's last run: {', '.join(phases)}{resumed}"
+
+
+def print_report(runs: list[ClientRun], layout: RunLayout, chaos: ChaosThread | None,
+                 sessions_s: float, total_s: float) -> int:
+    """Prints the run's outcome; the exit status: 0 only if every session completed."""
+    completed = sum(run.outcome == "completed" for run in runs)
+    console.say(f"\n{completed} of {len(runs)} sessions completed; sessions took "
+                f"{sessions_s:.1f} s, the whole run {total_s:.1f} s")
+    for run in runs:
+        for line in describe_session(run):
+            console.say(line)
+    if chaos is not None:
+        killed = Counter(kill.name for kill in chaos.kills)
+        restarts = restarts_in_logs(layout)
+        console.say(f"chaos: {len(chaos.kills)} kills {dict(sorted(killed.items()))}; "
+                    f"health-checker restarts {dict(sorted(restarts.items()))}")
+    console.say(f"logs: {layout.logs_dir}")
+    return 0 if completed == len(runs) else 1

@@ -1,0 +1,59 @@
+"""REPLICA_FETCH (broker to broker): a follower pulls journal entries from the leader.
+
+The answer is the consumer FETCH path again: a small prefix in memory (the entry headers), then
+every BATCH entry's bytes straight from the segment files with `os.sendfile`, in entry order.
+A batch the leader no longer has (its topic deleted, or retention) goes as a SKIPPED entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from common.kaska.errors import UnknownServerError, UnknownTopicOrPartitionError
+from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
+from services.broker.body import RequestBody
+from services.broker.context import BrokerContext
+from services.broker.handlers.common import read_request
+from services.broker.replication.journal import JournalEntry
+from services.broker.reply import Reply
+from services.broker.storage.partition import FileSlice
+
+
+def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
+    request = read_request(ctx, body, ReplicaFetchRequest)
+    response, entries = ctx.replicas.node.answer_fetch(request)
+    headers: list[EntryHeader] = []
+    slices: list[FileSlice] = []
+    for entry in entries:
+        found = _batch_slices(ctx, entry) if entry.kind is EntryKind.BATCH else None
+        if found is not None:
+            slices.extend(found)
+        headers.append(_header(entry, found is not None))
+    response = replace(response, entries=tuple(headers))
+    return Reply(response.encode_prefix(), slices)
+
+
+def _header(entry: JournalEntry, with_bytes: bool) -> EntryHeader:
+    kind = entry.kind
+    if kind is EntryKind.BATCH and not with_bytes:
+        kind = EntryKind.SKIPPED
+    return EntryHeader(entry.index, entry.epoch, kind, entry.topic, entry.partition,
+                       entry.base_offset, entry.record_count, entry.partitions,
+                       entry.batch_bytes if with_bytes else 0)
+
+
+def _batch_slices(ctx: BrokerContext, entry: JournalEntry) -> list[FileSlice] | None:
+    """The file slices of exactly this entry's batch, or None when the leader lost them."""
+    try:
+        partition = ctx.log.partition(entry.topic, entry.partition)
+    except UnknownTopicOrPartitionError:
+        return None
+    if entry.base_offset < partition.log_start_offset:
+        return None
+    slices = partition.read(entry.base_offset, entry.batch_bytes, upto_offset=entry.end_offset)
+    if sum(piece.nbytes for piece in slices) != entry.batch_bytes:
+        # The journal and the log disagree: never send a follower something else.
+        raise UnknownServerError(f"journal entry {entry.index} says {entry.batch_bytes} bytes "
+                                 f"at {entry.topic}/{entry.partition}@{entry.base_offset}, "
+                                 "the log has others")
+    return slices

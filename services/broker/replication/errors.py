@@ -1,0 +1,38 @@
+"""Replication errors that never travel on the wire as themselves.
+
+They subclass KaskaError (wire code: unknown server error) so a request thread answers them
+like any broker fault and the replication loop, which survives KaskaError, keeps running.
+A deposed leader's append is refused with `common.kaska.errors.NotLeaderError` instead, since
+that one the client must see (and retry against the new leader).
+"""
+
+from __future__ import annotations
+
+from common.kaska.errors import KaskaError
+
+
+class ReplicationError(KaskaError):
+    """Base of the broker's replication errors."""
+
+
+class CorruptJournalError(ReplicationError):
+    """A journal file whose header is not a Kaska journal's (no `KJNL` magic, unknown format
+    version, shorter than the header). Never repaired automatically: an empty journal would
+    make `reconcile` delete every topic, so the broker refuses to start instead."""
+
+
+class InvalidJournalEntryError(ReplicationError):
+    """An entry that cannot be stored: a field out of its on-disk range, a topic name longer
+    than the bound, an unknown kind."""
+
+
+class JournalGapError(ReplicationError):
+    """A follower's entry whose index is not the journal's end (the indexes must stay dense)."""
+
+
+class JournalEpochError(ReplicationError):
+    """An entry whose epoch is below the journal's last epoch (epochs never go back)."""
+
+
+class JournalClosedError(ReplicationError):
+    """The journal was closed (the broker is stopping)."""

@@ -1,0 +1,490 @@
+"""Journal: the replication journal, the Raft log of the cluster (docs/replication.md).
+
+One entry per change to the data directory, in the one order the leader made them; the
+partition files hold the bytes BATCH entries point at.
+
+File format (`DIR/journal.log`), big-endian:
+
+    0   4  magic           b"KJNL"
+    4   2  format_version  JOURNAL_FORMAT_VERSION
+    6   2  reserved        0
+    8  ..  records back to back, one per entry:
+
+    u32 length (of the payload) | u32 crc32c(payload) | payload
+    payload: i64 index | i32 epoch | u8 kind | u16 topic length | topic (utf-8)
+             | u32 partition | i64 base_offset | u32 record_count | u32 partitions
+             | u32 batch_bytes
+
+A payload is PAYLOAD_BYTES_MIN..PAYLOAD_BYTES_MAX bytes (the topic is at most
+TOPIC_BYTES_MAX = 249 utf-8 bytes; topic names are ASCII). The file is created whole under a
+temporary name and renamed into place, so `journal.log` always carries its header; one whose
+header is wrong is never "repaired" (CorruptJournalError): an empty journal would make
+`reconcile` delete every topic.
+
+Invariants:
+- Indexes are dense from 0: entry i sits at list position i, and `end` is the next index.
+- Epochs never decrease along the journal. The epoch cache `epochs()` -- (epoch, first index)
+  for every epoch that has entries -- is derived from the entries, never stored.
+- The file holds exactly the entries in memory: header, then their records, nothing after.
+  An append is one `os.write` on an O_APPEND descriptor (a failed or short write is cut off
+  again), truncation is one `ftruncate` at a remembered record position.
+
+Recovery on open: records are read in order and the first one that is torn (short), too long
+or short for its fields, fails its CRC, has an unknown kind or a non-utf-8 topic, has an index
+other than the previous + 1 (the first must be 0), or an epoch below the previous entry's ends
+the journal: the file is cut there (ftruncate + fsync) with a logged warning.
+
+Durability: an entry is in the page cache (it survives a SIGKILL of the broker) once `append`
+returns; `flush` fsyncs. `truncate` fsyncs at once (it is rare, and a truncation lost to a
+machine crash would bring back entries of an abandoned history).
+
+Thread-safety: `_lock` guards the entries, the file end and the leading epoch; it is the
+innermost lock of the broker (callers hold the node lock and a partition lock around
+`append`), so nothing here takes another lock or waits on the network while holding it.
+`end`, `last_epoch` and `epochs()` are lock-free reads of values republished whole;
+`entry`, `entries` and `end_of_epoch` take the lock for a consistent view. `flush` fsyncs
+outside `_lock` (appends go on meanwhile) under `_sync_lock`, which `close` also takes, so the
+descriptor is never closed under a running fsync. Lock order: `_sync_lock` → `_lock`.
+
+Fencing: the leader appends with `append(epoch, ...)`, which raises NotLeaderError unless
+`epoch` is the one set by `set_leading_epoch`; the node clears it when the broker stops
+leading, so a deposed leader's late produce can never add an entry behind its successor's back.
+Followers copy the leader's entries with `append_replica`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+import threading
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from common.kaska.errors import NotLeaderError
+from common.kaska.protocol.replica_fetch import EntryKind
+from services.broker.replication.errors import (
+    CorruptJournalError,
+    InvalidJournalEntryError,
+    JournalClosedError,
+    JournalEpochError,
+    JournalGapError,
+)
+from services.broker.storage.partition import fsync_directory
+
+__all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH"]
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "journal.log"
+JOURNAL_MAGIC = b"KJNL"
+JOURNAL_FORMAT_VERSION = 1
+NO_EPOCH = -1  # end_of_epoch's answer when no epoch qualifies (same value as raft.NO_EPOCH)
+TOPIC_BYTES_MAX = 249
+
+_FILE_HEADER = struct.Struct(">4sHH")
+_PREFIX = struct.Struct(">II")  # payload length, crc32c
+_HEAD = struct.Struct(">qiBH")  # index, epoch, kind, topic length
+_TAIL = struct.Struct(">IqIII")  # partition, base_offset, record_count, partitions, batch_bytes
+FILE_HEADER_BYTES = _FILE_HEADER.size
+RECORD_PREFIX_BYTES = _PREFIX.size
+PAYLOAD_BYTES_MIN = _HEAD.size + _TAIL.size
+PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MIN + TOPIC_BYTES_MAX
+_READ_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One journal entry; fields a kind does not use stay at their defaults."""
+
+    index: int
+    epoch: int
+    kind: EntryKind
+    topic: str = ""
+    partition: int = 0
+    base_offset: int = 0  # BATCH, SKIPPED
+    record_count: int = 0  # BATCH, SKIPPED
+    partitions: int = 0  # CREATE_TOPIC
+    batch_bytes: int = 0  # BATCH: the batch's size in its partition file
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, EntryKind):
+            try:
+                object.__setattr__(self, "kind", EntryKind(self.kind))
+            except ValueError:
+                raise InvalidJournalEntryError(f"unknown entry kind {self.kind!r}") from None
+
+    @property
+    def end_offset(self) -> int:
+        """The partition offset after this entry's records (BATCH, SKIPPED)."""
+        return self.base_offset + self.record_count
+
+
+# -- the record codec ---------------------------------------------------------------------
+
+
+def encode_entry(entry: JournalEntry) -> bytes:
+    """The entry's record (prefix and payload); InvalidJournalEntryError when a field does not
+    fit its on-disk range."""
+    topic = entry.topic.encode("utf-8")
+    if len(topic) > TOPIC_BYTES_MAX:
+        raise InvalidJournalEntryError(f"topic of {len(topic)} bytes; {TOPIC_BYTES_MAX} allowed")
+    if entry.index < 0 or entry.epoch < 0 or entry.base_offset < 0:
+        raise InvalidJournalEntryError(f"negative index, epoch or base offset in {entry}")
+    try:
+        payload = b"".join((
+            _HEAD.pack(entry.index, entry.epoch, entry.kind, len(topic)), topic,
+            _TAIL.pack(entry.partition, entry.base_offset, entry.record_count,
+                       entry.partitions, entry.batch_bytes)))
+    except struct.error as exc:
+        raise InvalidJournalEntryError(f"{entry}: {exc}") from None
+    return _PREFIX.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+class _InvalidRecord(Exception):
+    """Why recovery stops at a record (never escapes this module)."""
+
+
+def decode_payload(payload: bytes | memoryview) -> JournalEntry:
+    """The entry in a payload whose CRC already held; _InvalidRecord when its fields do not."""
+    index, epoch, kind, topic_bytes = _HEAD.unpack_from(payload, 0)
+    if _HEAD.size + topic_bytes + _TAIL.size != len(payload):
+        raise _InvalidRecord(f"topic length {topic_bytes} disagrees with payload length "
+                             f"{len(payload)}")
+    if topic_bytes > TOPIC_BYTES_MAX:
+        raise _InvalidRecord(f"topic of {topic_bytes} bytes")
+    try:
+        topic = bytes(payload[_HEAD.size:_HEAD.size + topic_bytes]).decode("utf-8")
+        entry_kind = EntryKind(kind)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _InvalidRecord(str(exc)) from None
+    if index < 0 or epoch < 0:
+        raise _InvalidRecord(f"negative index {index} or epoch {epoch}")
+    partition, base_offset, record_count, partitions, batch_bytes = _TAIL.unpack_from(
+        payload, _HEAD.size + topic_bytes)
+    if base_offset < 0:
+        raise _InvalidRecord(f"negative base offset {base_offset}")
+    return JournalEntry(index, epoch, entry_kind, topic, partition, base_offset, record_count,
+                        partitions, batch_bytes)
+
+
+# -- recovery -----------------------------------------------------------------------------
+
+
+class _Reader:
+    """Sequential reads of a file in large chunks (recovery reads the journal once)."""
+
+    def __init__(self, fd: int, position: int):
+        self.fd = fd
+        self.position = position  # of the next unread byte
+        self._buffer = b""
+        self._at = 0
+
+    def take(self, nbytes: int) -> memoryview | None:
+        """The next nbytes, or None (nothing consumed) when the file ends first."""
+        if len(self._buffer) - self._at < nbytes and not self._fill(nbytes):
+            return None
+        view = memoryview(self._buffer)[self._at:self._at + nbytes]
+        self._at += nbytes
+        self.position += nbytes
+        return view
+
+    def _fill(self, nbytes: int) -> bool:
+        rest = self._buffer[self._at:]
+        chunks = [rest]
+        have = len(rest)
+        while have < nbytes:
+            chunk = os.pread(self.fd, max(_READ_CHUNK_BYTES, nbytes - have),
+                             self.position + have)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            have += len(chunk)
+        self._buffer = b"".join(chunks)
+        self._at = 0
+        return have >= nbytes
+
+
+@dataclass
+class _Scan:
+    """What recovery kept of the file."""
+
+    entries: list[JournalEntry] = field(default_factory=list)
+    positions: array = field(default_factory=lambda: array("q"))
+    end_position: int = FILE_HEADER_BYTES
+    stop_reason: str | None = None  # None: the file ended cleanly
+
+
+def _read_record(reader: _Reader) -> JournalEntry:
+    prefix = reader.take(RECORD_PREFIX_BYTES)
+    if prefix is None:
+        raise _InvalidRecord("torn record prefix")
+    length, crc = _PREFIX.unpack(prefix)
+    if not PAYLOAD_BYTES_MIN <= length <= PAYLOAD_BYTES_MAX:
+        raise _InvalidRecord(f"payload length {length} out of bounds")
+    payload = reader.take(length)
+    if payload is None:
+        raise _InvalidRecord(f"torn record (payload of {length} bytes)")
+    computed = crc32c.crc32c(payload)
+    if computed != crc:
+        raise _InvalidRecord(f"crc32c {crc:#010x} != computed {computed:#010x}")
+    return decode_payload(payload)
+
+
+def _check_follows(scan: _Scan, entry: JournalEntry) -> None:
+    expected = len(scan.entries)
+    if entry.index != expected:
+        raise _InvalidRecord(f"index {entry.index} where {expected} was expected")
+    if scan.entries and entry.epoch < scan.entries[-1].epoch:
+        raise _InvalidRecord(f"epoch {entry.epoch} after epoch {scan.entries[-1].epoch}")
+
+
+def _scan(fd: int) -> _Scan:
+    file_bytes = os.fstat(fd).st_size
+    scan = _Scan()
+    reader = _Reader(fd, FILE_HEADER_BYTES)
+    while reader.position < file_bytes:
+        start = reader.position
+        try:
+            entry = _read_record(reader)
+            _check_follows(scan, entry)
+        except _InvalidRecord as exc:
+            scan.stop_reason = f"{exc} at byte {start}"
+            break
+        scan.entries.append(entry)
+        scan.positions.append(start)
+        scan.end_position = reader.position
+    return scan
+
+
+def _check_header(fd: int, path: Path) -> None:
+    header = os.pread(fd, FILE_HEADER_BYTES, 0)
+    if len(header) < FILE_HEADER_BYTES:
+        raise CorruptJournalError(f"{path}: {len(header)} bytes, shorter than the header")
+    magic, version, _reserved = _FILE_HEADER.unpack(header)
+    if magic != JOURNAL_MAGIC:
+        raise CorruptJournalError(f"{path}: bad magic {magic!r}")
+    if version != JOURNAL_FORMAT_VERSION:
+        raise CorruptJournalError(f"{path}: unknown format version {version}")
+
+
+def _create_file(path: Path) -> None:
+    """An empty journal, header included, renamed into place once durable."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, _FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, 0))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def _open_file(path: Path) -> int:
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # an interrupted creation
+    if not path.exists():
+        _create_file(path)
+    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+
+
+def _epoch_cache(entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
+    cache: list[tuple[int, int]] = []
+    for entry in entries:
+        if not cache or entry.epoch != cache[-1][0]:
+            cache.append((entry.epoch, entry.index))
+    return tuple(cache)
+
+
+# -- the journal --------------------------------------------------------------------------
+
+
+class Journal:
+    """The journal of one broker; opening it recovers the file (created when missing)."""
+
+    def __init__(self, directory: Path | str):
+        self.directory = Path(directory)
+        self.path = self.directory / JOURNAL_FILE
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._closed = False
+        self._leading_epoch: int | None = None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._fd = _open_file(self.path)
+        try:
+            _check_header(self._fd, self.path)
+            scan = self._recover()
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._entries = scan.entries
+        self._positions = scan.positions
+        self._file_bytes = scan.end_position
+        self._epochs = _epoch_cache(self._entries)
+
+    def _recover(self) -> _Scan:
+        scan = _scan(self._fd)
+        if scan.stop_reason is not None:
+            log.warning("%s: valid entries end at byte %d after %d entries (%s); the rest is "
+                        "cut", self.path, scan.end_position, len(scan.entries),
+                        scan.stop_reason)
+            os.ftruncate(self._fd, scan.end_position)
+            os.fsync(self._fd)
+        return scan
+
+    # -- state (lock-free) ---------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        """The next index (the number of entries)."""
+        return len(self._entries)
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last entry; 0 when the journal is empty."""
+        epochs = self._epochs
+        return epochs[-1][0] if epochs else 0
+
+    def epochs(self) -> tuple[tuple[int, int], ...]:
+        """The epoch cache: (epoch, first index) of every epoch with entries, ascending."""
+        return self._epochs
+
+    @property
+    def leading_epoch(self) -> int | None:
+        return self._leading_epoch
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- reading -------------------------------------------------------------------------
+
+    def end_of_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: (e, end) where e is the largest epoch <= `epoch` that
+        has entries here and end is the index after its last entry (the next epoch's first
+        index, or `end` when e is the last epoch). (NO_EPOCH, 0) when no epoch <= `epoch` has
+        entries (an empty journal included): nothing here can match. A follower that gets
+        (e, end) truncates to min(end, its own end of e)."""
+        with self._lock:
+            epochs, journal_end = self._epochs, len(self._entries)
+        for i in range(len(epochs) - 1, -1, -1):
+            found = epochs[i][0]
+            if found <= epoch:
+                return found, epochs[i + 1][1] if i + 1 < len(epochs) else journal_end
+        return NO_EPOCH, 0
+
+    def entry(self, index: int) -> JournalEntry:
+        """The entry at `index`; IndexError outside [0, end)."""
+        with self._lock:
+            if not 0 <= index < len(self._entries):
+                raise IndexError(f"no journal entry {index} (end {len(self._entries)})")
+            return self._entries[index]
+
+    def entries(self, start: int = 0, stop: int | None = None) -> list[JournalEntry]:
+        """The entries with start <= index < stop (stop defaults to `end`), clamped to the
+        journal like a list slice."""
+        with self._lock:
+            return self._entries[max(0, start):stop]
+
+    # -- appending -----------------------------------------------------------------------
+
+    def set_leading_epoch(self, epoch: int | None) -> None:
+        """The epoch this broker leads (its appends are accepted), None when it follows."""
+        with self._lock:
+            self._leading_epoch = epoch
+
+    def append(self, epoch: int, kind: EntryKind, *, topic: str = "", partition: int = 0,
+               base_offset: int = 0, record_count: int = 0, partitions: int = 0,
+               batch_bytes: int = 0) -> JournalEntry:
+        """The leader's append at index `end`. NotLeaderError unless `epoch` is the leading
+        epoch: a deposed leader is fenced here, under the lock every append takes."""
+        with self._lock:
+            self._check_open()
+            if self._leading_epoch is None or epoch != self._leading_epoch:
+                raise NotLeaderError(f"journal: epoch {epoch} is not led by this broker "
+                                     f"(leading epoch {self._leading_epoch})")
+            entry = JournalEntry(len(self._entries), epoch, kind, topic, partition,
+                                 base_offset, record_count, partitions, batch_bytes)
+            self._append_locked(entry)
+            return entry
+
+    def append_replica(self, entry: JournalEntry) -> None:
+        """A follower's copy of the leader's entry. JournalGapError unless entry.index is
+        `end`; JournalEpochError when its epoch is below the last one."""
+        with self._lock:
+            self._check_open()
+            if entry.index != len(self._entries):
+                raise JournalGapError(f"entry {entry.index} does not follow the journal end "
+                                      f"{len(self._entries)}")
+            self._append_locked(entry)
+
+    def _append_locked(self, entry: JournalEntry) -> None:
+        epochs = self._epochs
+        last_epoch = epochs[-1][0] if epochs else 0
+        if entry.epoch < last_epoch:
+            raise JournalEpochError(f"entry {entry.index} of epoch {entry.epoch} after epoch "
+                                    f"{last_epoch}")
+        record = encode_entry(entry)
+        self._write_locked(record)
+        self._entries.append(entry)
+        self._positions.append(self._file_bytes)
+        self._file_bytes += len(record)
+        if not epochs or entry.epoch != last_epoch:
+            self._epochs = (*epochs, (entry.epoch, entry.index))
+
+    def _write_locked(self, record: bytes) -> None:
+        """One write; whatever part of a failed or short one reached the file is cut off, so
+        the file never holds a torn record before a whole one."""
+        try:
+            written = os.write(self._fd, record)
+        except OSError:
+            os.ftruncate(self._fd, self._file_bytes)
+            raise
+        if written != len(record):
+            os.ftruncate(self._fd, self._file_bytes)
+            raise OSError(errno.EIO, f"{self.path}: short write ({written} of {len(record)} "
+                          "bytes)")
+
+    # -- truncation, durability, lifetime ------------------------------------------------
+
+    def truncate(self, end: int) -> None:
+        """Drop every entry with index >= `end` (nothing when end >= `end`); fsynced."""
+        if end < 0:
+            raise ValueError(f"cannot truncate the journal to {end}")
+        with self._lock:
+            self._check_open()
+            if end >= len(self._entries):
+                return
+            position = self._positions[end]
+            os.ftruncate(self._fd, position)
+            os.fsync(self._fd)
+            del self._entries[end:]
+            del self._positions[end:]
+            self._file_bytes = position
+            self._epochs = tuple(pair for pair in self._epochs if pair[1] < end)
+
+    def flush(self) -> None:
+        """fsync the file; appends go on meanwhile."""
+        with self._sync_lock:
+            with self._lock:
+                self._check_open()
+                fd = self._fd
+            os.fsync(fd)
+
+    def close(self) -> None:
+        """Close the file (no fsync: call flush first). Idempotent; later calls other than
+        the lock-free reads raise JournalClosedError."""
+        with self._sync_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._leading_epoch = None
+            os.close(self._fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"{self.path} is closed")

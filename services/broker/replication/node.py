@@ -1,0 +1,630 @@
+"""ReplicationNode: the edge around the pure state machine of `raft.py`.
+
+It owns the journal, the persisted quorum state and commit index, and the replication loop
+thread; it carries out the state machine's actions (persist, send votes, append the NOOP,
+apply fetched entries, truncate, apply commits) and answers the peers' VOTE and REPLICA_FETCH
+requests. `replica_manager.py` puts the leader's side (produce, topics) on top of it.
+
+Threads:
+- the replication loop (`_run`): ticks, runs pre-votes and elections (vote requests to every
+  peer in parallel), fetches from the leader and applies what comes back. Only this thread
+  applies entries or truncates, so a follower's journal and partitions change in one order.
+- request threads: `answer_vote`, `answer_fetch` (the leader's side of replication), and the
+  leader's appends (`replica_manager.py`).
+
+Locks, always taken in this order: `_lock` (the state machine, the high watermarks, commits
+applied) → a partition's lock → the journal's lock. Network waits never hold `_lock`.
+`_changed` (a condition on `_lock`) wakes long-polling replica fetches when the journal grows
+and produce requests waiting for their high watermark when a commit or role change happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.kaska.connection import BrokerConnection
+from common.kaska.errors import KaskaError, UnknownReplicaError
+from common.kaska.protocol.metadata import NO_LEADER
+from common.kaska.protocol.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
+from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
+from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
+from common.kaska.record_batch import iter_batches
+from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.replication import raft
+from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.quorum_store import CommitStore, QuorumState, QuorumStore
+from services.broker.replication.reconcile import reconcile
+from services.broker.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+REPLICATION_DIR = "@replication"
+_OUTCOME_FROM_WIRE = {
+    WireOutcome.ENTRIES: raft.Outcome.ENTRIES,
+    WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
+    WireOutcome.NOT_LEADER: raft.Outcome.NOT_LEADER,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAddress:
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """Every bound of replication, units last. Defaults suit three brokers on one LAN."""
+
+    node_id: int
+    peers: tuple[PeerAddress, ...] = ()
+    election_timeout_min_s: float = 1.0
+    election_timeout_max_s: float = 2.0
+    quorum_timeout_s: float = 3.0
+    tick_interval_s: float = 0.05
+    fetch_wait_ms: int = 200  # a caught-up follower's long-poll; also its heartbeat period
+    fetch_bytes_max: int = 8 * 1024 * 1024
+    fetch_entries_max: int = 4096
+    request_timeout_s: float = 1.5  # one fetch round trip, long-poll included
+    vote_timeout_s: float = 0.5
+    commit_persist_interval_s: float = 0.2
+    token: str | None = None
+
+    def raft_config(self) -> raft.RaftConfig:
+        voters = frozenset({self.node_id, *(peer.node_id for peer in self.peers)})
+        if len(voters) != 1 + len(self.peers):
+            raise raft.RaftConfigError("peer ids must be distinct and differ from --node-id")
+        return raft.RaftConfig(self.node_id, voters, self.election_timeout_min_s,
+                               self.election_timeout_max_s, self.quorum_timeout_s)
+
+
+@dataclass
+class ReplicationCounters:
+    """Counted refusals and events, for logs and (later) metrics."""
+
+    unknown_replica_requests: int = 0
+    stale_epoch_requests: int = 0
+    elections_won: int = 0
+    truncations: int = 0
+    entries_applied: int = 0
+
+
+class ReplicationNode:
+    def __init__(self, config: ReplicationConfig, log_store: Log, data_dir: Path, *,
+                 on_offsets_batch: Callable[[bytes], None] | None = None,
+                 on_offsets_truncated: Callable[[], None] | None = None,
+                 on_topic_deleted: Callable[[str], None] | None = None,
+                 on_partition_visible: Callable[[str, int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.raft_config = config.raft_config()
+        self._log = log_store
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._on_offsets_batch = on_offsets_batch or (lambda _batch: None)
+        self._on_offsets_truncated = on_offsets_truncated or (lambda: None)
+        self._on_topic_deleted = on_topic_deleted or (lambda _topic: None)
+        self._on_partition_visible = on_partition_visible or (lambda _t, _p: None)
+        self._peers = {peer.node_id: peer for peer in config.peers}
+        self.counters = ReplicationCounters()
+        directory = Path(data_dir) / REPLICATION_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        upgrading = not any(directory.iterdir())
+        self.journal = Journal(directory)
+        self._quorum_store = QuorumStore(directory)
+        self._commit_store = CommitStore(directory)
+        quorum = self._quorum_store.load()
+        if upgrading:
+            self._adopt_unjournaled_data()
+        commit = min(self._commit_store.load(), self.journal.end)
+        reconcile(self.journal, log_store, commit)
+        commit = min(commit, self.journal.end)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._state = raft.initial_state(self.raft_config, quorum.epoch, quorum.voted_for,
+                                         self._view(), commit, clock(), self._rng)
+        self._hw: dict[tuple[str, int], int] = {}
+        self._applied = 0
+        with self._lock:
+            self._apply_commits_locked(commit)
+        self._persisted_commit = commit
+        self._persisted_at_s = clock()
+        self._votes_to_send: list[raft.SendVotes] = []
+        # Offsets-table work found under _lock, done after it is released: CommittedOffsets
+        # holds its own lock while it appends through replication (which takes _lock).
+        self._offsets_backlog: list[bytes] = []
+        self._offsets_reload = False
+        self._connections: dict[int, BrokerConnection] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"kaska-replication-{config.node_id}")
+        self._next_peer = 0
+
+    def _adopt_unjournaled_data(self) -> None:
+        """A data directory from before replication (a single broker's): journal what it holds
+        at epoch 0. Alone, the broker counts it committed (it acknowledged all of it); in a
+        cluster it is only a candidate history, kept or truncated by the election."""
+        topics = {name: count for name, count in self._log.topics().items()
+                  if name != OFFSETS_TOPIC}
+        offsets = {OFFSETS_TOPIC: 1} if OFFSETS_TOPIC in self._log.topics() else {}
+        if not topics and not offsets:
+            return
+        for name, count in sorted(topics.items()):
+            self._journal_adopted(EntryKind.CREATE_TOPIC, topic=name, partitions=count)
+        for name, count in sorted({**topics, **offsets}.items()):
+            for partition in range(count):
+                self._adopt_partition(name, partition)
+        if not self._peers:
+            self._commit_store.save(self.journal.end)
+        log.warning("broker %d: adopted %d topic(s) written before replication (journal of %d "
+                    "entries, all committed)", self.config.node_id, len(topics),
+                    self.journal.end)
+
+    def _adopt_partition(self, topic: str, partition: int) -> None:
+        partition_log = self._log.partition(topic, partition)
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
+        if offset > 0:
+            self._journal_adopted(EntryKind.SKIPPED, topic=topic, partition=partition,
+                                  base_offset=0, record_count=offset)
+        while offset < end:
+            chunk = partition_log.read_bytes(offset, 1 << 20, upto_offset=end)
+            for header, _batch in iter_batches(chunk):
+                self._journal_adopted(EntryKind.BATCH, topic=topic, partition=partition,
+                                      base_offset=header.base_offset,
+                                      record_count=header.record_count,
+                                      batch_bytes=header.total_bytes)
+                offset = header.next_offset
+
+    def _journal_adopted(self, kind: EntryKind, **fields) -> None:
+        self.journal.append_replica(JournalEntry(self.journal.end, 0, kind, **fields))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        # A cluster of one elects itself before the broker listens, so it serves at once.
+        if not self._peers:
+            self.tick()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        for connection in self._connections.values():
+            connection.close("broker stopping")
+        with self._lock:
+            self._persist_commit_locked(force=True)
+        self.journal.flush()
+        self.journal.close()
+
+    # -- what the rest of the broker asks --------------------------------------------------
+
+    @property
+    def state(self) -> raft.RaftState:
+        return self._state
+
+    def peer_address(self, node_id: int) -> str:
+        peer = self._peers.get(node_id)
+        return peer.address if peer is not None else ""
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        return self._hw.get((topic, partition), 0)
+
+    def wait_changed(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Block until predicate() holds (checked on every commit, append or role change)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._stop.is_set() or predicate(),
+                                          timeout_s) and predicate()
+
+    def leader_appended(self) -> None:
+        """The leader added journal entries: recount the commit, wake long-polls."""
+        with self._lock:
+            self._step_locked(raft.LogChanged(self._view()))
+            self._changed.notify_all()
+
+    def tick(self) -> None:
+        with self._lock:
+            self._step_locked(raft.Tick())
+            self._persist_commit_locked()
+
+    # -- the peers' requests ---------------------------------------------------------------
+
+    def check_peer(self, node_id: int) -> None:
+        if node_id not in self._peers:
+            self.counters.unknown_replica_requests += 1
+            raise UnknownReplicaError(f"node {node_id} is not a configured peer of broker "
+                                      f"{self.config.node_id}")
+
+    def answer_vote(self, request: WireVoteRequest) -> WireVoteResponse:
+        self.check_peer(request.candidate)
+        event = raft.VoteRequest(request.candidate, request.epoch, request.last_epoch,
+                                 request.end, request.pre_vote)
+        with self._lock:
+            if request.epoch < self._state.epoch:
+                self.counters.stale_epoch_requests += 1
+            answer = self._first(self._step_locked(event), raft.AnswerVote)
+        leader = NO_LEADER if answer.leader_id is None else answer.leader_id
+        return WireVoteResponse(answer.epoch, answer.granted, leader, answer.pre_vote)
+
+    def answer_fetch(self, request: ReplicaFetchRequest
+                     ) -> tuple[ReplicaFetchResponse, list[JournalEntry]]:
+        """The leader's answer (entries to send come back as journal entries; the caller
+        turns them into file slices). Long-polls when the follower is caught up."""
+        self.check_peer(request.follower)
+        event = raft.FetchRequest(request.follower, request.epoch, request.fetch_end,
+                                  request.last_fetched_epoch)
+        with self._lock:
+            if request.epoch < self._state.epoch:
+                self.counters.stale_epoch_requests += 1
+            answer = self._first(self._step_locked(event), raft.AnswerFetch)
+        if answer.outcome is not raft.Outcome.ENTRIES:
+            return self._refusal(answer), []
+        epoch = answer.epoch
+        if request.max_wait_ms and self.journal.end <= request.fetch_end:
+            self.wait_changed(lambda: self.journal.end > request.fetch_end
+                              or self._state.epoch != epoch, request.max_wait_ms / 1000)
+        entries = self._entries_to_send(request.fetch_end, request.max_bytes)
+        response = ReplicaFetchResponse(epoch, self.config.node_id, self._state.commit,
+                                        WireOutcome.ENTRIES)
+        return response, entries
+
+    def _refusal(self, answer: raft.AnswerFetch) -> ReplicaFetchResponse:
+        leader = NO_LEADER if answer.leader_id is None else answer.leader_id
+        if answer.outcome is raft.Outcome.DIVERGING:
+            return ReplicaFetchResponse(answer.epoch, leader, answer.commit,
+                                        WireOutcome.DIVERGING,
+                                        diverging_epoch=answer.diverging_epoch,
+                                        diverging_end=answer.diverging_end)
+        return ReplicaFetchResponse(answer.epoch, leader, answer.commit, WireOutcome.NOT_LEADER)
+
+    def _entries_to_send(self, start: int, max_bytes: int) -> list[JournalEntry]:
+        stop = min(self.journal.end, start + self.config.fetch_entries_max)
+        budget = min(max_bytes, self.config.fetch_bytes_max)
+        chosen: list[JournalEntry] = []
+        for entry in self.journal.entries(start, stop):
+            if chosen and entry.batch_bytes > budget:
+                break
+            budget -= entry.batch_bytes
+            chosen.append(entry)
+        return chosen
+
+    # -- carrying out actions (under _lock) ------------------------------------------------
+
+    def _step_locked(self, event) -> list:
+        self._state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
+                                         self._rng)
+        for action in actions:
+            self._execute_locked(action)
+        return actions
+
+    @staticmethod
+    def _first(actions: list, kind: type):
+        found = next((action for action in actions if isinstance(action, kind)), None)
+        assert found is not None, f"state machine gave no {kind.__name__}"
+        return found
+
+    def _execute_locked(self, action) -> None:
+        if isinstance(action, raft.PersistQuorum):
+            self._quorum_store.save(QuorumState(action.epoch, action.voted_for))
+        elif isinstance(action, raft.SendVotes):
+            self._votes_to_send.append(action)
+        elif isinstance(action, raft.AppendNoop):
+            self.journal.set_leading_epoch(action.epoch)
+            self.journal.append(action.epoch, EntryKind.NOOP)
+            self.counters.elections_won += 1
+            self._offsets_reload = True  # the new leader's table: rebuilt from its own log
+        elif isinstance(action, raft.CommitAdvanced):
+            self._apply_commits_locked(action.commit)
+        elif isinstance(action, raft.RoleChanged):
+            self._role_changed_locked(action)
+        # ApplyEntries, Truncate, AnswerVote and AnswerFetch are read by the caller.
+
+    def _role_changed_locked(self, action: raft.RoleChanged) -> None:
+        if action.role is not raft.Role.LEADER:
+            self.journal.set_leading_epoch(None)
+        log.info("broker %d: %s of epoch %d (leader %s)", self.config.node_id,
+                 action.role.value, action.epoch, action.leader_id)
+        self._changed.notify_all()
+
+    def _apply_commits_locked(self, commit: int) -> None:
+        """Make entries below `commit` visible: high watermarks, and deletes (applied only once
+        committed, since a delete cannot be undone by truncation)."""
+        touched: set[tuple[str, int]] = set()
+        for entry in self.journal.entries(self._applied, commit):
+            kind = entry.kind
+            if kind in (EntryKind.BATCH, EntryKind.SKIPPED):
+                key = (entry.topic, entry.partition)
+                self._hw[key] = max(self._hw.get(key, 0), entry.end_offset)
+                touched.add(key)
+            elif kind is EntryKind.DELETE_TOPIC:
+                self._apply_delete_locked(entry.topic)
+                touched = {key for key in touched if key[0] != entry.topic}
+        self._applied = max(self._applied, commit)
+        for topic, partition in touched:
+            self._on_partition_visible(topic, partition)
+        self._changed.notify_all()
+
+    def _apply_delete_locked(self, topic: str) -> None:
+        for key in [key for key in self._hw if key[0] == topic]:
+            del self._hw[key]
+        if topic in self._log.topics():
+            self._log.delete_topic(topic)
+        self._on_topic_deleted(topic)
+
+    def _persist_commit_locked(self, force: bool = False) -> None:
+        commit = self._state.commit
+        now = self._clock()
+        if commit == self._persisted_commit:
+            return
+        if not force and now - self._persisted_at_s < self.config.commit_persist_interval_s:
+            return
+        self._commit_store.save(commit)
+        self._persisted_commit = commit
+        self._persisted_at_s = now
+
+    def _view(self) -> raft.LogView:
+        return raft.LogView(self.journal.end, self.journal.epochs())
+
+    # -- the replication loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._one_round()
+            except (KaskaError, OSError) as exc:
+                # One bad round (a peer's garbage, a full disk) must not end replication.
+                log.warning("broker %d: replication round failed: %s", self.config.node_id,
+                            exc)
+                self._stop.wait(self.config.tick_interval_s)
+
+    def _one_round(self) -> None:
+        self.tick()
+        while self._votes_to_send:
+            self._run_vote_round(self._votes_to_send.pop(0))
+        self._settle_offsets()
+        state = self._state
+        if state.role is raft.Role.LEADER or not self._peers:
+            self._stop.wait(self.config.tick_interval_s)
+            return
+        if state.pre_voting or state.role is raft.Role.CANDIDATE:
+            # Votes are out; answers come in through _run_vote_round. Meanwhile ask around,
+            # in case someone already leads this epoch.
+            self._stop.wait(self.config.tick_interval_s)
+        self._fetch_once(raft.fetch_target(state))
+
+    def _settle_offsets(self) -> None:
+        with self._lock:
+            reload, self._offsets_reload = self._offsets_reload, False
+            backlog, self._offsets_backlog = self._offsets_backlog, []
+        if reload:
+            self._on_offsets_truncated()
+            return
+        for batch in backlog:
+            self._on_offsets_batch(batch)
+
+    def _run_vote_round(self, request: raft.SendVotes) -> None:
+        """Ask every peer at once; stop listening as soon as the round is decided, so a paused
+        peer costs nothing when the others answer."""
+        wire = WireVoteRequest(self.config.node_id, request.epoch, request.last_epoch,
+                               request.end, request.pre_vote)
+        futures: dict[Future, int] = {}
+        for peer in sorted(request.to):
+            future = self._send(peer, wire)
+            if future is not None:
+                futures[future] = peer
+        try:
+            for future in as_completed(futures, timeout=self.config.vote_timeout_s):
+                if not self._absorb_vote(futures[future], future, request):
+                    return
+        except TimeoutError:
+            for future, peer in futures.items():
+                if not future.done():
+                    self._drop(peer)
+
+    def _absorb_vote(self, peer: int, future: Future, request: raft.SendVotes) -> bool:
+        """Feed one answer; False once the round is over (won, lost, or moved on)."""
+        response = self._result(peer, future, WireVoteResponse)
+        if response is not None:
+            leader = None if response.leader_id == NO_LEADER else response.leader_id
+            with self._lock:
+                self._step_locked(raft.VoteResponse(peer, response.epoch, response.granted,
+                                                    leader, response.pre_vote))
+        state = self._state
+        if request.pre_vote:
+            return state.pre_voting and state.epoch + 1 == request.epoch
+        return state.role is raft.Role.CANDIDATE and state.epoch == request.epoch
+
+    def _fetch_once(self, leader: int | None) -> None:
+        target = leader if leader is not None else self._round_robin_peer()
+        state = self._state
+        request = ReplicaFetchRequest(
+            self.config.node_id, state.epoch, state.log.end, state.log.last_epoch,
+            self.config.fetch_bytes_max, self.config.fetch_wait_ms if leader is not None else 0)
+        future = self._send(target, request)
+        if future is None:
+            with self._lock:
+                self._step_locked(raft.FetchAnswered(target, raft.Outcome.FAILED))
+            self._stop.wait(self.config.tick_interval_s)
+            return
+        response = self._result(target, future, ReplicaFetchResponse,
+                                self.config.request_timeout_s)
+        if response is None:
+            self._stop.wait(self.config.tick_interval_s)
+            return
+        self._absorb_fetch(target, response)
+
+    def _round_robin_peer(self) -> int:
+        peers = sorted(self._peers)
+        self._next_peer = (self._next_peer + 1) % len(peers)
+        return peers[self._next_peer]
+
+    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse) -> None:
+        leader = None if response.leader_id == NO_LEADER else response.leader_id
+        event = raft.FetchAnswered(sender, _OUTCOME_FROM_WIRE[response.outcome], response.epoch,
+                                   leader, response.diverging_epoch, response.diverging_end)
+        with self._lock:
+            actions = self._step_locked(event)
+            if any(isinstance(action, raft.ApplyEntries) for action in actions):
+                # The commit first: a committed delete must go before a later re-create.
+                self._step_locked(raft.LogChanged(self._view(), response.commit))
+                self._apply_entries_locked(response)
+                self._step_locked(raft.LogChanged(self._view(), response.commit))
+            for action in actions:
+                if isinstance(action, raft.Truncate):
+                    self._truncate_locked(action.end)
+
+    # -- applying what the leader sent (loop thread, under _lock) ---------------------------
+
+    def _apply_entries_locked(self, response: ReplicaFetchResponse) -> None:
+        for header, data in response.batches():
+            if header.index != self.journal.end:
+                log.warning("broker %d: entry %d arrived at journal end %d; fetching again",
+                            self.config.node_id, header.index, self.journal.end)
+                return
+            self._apply_entry(header, data)
+            self.counters.entries_applied += 1
+
+    def _apply_entry(self, header: EntryHeader, data: memoryview) -> None:
+        entry = JournalEntry(header.index, header.epoch, header.kind, header.topic,
+                             header.partition, header.base_offset, header.record_count,
+                             header.partitions, header.data_bytes)
+        kind = header.kind
+        if kind is EntryKind.BATCH:
+            self._apply_batch(entry, data)
+            return
+        if kind is EntryKind.SKIPPED:
+            self._skip_to(entry)
+        elif kind is EntryKind.CREATE_TOPIC:
+            self.journal.append_replica(entry)
+            if entry.topic not in self._log.topics():
+                self._log.create_topic(entry.topic, entry.partitions)
+            return
+        self.journal.append_replica(entry)
+
+    def _apply_batch(self, entry: JournalEntry, data: memoryview) -> None:
+        partition = self._log.partition(entry.topic, entry.partition)
+        if partition.log_end_offset < entry.base_offset:
+            partition.restart_at(entry.base_offset)  # the leader's bytes before are gone
+        elif partition.log_end_offset > entry.base_offset:
+            # Bytes past the journal (left by an append whose entry never made it): not ours.
+            log.warning("broker %d: %s/%d holds data past its journal (%d > %d); cut",
+                        self.config.node_id, entry.topic, entry.partition,
+                        partition.log_end_offset, entry.base_offset)
+            partition.truncate_to(entry.base_offset)
+        partition.append_replica(data, on_append=lambda _h, _b: self.journal.append_replica(
+            entry))
+        if entry.topic == OFFSETS_TOPIC:
+            self._offsets_backlog.append(bytes(data))
+
+    def _skip_to(self, entry: JournalEntry) -> None:
+        if entry.topic in self._log.topics():
+            partition = self._log.partition(entry.topic, entry.partition)
+            if partition.log_end_offset < entry.end_offset:
+                partition.restart_at(entry.end_offset)
+
+    def _truncate_locked(self, end: int) -> None:
+        """Drop journal entries from `end` on, and what they stand for: the data first, then
+        the journal (a crash in between is repaired by reconcile at the next start)."""
+        if end < self._state.commit:
+            # Raft rules this out; refusing keeps committed data if the rules were broken.
+            log.error("broker %d: refusing to truncate to %d below the commit index %d",
+                      self.config.node_id, end, self._state.commit)
+            return
+        doomed = self.journal.entries(end, self.journal.end)
+        if not doomed:
+            return
+        cut: dict[tuple[str, int], int] = {}
+        created: list[str] = []
+        for entry in doomed:
+            if entry.kind is EntryKind.BATCH:
+                cut.setdefault((entry.topic, entry.partition), entry.base_offset)
+            elif entry.kind is EntryKind.CREATE_TOPIC:
+                created.append(entry.topic)
+        topics = self._log.topics()
+        for (topic, partition), offset in cut.items():
+            if topic in topics and topic not in created:
+                self._log.partition(topic, partition).truncate_to(offset)
+        for topic in created:
+            if topic in self._log.topics():
+                self._log.delete_topic(topic)
+        self.journal.truncate(end)
+        self.counters.truncations += 1
+        log.info("broker %d: truncated the journal to %d (%d entries dropped)",
+                 self.config.node_id, end, len(doomed))
+        if any(key[0] == OFFSETS_TOPIC for key in cut):
+            self._offsets_reload = True
+        self._step_locked(raft.LogChanged(self._view()))
+
+    # -- network ----------------------------------------------------------------------------
+
+    def _send(self, peer: int, request) -> Future | None:
+        try:
+            connection = self._connection(peer)
+            parts = [request.encode()]
+            return connection.send(request.API, parts)
+        except KaskaError as exc:
+            log.debug("broker %d: cannot reach peer %d: %s", self.config.node_id, peer, exc)
+            self._drop(peer)
+            return None
+
+    def _result(self, peer: int, future: Future, response_type, timeout_s: float = 0.0):
+        """The decoded answer, or None when the peer failed, refused or did not answer."""
+        try:
+            code, body = future.result(timeout=timeout_s or None) if timeout_s \
+                else future.result(timeout=0)
+        except TimeoutError:
+            self._drop(peer)
+            return None
+        except KaskaError as exc:
+            log.debug("broker %d: peer %d: %s", self.config.node_id, peer, exc)
+            self._drop(peer)
+            return None
+        if code:
+            log.info("broker %d: peer %d refused: error code %d", self.config.node_id, peer,
+                     code)
+            return None
+        try:
+            return response_type.decode(body)
+        except KaskaError as exc:
+            log.warning("broker %d: unreadable answer from peer %d: %s", self.config.node_id,
+                        peer, exc)
+            self._drop(peer)
+            return None
+
+    def _connection(self, peer: int) -> BrokerConnection:
+        connection = self._connections.get(peer)
+        if connection is not None and connection.alive:
+            return connection
+        address = self._peers[peer]
+        connection = BrokerConnection((address.host, address.port), token=self.config.token,
+                                      connect_timeout_s=self.config.request_timeout_s,
+                                      request_timeout_s=self.config.request_timeout_s)
+        self._connections[peer] = connection
+        return connection
+
+    def _drop(self, peer: int) -> None:
+        connection = self._connections.pop(peer, None)
+        if connection is not None:
+            connection.close("dropped after a failed replication request")

@@ -1,0 +1,507 @@
+"""The replication state machine: Raft over the journal, pull-based like KRaft. Pure.
+
+`step(config, state, event, now, rng) -> (state, actions)`: no sockets, no clock, no files.
+The broker's replication loop (`node.py`) feeds it events and carries out the actions in order
+(a `PersistQuorum` always comes before the answer or request that depends on it).
+
+Rules (docs/replication.md has the why):
+- one vote per epoch, persisted before it is answered; granted only to a candidate whose
+  journal is at least as complete, `(last_epoch, end) >= own`;
+- pre-vote (Raft §9.6): a broker whose election timer fires first asks whether it *could*
+  win, without raising its epoch; only a majority of yes starts the real election. A broker
+  cut off from the others therefore never inflates its epoch, and cannot disrupt the cluster
+  when it returns;
+- a follower or leader that heard from a live quorum less than `election_timeout_min_s` ago
+  ignores vote requests (Raft §4.2.3), so a rejoining broker cannot depose a healthy leader;
+- a candidate wins with a majority; a new leader appends a NOOP entry of its epoch;
+- the leader commits index n once a majority holds it and n > epoch_start (its NOOP): only
+  entries of its own epoch are counted (Raft §5.4.2);
+- a leader not fetched from by a majority within `quorum_timeout_s` steps down;
+- followers fetch `(fetch_end, last_fetched_epoch)`; the leader answers entries, or where the
+  follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there.
+
+Indexes are journal entry indexes, dense from 0; `end` is the next index; `commit` is the
+end of the committed prefix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from types import MappingProxyType
+
+NO_EPOCH = -1
+
+
+class RaftConfigError(ValueError):
+    """A replication setting that cannot work (empty quorum, timeouts out of order...)."""
+
+
+class Role(Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    node_id: int
+    voters: frozenset[int]
+    election_timeout_min_s: float = 1.0
+    election_timeout_max_s: float = 2.0
+    quorum_timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.voters:
+            raise RaftConfigError(f"node {self.node_id} is not among the voters "
+                                  f"{sorted(self.voters)}")
+        if not 0 < self.election_timeout_min_s <= self.election_timeout_max_s:
+            raise RaftConfigError("need 0 < election_timeout_min_s <= election_timeout_max_s, "
+                                  f"got {self.election_timeout_min_s}, "
+                                  f"{self.election_timeout_max_s}")
+        if self.quorum_timeout_s < self.election_timeout_min_s:
+            raise RaftConfigError("quorum_timeout_s must be >= election_timeout_min_s, or a "
+                                  "leader steps down before followers would elect anew")
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    @property
+    def peers(self) -> frozenset[int]:
+        return self.voters - {self.node_id}
+
+
+@dataclass(frozen=True, slots=True)
+class LogView:
+    """What the state machine knows of the journal: its end and its epoch cache."""
+
+    end: int = 0
+    epochs: tuple[tuple[int, int], ...] = ()  # (epoch, start index), ascending
+
+    @property
+    def last_epoch(self) -> int:
+        return self.epochs[-1][0] if self.epochs else 0
+
+    def end_of_epoch(self, epoch: int) -> tuple[int, int]:
+        """(e, end): the largest epoch e <= `epoch` holding entries here and the end of its
+        entries; (NO_EPOCH, 0) when there is none (nothing here can match)."""
+        for i in range(len(self.epochs) - 1, -1, -1):
+            found, _start = self.epochs[i]
+            if found <= epoch:
+                end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.end
+                return found, end
+        return NO_EPOCH, 0
+
+    def appended(self, epoch: int, count: int = 1) -> LogView:
+        assert count >= 1 and epoch >= self.last_epoch
+        epochs = self.epochs if epoch == self.last_epoch and self.epochs \
+            else (*self.epochs, (epoch, self.end))
+        return LogView(self.end + count, epochs)
+
+    def truncated(self, end: int) -> LogView:
+        end = max(0, min(end, self.end))
+        return LogView(end, tuple(pair for pair in self.epochs if pair[1] < end))
+
+
+def _frozen(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class RaftState:
+    role: Role = Role.FOLLOWER
+    epoch: int = 0
+    voted_for: int | None = None
+    leader_id: int | None = None
+    log: LogView = LogView()
+    commit: int = 0
+    election_deadline_s: float = 0.0
+    last_leader_contact_s: float = float("-inf")  # follower: last answer from the leader
+    votes: frozenset[int] = frozenset()  # candidate, or pre-vote round of a follower
+    pre_voting: bool = False  # a follower asking whether it could win epoch + 1
+    epoch_start: int = 0  # leader: index of its NOOP
+    match: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader: peer → end
+    last_fetch_s: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """`pre_vote`: "would you vote for me in `epoch`?" -- answered without any state change."""
+
+    candidate: int
+    epoch: int
+    last_epoch: int
+    end: int
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    """`epoch`: the voter's epoch (for a granted pre-vote: the epoch asked about)."""
+
+    voter: int
+    epoch: int
+    granted: bool
+    leader_id: int | None = None
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """At the leader: `follower` holds the journal below `fetch_end`, whose last entry has
+    epoch `last_fetched_epoch`."""
+
+    follower: int
+    epoch: int
+    fetch_end: int
+    last_fetched_epoch: int
+
+
+class Outcome(Enum):
+    ENTRIES = "entries"
+    DIVERGING = "diverging"
+    NOT_LEADER = "not_leader"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswered:
+    """At the follower, before anything is applied: who answered and what."""
+
+    sender: int
+    outcome: Outcome
+    epoch: int = 0
+    leader_id: int | None = None
+    diverging_epoch: int = NO_EPOCH
+    diverging_end: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogChanged:
+    """The journal changed under the state machine's feet: the leader appended, the follower
+    applied entries or truncated. `leader_commit`: the commit index the leader sent with them."""
+
+    log: LogView
+    leader_commit: int | None = None
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PersistQuorum:
+    epoch: int
+    voted_for: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SendVotes:
+    epoch: int
+    last_epoch: int
+    end: int
+    to: frozenset[int]
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendNoop:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyEntries:
+    """Follower: the answer is from the current leader; append its entries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitAdvanced:
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanged:
+    role: Role
+    epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerVote:
+    epoch: int
+    granted: bool
+    leader_id: int | None
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFetch:
+    outcome: Outcome  # ENTRIES, DIVERGING or NOT_LEADER
+    epoch: int
+    leader_id: int | None
+    commit: int
+    fetch_end: int = 0
+    diverging_epoch: int = NO_EPOCH
+    diverging_end: int = 0
+
+
+Event = Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
+Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | CommitAdvanced
+          | RoleChanged | AnswerVote | AnswerFetch)
+
+
+# -- the step function ----------------------------------------------------------------------
+
+
+def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: LogView,
+                  commit: int, now: float, rng: random.Random) -> RaftState:
+    """A (re)started broker: a follower that knows no leader, with what it persisted."""
+    deadline = now if config.voters == {config.node_id} else now + _timeout(config, rng)
+    return RaftState(epoch=epoch, voted_for=voted_for, log=log, commit=min(commit, log.end),
+                     election_deadline_s=deadline)
+
+
+def step(config: RaftConfig, state: RaftState, event: Event, now: float,
+         rng: random.Random) -> tuple[RaftState, list[Action]]:
+    actions: list[Action] = []
+    before = (state.role, state.epoch, state.leader_id)
+    state = _HANDLERS[type(event)](config, state, event, now, rng, actions)
+    if (state.role, state.epoch, state.leader_id) != before:
+        actions.append(RoleChanged(state.role, state.epoch, state.leader_id))
+    return state, actions
+
+
+def fetch_target(state: RaftState) -> int | None:
+    """Whom a non-leader fetches from: the leader it knows, or None (ask around)."""
+    return state.leader_id if state.role is Role.FOLLOWER else None
+
+
+def _timeout(config: RaftConfig, rng: random.Random) -> float:
+    return rng.uniform(config.election_timeout_min_s, config.election_timeout_max_s)
+
+
+def _on_tick(config, state, _event, now, rng, actions):
+    if state.role is Role.LEADER:
+        return _check_quorum(config, state, now, rng, actions)
+    if now >= state.election_deadline_s:
+        return _start_pre_vote(config, state, now, rng, actions)
+    return state
+
+
+def _start_pre_vote(config, state, now, rng, actions):
+    if config.majority == 1:
+        return _start_election(config, state, now, rng, actions)
+    state = replace(state, role=Role.FOLLOWER, leader_id=None, pre_voting=True,
+                    votes=frozenset({config.node_id}),
+                    election_deadline_s=now + _timeout(config, rng))
+    actions.append(SendVotes(state.epoch + 1, state.log.last_epoch, state.log.end,
+                             config.peers, pre_vote=True))
+    return state
+
+
+def _check_quorum(config, state, now, rng, actions):
+    recent = 1 + sum(1 for peer in config.peers
+                     if now - state.last_fetch_s.get(peer, float("-inf"))
+                     <= config.quorum_timeout_s)
+    if recent >= config.majority:
+        return state
+    return replace(state, role=Role.FOLLOWER, leader_id=None, votes=frozenset(),
+                   pre_voting=False, election_deadline_s=now + _timeout(config, rng))
+
+
+def _start_election(config, state, now, rng, actions):
+    epoch = state.epoch + 1
+    state = replace(state, role=Role.CANDIDATE, epoch=epoch, voted_for=config.node_id,
+                    leader_id=None, votes=frozenset({config.node_id}), pre_voting=False,
+                    election_deadline_s=now + _timeout(config, rng))
+    actions.append(PersistQuorum(epoch, config.node_id))
+    if len(state.votes) >= config.majority:
+        return _become_leader(config, state, now, actions)
+    actions.append(SendVotes(epoch, state.log.last_epoch, state.log.end, config.peers))
+    return state
+
+
+def _become_leader(config, state, now, actions):
+    epoch_start = state.log.end
+    log = state.log.appended(state.epoch)
+    actions.append(AppendNoop(state.epoch))
+    state = replace(state, role=Role.LEADER, leader_id=config.node_id, log=log,
+                    votes=frozenset(), pre_voting=False, epoch_start=epoch_start,
+                    match=_frozen({peer: 0 for peer in config.peers}),
+                    last_fetch_s=_frozen({peer: now for peer in config.peers}))
+    return _advance_leader_commit(config, state, actions)
+
+
+def _adopt_epoch(state: RaftState, epoch: int, leader_id: int | None, now: float,
+                 config: RaftConfig, rng: random.Random, actions: list) -> RaftState:
+    """Someone speaks for a newer epoch: follow it (voted_for resets with the epoch)."""
+    assert epoch > state.epoch
+    actions.append(PersistQuorum(epoch, None))
+    return replace(state, role=Role.FOLLOWER, epoch=epoch, voted_for=None, leader_id=leader_id,
+                   votes=frozenset(), pre_voting=False,
+                   election_deadline_s=now + _timeout(config, rng))
+
+
+def _hears_from_leader(config, state, now) -> bool:
+    if state.role is Role.LEADER:
+        return True
+    return (state.leader_id is not None
+            and now - state.last_leader_contact_s < config.election_timeout_min_s)
+
+
+def _on_vote_request(config, state, event: VoteRequest, now, rng, actions):
+    if event.pre_vote:
+        return _on_pre_vote_request(config, state, event, now, actions)
+    if event.epoch < state.epoch or (event.epoch > state.epoch
+                                     and _hears_from_leader(config, state, now)):
+        actions.append(AnswerVote(state.epoch, False, state.leader_id))
+        return state
+    if event.epoch > state.epoch:
+        state = _adopt_epoch(state, event.epoch, None, now, config, rng, actions)
+    complete = (event.last_epoch, event.end) >= (state.log.last_epoch, state.log.end)
+    free = state.voted_for in (None, event.candidate)
+    if not (complete and free and state.role is Role.FOLLOWER):
+        actions.append(AnswerVote(state.epoch, False, state.leader_id))
+        return state
+    if state.voted_for is None:
+        actions.append(PersistQuorum(state.epoch, event.candidate))
+    state = replace(state, voted_for=event.candidate,
+                    election_deadline_s=now + _timeout(config, rng))
+    actions.append(AnswerVote(state.epoch, True, state.leader_id))
+    return state
+
+
+def _on_pre_vote_request(config, state, event: VoteRequest, now, actions):
+    complete = (event.last_epoch, event.end) >= (state.log.last_epoch, state.log.end)
+    granted = (event.epoch > state.epoch and complete
+               and not _hears_from_leader(config, state, now))
+    actions.append(AnswerVote(event.epoch if granted else state.epoch, granted,
+                              state.leader_id, pre_vote=True))
+    return state
+
+
+def _on_vote_response(config, state, event: VoteResponse, now, rng, actions):
+    if event.pre_vote:
+        return _on_pre_vote_response(config, state, event, now, rng, actions)
+    if event.epoch > state.epoch:
+        return _adopt_epoch(state, event.epoch, event.leader_id, now, config, rng, actions)
+    if state.role is not Role.CANDIDATE or event.epoch != state.epoch or not event.granted:
+        return state
+    state = replace(state, votes=state.votes | {event.voter})
+    if len(state.votes) >= config.majority:
+        return _become_leader(config, state, now, actions)
+    return state
+
+
+def _on_pre_vote_response(config, state, event: VoteResponse, now, rng, actions):
+    if not event.granted:
+        if event.epoch > state.epoch:
+            return _adopt_epoch(state, event.epoch, event.leader_id, now, config, rng, actions)
+        return state
+    if not state.pre_voting or event.epoch != state.epoch + 1:
+        return state
+    state = replace(state, votes=state.votes | {event.voter})
+    if len(state.votes) >= config.majority:
+        return _start_election(config, state, now, rng, actions)
+    return state
+
+
+def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
+    if event.epoch > state.epoch:
+        state = _adopt_epoch(state, event.epoch, None, now, config, rng, actions)
+    if state.role is not Role.LEADER or event.epoch < state.epoch:
+        actions.append(AnswerFetch(Outcome.NOT_LEADER, state.epoch, state.leader_id,
+                                   state.commit))
+        return state
+    state = replace(state, last_fetch_s=_frozen({**state.last_fetch_s, event.follower: now}))
+    if event.fetch_end > 0:
+        found, end = state.log.end_of_epoch(event.last_fetched_epoch)
+        if found != event.last_fetched_epoch or end < event.fetch_end:
+            actions.append(AnswerFetch(Outcome.DIVERGING, state.epoch, config.node_id,
+                                       state.commit, event.fetch_end, found, end))
+            return state
+    # Below fetch_end the follower's journal equals ours (Raft's log matching); it may be
+    # lower than before (a wiped disk), so match follows it down rather than up only.
+    state = replace(state, match=_frozen({**state.match, event.follower: event.fetch_end}))
+    state = _advance_leader_commit(config, state, actions)
+    actions.append(AnswerFetch(Outcome.ENTRIES, state.epoch, config.node_id, state.commit,
+                               event.fetch_end))
+    return state
+
+
+def _advance_leader_commit(config, state, actions):
+    ends = sorted([state.log.end, *(state.match.get(p, 0) for p in config.peers)],
+                  reverse=True)
+    candidate = ends[config.majority - 1]
+    if candidate > state.commit and candidate > state.epoch_start:
+        actions.append(CommitAdvanced(candidate))
+        return replace(state, commit=candidate)
+    return state
+
+
+def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
+    if event.outcome is Outcome.FAILED or event.epoch < state.epoch:
+        return state
+    if event.outcome is Outcome.NOT_LEADER:
+        return _on_leader_hint(config, state, event, now, rng, actions)
+    if event.epoch > state.epoch:
+        state = _adopt_epoch(state, event.epoch, event.sender, now, config, rng, actions)
+    if state.role is Role.LEADER:
+        return state  # cannot happen: one leader per epoch; never apply another's entries
+    state = replace(state, role=Role.FOLLOWER, leader_id=event.sender, votes=frozenset(),
+                    pre_voting=False, last_leader_contact_s=now,
+                    election_deadline_s=now + _timeout(config, rng))
+    if event.outcome is Outcome.ENTRIES:
+        actions.append(ApplyEntries())
+    else:
+        _own, own_end = state.log.end_of_epoch(event.diverging_epoch)
+        actions.append(Truncate(min(event.diverging_end, own_end)))
+    return state
+
+
+def _on_leader_hint(config, state, event: FetchAnswered, now, rng, actions):
+    leader = event.leader_id
+    if event.epoch > state.epoch:
+        return _adopt_epoch(state, event.epoch, leader, now, config, rng, actions)
+    if (leader is not None and leader != config.node_id and state.leader_id is None
+            and state.role is not Role.LEADER):
+        # Someone won this very epoch (we were candidate or just restarted): follow it.
+        return replace(state, role=Role.FOLLOWER, leader_id=leader, votes=frozenset(),
+                       pre_voting=False)
+    return state
+
+
+def _on_log_changed(config, state, event: LogChanged, now, rng, actions):
+    state = replace(state, log=event.log)
+    if state.role is Role.LEADER:
+        return _advance_leader_commit(config, state, actions)
+    if event.leader_commit is not None:
+        commit = max(state.commit, min(event.leader_commit, event.log.end))
+        if commit > state.commit:
+            actions.append(CommitAdvanced(commit))
+            state = replace(state, commit=commit)
+    return state
+
+
+_HANDLERS = {
+    Tick: _on_tick,
+    VoteRequest: _on_vote_request,
+    VoteResponse: _on_vote_response,
+    FetchRequest: _on_fetch_request,
+    FetchAnswered: _on_fetch_answered,
+    LogChanged: _on_log_changed,
+}
