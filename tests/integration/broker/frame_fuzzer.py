@@ -37,6 +37,8 @@ from common.kaska.protocol import (
 )
 from common.kaska.protocol.codec import BodyWriter
 from common.kaska.protocol.frames import REQUEST_HEADER, RESPONSE_HEADER
+from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
+from common.kaska.protocol.vote import VoteRequest
 from common.kaska.record_batch import HEADER_BYTES, NO_PRODUCER, encode_batch
 
 FUZZ_TOPICS = ("fz0", "fz1", "fz2")  # created before the fuzz; frames also create and delete
@@ -153,6 +155,15 @@ class FrameFactory:
             return group + head + tail[3 + 3:]
         if api == Api.FETCH_COMMITTED:
             return group + head + FetchCommittedRequest("g", "x", partition).encode()[3 + 3:]
+        if api == Api.VOTE:
+            # From a node id this lone broker has no peer of: refused (UnknownReplica), counted.
+            return VoteRequest(rng.randint(-5, 5), rng.randint(-1, 1 << 31 - 1),
+                               rng.randint(-1, 9), rng.randint(0, 1 << 40),
+                               rng.random() < 0.5).encode()
+        if api == Api.REPLICA_FETCH:
+            return ReplicaFetchRequest(rng.randint(-5, 5), rng.randint(-1, 9),
+                                       rng.randint(0, 1 << 40), rng.randint(-1, 9),
+                                       rng.randint(0, 1 << 24), rng.randint(0, 20)).encode()
         assert api == Api.AUTHENTICATE, api
         return AuthenticateRequest(rng.randbytes(rng.randint(0, 40))).encode()
 
