@@ -150,6 +150,9 @@ class Cluster:
         with self._lock:
             if self._controller == address:
                 self._controller = None
+            if self._bootstrap[self._last_good] == address:
+                # A paused broker still accepts connections: move on rather than retry it.
+                self._last_good = (self._last_good + 1) % len(self._bootstrap)
             connection = self._connections.pop(address, None)
             for route in [r for r, a in self._leaders.items() if a == address]:
                 del self._leaders[route]

@@ -8,8 +8,16 @@ the header, a frame above `frame_bytes_max` (answered FrameTooLarge first, never
 broken or stalled socket, a body still arriving `read_timeout_s` after its header (see
 body.py), a failed or missing authentication.
 
-Used by exactly one thread (its own); `interrupt()` and `force_close()` are the only methods
-other threads call, and they only touch the socket under `_state_lock`.
+Deferred replies (a produce waiting for its acks, see reply.py): the connection thread hands
+each one to a short-lived thread that waits for it and sends it, and goes on reading the
+client's next request, so pipelined produces keep the leader appending while earlier batches
+replicate. At most `DEFERRED_REPLIES_MAX` wait at once per connection (beyond that the
+connection thread waits: back-pressure); every send takes `_send_lock`, so frames never
+interleave; the connection closes only after its deferred replies went out.
+
+Used by its own thread, plus the deferred-reply threads (sends only, under `_send_lock`);
+`interrupt()` and `force_close()` are the only methods other threads call, and they only touch
+the socket under `_state_lock`.
 """
 
 from __future__ import annotations
@@ -39,11 +47,12 @@ from common.kaska.protocol.frames import (
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers import HANDLERS
-from services.broker.reply import Reply
+from services.broker.reply import DeferredReply, Reply
 
 log = logging.getLogger(__name__)
 
 WIRE_CODE_MASK = 0xFFFF
+DEFERRED_REPLIES_MAX = 16
 
 
 class StalledPeerError(TimeoutError):
@@ -62,6 +71,9 @@ class Connection:
         self._closing = False
         self._authenticated = ctx.config.token is None
         self._header_buf = bytearray(REQUEST_HEADER.size)
+        self._send_lock = threading.Lock()
+        self._deferred_done = threading.Condition(threading.Lock())
+        self._deferred_pending = 0
 
     # -- called by other threads -------------------------------------------------------------
 
@@ -92,6 +104,7 @@ class Connection:
         except OSError as exc:
             log.debug("connection %s ended: %r", self.peer, exc)
         finally:
+            self._wait_deferred(lambda pending: pending == 0)
             self._sock.close()
             self._on_closed(self)
 
@@ -164,6 +177,9 @@ class Connection:
         if error is not None:
             self._send_error(header.correlation_id, error)
             return self._authenticated
+        if isinstance(reply, DeferredReply):
+            self._defer(header.correlation_id, reply)
+            return True
         self._send_reply(header.correlation_id, reply)
         if header.api == Api.AUTHENTICATE:
             self._authenticated = True
@@ -188,13 +204,48 @@ class Connection:
             log.exception("api %d from %s failed", header.api, self.peer)
             return None, UnknownServerError("internal error in the broker")
 
+    # -- deferred replies --------------------------------------------------------------------
+
+    def _defer(self, correlation_id: int, deferred: DeferredReply) -> None:
+        self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX)
+        with self._deferred_done:
+            self._deferred_pending += 1
+        threading.Thread(target=self._complete, args=(correlation_id, deferred), daemon=True,
+                         name=f"kaska-reply-{self.peer}").start()
+
+    def _complete(self, correlation_id: int, deferred: DeferredReply) -> None:
+        try:
+            try:
+                reply = deferred.wait()
+            except KaskaError as error:
+                self._send_error(correlation_id, error)
+            else:
+                self._send_reply(correlation_id, reply)
+        except OSError as exc:  # the client left; the connection thread sees it too
+            log.debug("deferred reply to %s not sent: %r", self.peer, exc)
+        finally:
+            with self._deferred_done:
+                self._deferred_pending -= 1
+                self._deferred_done.notify_all()
+
+    def _wait_deferred(self, ready) -> None:
+        with self._deferred_done:
+            self._deferred_done.wait_for(lambda: ready(self._deferred_pending))
+
+    # -- sending -----------------------------------------------------------------------------
+
     def _send_error(self, correlation_id: int, error: KaskaError) -> None:
         log.debug("answering %s to %s: %s", type(error).__name__, self.peer, error)
         body = ErrorBody.from_error(error).encode()
         code = error.code & WIRE_CODE_MASK
-        self._sock.sendall(encode_response_header(correlation_id, code, len(body)) + body)
+        with self._send_lock:
+            self._sock.sendall(encode_response_header(correlation_id, code, len(body)) + body)
 
     def _send_reply(self, correlation_id: int, reply: Reply) -> None:
+        with self._send_lock:
+            self._send_reply_locked(correlation_id, reply)
+
+    def _send_reply_locked(self, correlation_id: int, reply: Reply) -> None:
         head = encode_response_header(correlation_id, 0, reply.nbytes) + reply.body
         if not reply.slices:
             self._sock.sendall(head)

@@ -98,7 +98,17 @@ class ReplicaManager:
     def append_from(self, topic: str, partition: int, partition_log: PartitionLog,
                     total_bytes: int, fill: Callable[[memoryview], None], acks: int
                     ) -> AppendResult:
-        """Receive one batch into the log as leader; answer per `acks` (see module doc)."""
+        """Receive one batch into the log as leader; return once `acks` are in."""
+        result, await_acks = self.append_deferred(topic, partition, partition_log,
+                                                  total_bytes, fill, acks)
+        await_acks()
+        return result
+
+    def append_deferred(self, topic: str, partition: int, partition_log: PartitionLog,
+                        total_bytes: int, fill: Callable[[memoryview], None], acks: int
+                        ) -> tuple[AppendResult, Callable[[], None]]:
+        """Receive one batch into the log as leader, at once; the second value waits for the
+        acks asked for (acks=all: the high watermark passing the batch; acks=1: nothing)."""
         role = self.require_leader(topic, partition)
         epoch = role.leader_epoch
 
@@ -114,10 +124,13 @@ class ReplicaManager:
         result = partition_log.append_from(total_bytes, fill, leader_epoch=epoch,
                                            on_append=journal_it)
         self.node.leader_appended()
-        if acks == ACKS_ALL:
-            self._await_high_watermark(topic, partition, result.base_offset
-                                       + result.record_count, epoch)
-        return result
+        end = result.base_offset + result.record_count
+
+        def await_acks() -> None:
+            if acks == ACKS_ALL:
+                self._await_high_watermark(topic, partition, end, epoch)
+
+        return result, await_acks
 
     def append(self, topic: str, partition: int, batch: bytes, acks: int = ACKS_ALL
                ) -> AppendResult:

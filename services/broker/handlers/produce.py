@@ -16,7 +16,7 @@ from common.kaska.record_batch import HEADER_BYTES
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import client_writable_topic, led_partition
-from services.broker.reply import Reply
+from services.broker.reply import DeferredReply, Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
@@ -31,7 +31,14 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         body.rearm()  # the wait for the partition lock is not this client's delay
         body.recv_into_exactly(region)
 
-    result = ctx.replicas.append_from(prefix.topic, prefix.partition, partition_log,
-                                      batch_bytes, fill, prefix.acks)
-    return Reply(ProduceResponse(result.base_offset, result.record_count,
-                                 result.duplicate).encode())
+    result, await_acks = ctx.replicas.append_deferred(prefix.topic, prefix.partition,
+                                                      partition_log, batch_bytes, fill,
+                                                      prefix.acks)
+    answer = Reply(ProduceResponse(result.base_offset, result.record_count,
+                                   result.duplicate).encode())
+
+    def when_acked() -> Reply:
+        await_acks()
+        return answer
+
+    return DeferredReply(when_acked)

@@ -25,6 +25,8 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     headers: list[EntryHeader] = []
     slices: list[FileSlice] = []
     for entry in entries:
+        if entry.kind is EntryKind.BATCH and not _visible(ctx, entry):
+            break  # journaled a moment before its batch is published: the next fetch
         found = _batch_slices(ctx, entry) if entry.kind is EntryKind.BATCH else None
         if found is not None:
             slices.extend(found)
@@ -40,6 +42,16 @@ def _header(entry: JournalEntry, with_bytes: bool) -> EntryHeader:
     return EntryHeader(entry.index, entry.epoch, kind, entry.topic, entry.partition,
                        entry.base_offset, entry.record_count, entry.partitions,
                        entry.batch_bytes if with_bytes else 0)
+
+
+def _visible(ctx: BrokerContext, entry: JournalEntry) -> bool:
+    """The leader journals a batch under the partition lock just before it publishes it, so a
+    fetch may see the entry a moment before the bytes."""
+    try:
+        return ctx.log.partition(entry.topic, entry.partition).log_end_offset \
+            >= entry.end_offset
+    except UnknownTopicOrPartitionError:
+        return True  # deleted since: sent as SKIPPED
 
 
 def _batch_slices(ctx: BrokerContext, entry: JournalEntry) -> list[FileSlice] | None:

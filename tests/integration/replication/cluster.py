@@ -1,0 +1,387 @@
+"""A replicated Kaska cluster of real broker processes on 127.0.0.1, for fault tests.
+
+`BrokerCluster(tmp_path, size=3)` picks every port up front (each broker must be told the
+others'), starts the brokers, and lets a test kill, pause, resume and restart them, ask who
+leads (METADATA from each live broker, until they agree), and, once every process is gone,
+read each broker's bytes of a partition straight from its data directory.
+
+With `peer_via_proxy=True` each broker reaches each peer through its own `PeerProxy` (one per
+ordered pair), so a test can cut a broker off from the others while clients still reach it
+directly. METADATA and NOT_LEADER hints then name the proxy addresses (what the broker was
+told its peers are): clients following them go through the same proxies.
+
+Each broker's stderr goes to `<tmp>/node<I>.broker.log` (appended across restarts, with a
+harness line at every start and signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.kaska import Admin
+from common.kaska.connection import BrokerConnection
+from common.kaska.errors import KaskaError, NotLeaderError
+from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
+from common.kaska.retry import RetryPolicy
+from services.broker.storage.log import Log
+from tests.integration.broker.broker_process import REPO, BrokerProcess
+from tests.integration.replication.peer_proxy import PeerProxy
+
+# Fast failover for tests: elections within 0.5-1 s of silence, a cut-off leader steps down
+# after 1.5 s without a majority fetching from it.
+FAST_ELECTIONS = ("--election-timeout-ms-min", "500", "--election-timeout-ms-max", "1000",
+                  "--quorum-timeout-ms", "1500")
+LEADER_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+PROBE_TIMEOUTS = {"connect_timeout_s": 1.0, "request_timeout_s": 2.0}
+READ_ALL_BYTES = 1 << 30
+# What a broker logs when it cuts or truncates its journal or data (recovery, divergence).
+RECOVERY_LINE = re.compile(r"truncated the journal|journal entries cut|data past its journal|"
+                           r"holds data past its journal|valid entries end at byte")
+# A broker asked to drop committed entries: never legitimate.
+SAFETY_LINE = re.compile(r"refusing to truncate|below the commit index")
+ROLE_LINE = re.compile(r"broker (\d+): (leader|follower|candidate) of epoch (\d+) "
+                       r"\(leader (\w+)\)")
+
+
+def reserve_ports(count: int) -> list[socket.socket]:
+    """Bound (not listening) sockets on distinct free ports; close them right before use, so
+    nothing else created meanwhile (proxies) can take the ports."""
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    return sockets
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = reserve_ports(count)
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderView:
+    """What one broker says: the leader it knows (NO_LEADER: none) and its epoch."""
+
+    node_id: int
+    leader_id: int
+    epoch: int
+
+
+class ClusterBroker(BrokerProcess):
+    """One broker of the cluster: BrokerProcess with a node id and peers."""
+
+    def __init__(self, node_id: int, data_dir: Path, port: int, peers: str,
+                 extra_args: tuple[str, ...]) -> None:
+        super().__init__(data_dir, *extra_args, port=port)
+        self.node_id = node_id
+        self.peers = peers
+        self.paused = False
+        self.starts = 0
+
+    def note(self, text: str) -> None:
+        """A harness line in the broker's log, so the log reads as a timeline of the test."""
+        with open(self.log_path, "a") as log:
+            log.write(f"{time.strftime('%H:%M:%S')} ===== harness: {text} =====\n")
+
+    def launch(self) -> None:
+        """Start the process; `wait_ready` reads its readiness line."""
+        command = [sys.executable, "-m", "services.broker", "--node-id", str(self.node_id),
+                   "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
+                   "--peers", self.peers, *self.extra_args]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("KASKA_TOKEN", None)
+        self.starts += 1
+        self.note(f"start #{self.starts}")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                         stderr=log)
+        self.paused = False
+
+    def wait_ready(self) -> None:
+        line = self._ready_line()
+        port = int(line.rsplit(":", 1)[1])
+        assert port == self.port, f"broker {self.node_id} listens on {port}, not {self.port}"
+
+    def start(self) -> ClusterBroker:
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def signal(self, signum: int) -> None:
+        self.note(f"signal {signal.Signals(signum).name}")
+        self.proc.send_signal(signum)
+
+    def wait_exit(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        try:
+            code = self.proc.wait(timeout_s)
+        finally:
+            self.proc.stdout.close()
+        self.paused = False
+        return code
+
+
+class BrokerCluster:
+    def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.ids = list(range(1, size + 1))
+        self.peer_via_proxy = peer_via_proxy
+        reserved = reserve_ports(size)
+        ports = {i: sock.getsockname()[1] for i, sock in zip(self.ids, reserved, strict=True)}
+        self.proxies: dict[tuple[int, int], PeerProxy] = {}
+        if peer_via_proxy:
+            for i in self.ids:
+                for j in self.ids:
+                    if i != j:
+                        self.proxies[(i, j)] = PeerProxy(("127.0.0.1", ports[j]),
+                                                         name=f"{i}->{j}")
+        self.brokers: dict[int, ClusterBroker] = {}
+        for i in self.ids:
+            peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
+                             for j in self.ids if j != i)
+            self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
+                                            tuple(extra_args))
+        for sock in reserved:
+            sock.close()
+
+    def _peer_address(self, i: int, j: int, ports: dict[int, int]) -> str:
+        if self.peer_via_proxy:
+            return self.proxies[(i, j)].address
+        return f"127.0.0.1:{ports[j]}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> BrokerCluster:
+        """Start every broker at once (each waits for nobody to listen), then wait for all."""
+        for broker in self.brokers.values():
+            broker.launch()
+        for broker in self.brokers.values():
+            broker.wait_ready()
+        return self
+
+    def __enter__(self) -> BrokerCluster:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill whatever still runs and close the proxies (teardown; idempotent)."""
+        for broker in self.brokers.values():
+            if broker.alive():
+                with contextlib.suppress(OSError):
+                    broker.proc.send_signal(signal.SIGCONT)
+            broker.kill()
+        for proxy in self.proxies.values():
+            proxy.close()
+
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` (SIGKILL, SIGTERM, ...) and wait for the process to end; its exit code."""
+        broker = self.brokers[i]
+        broker.signal(sig)
+        if broker.paused and sig != signal.SIGKILL:
+            broker.proc.send_signal(signal.SIGCONT)  # a stopped process handles nothing
+        return broker.wait_exit()
+
+    def pause(self, i: int) -> None:
+        broker = self.brokers[i]
+        broker.signal(signal.SIGSTOP)
+        broker.paused = True
+
+    def resume(self, i: int) -> None:
+        broker = self.brokers[i]
+        broker.signal(signal.SIGCONT)
+        broker.paused = False
+
+    def start_broker(self, i: int) -> None:
+        """Start a broker that is not running, on its own port and data directory."""
+        assert not self.brokers[i].alive(), f"broker {i} is running"
+        self.brokers[i].start()
+
+    def restart(self, i: int) -> None:
+        """SIGTERM (when running), then start again."""
+        if self.brokers[i].alive():
+            code = self.kill(i, signal.SIGTERM)
+            assert code == 0, f"broker {i} exited {code} on SIGTERM: {self.brokers[i].tail()}"
+        self.start_broker(i)
+
+    def stop_all(self) -> dict[int, int]:
+        """SIGTERM every running broker at once (resuming paused ones), wait; exit codes."""
+        running = [i for i in self.ids if self.brokers[i].alive()]
+        for i in running:
+            self.brokers[i].signal(signal.SIGTERM)
+            if self.brokers[i].paused:
+                self.brokers[i].proc.send_signal(signal.SIGCONT)
+        codes = {}
+        for i in running:
+            try:
+                codes[i] = self.brokers[i].wait_exit()
+            except subprocess.TimeoutExpired:
+                self.brokers[i].kill()
+                codes[i] = None
+        return codes
+
+    # -- addresses ---------------------------------------------------------------------------
+
+    def address(self, i: int) -> str:
+        return self.brokers[i].address
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's client address, "h1:p1,h2:p2,h3:p3"."""
+        return self.bootstrap_of(self.ids)
+
+    def bootstrap_of(self, ids) -> str:
+        return ",".join(self.address(i) for i in ids)
+
+    def live_ids(self) -> list[int]:
+        """Running and not paused."""
+        return [i for i in self.ids if self.brokers[i].alive() and not self.brokers[i].paused]
+
+    def others(self, i: int) -> list[int]:
+        return [j for j in self.ids if j != i]
+
+    # -- who leads ---------------------------------------------------------------------------
+
+    def metadata(self, i: int) -> MetadataResponse | None:
+        """Broker i's METADATA for every topic; None when it does not answer in time."""
+        try:
+            connection = BrokerConnection(self.brokers[i].host_port, **PROBE_TIMEOUTS)
+        except KaskaError:
+            return None
+        try:
+            return connection.request(MetadataRequest(()))
+        except KaskaError:
+            return None
+        finally:
+            connection.close()
+
+    def view(self, i: int) -> LeaderView | None:
+        """Who broker i says leads: from METADATA (any partition; one broker leads all), or
+        from its last role line in the log when it has no topic at all."""
+        response = self.metadata(i)
+        if response is None:
+            return None
+        for partitions in response.topics.values():
+            for info in partitions:
+                return LeaderView(i, info.leader_id, info.leader_epoch)
+        return self._view_from_log(i)
+
+    def _view_from_log(self, i: int) -> LeaderView | None:
+        lines = self.log_lines(i, ROLE_LINE)
+        if not lines:
+            return None
+        match = ROLE_LINE.search(lines[-1])
+        leader = match.group(4)
+        return LeaderView(i, int(leader) if leader.isdigit() else NO_LEADER,
+                          int(match.group(3)))
+
+    def leader(self, timeout_s: float = LEADER_TIMEOUT_S, among=None,
+               min_epoch: int = 0) -> LeaderView:
+        """Poll until every broker of `among` (default: the live ones) answers and names the
+        same leader, one of them, at the same epoch >= min_epoch; that view."""
+        deadline = time.monotonic() + timeout_s
+        last: list[LeaderView | None] = []
+        while True:
+            ids = list(among) if among is not None else self.live_ids()
+            last = [self.view(i) for i in ids]
+            if all(view is not None for view in last):
+                leaders = {(view.leader_id, view.epoch) for view in last}
+                if len(leaders) == 1:
+                    leader_id, epoch = leaders.pop()
+                    if leader_id in ids and epoch >= min_epoch:
+                        return LeaderView(leader_id, leader_id, epoch)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no agreed leader among {ids} (epoch >= {min_epoch}) "
+                                     f"within {timeout_s:.0f} s; views: {last}")
+            time.sleep(0.1)
+
+    def leader_id(self, timeout_s: float = LEADER_TIMEOUT_S, among=None) -> int:
+        return self.leader(timeout_s, among).leader_id
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     timeout_s: float = LEADER_TIMEOUT_S) -> None:
+        """Create through the leader (asked directly: CREATE_TOPIC goes to "any broker")."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            leader = self.leader_id(timeout_s)
+            try:
+                with Admin(self.address(leader), retry=RetryPolicy(3, 0.1, 0.5),
+                           request_timeout_s=15.0, connect_timeout_s=2.0) as admin:
+                    admin.create_topic(name, partitions)
+                return
+            except NotLeaderError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    # -- logs --------------------------------------------------------------------------------
+
+    def log_lines(self, i: int, pattern: re.Pattern | str) -> list[str]:
+        path = self.brokers[i].log_path
+        if not path.exists():
+            return []
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        text = path.read_text(errors="replace")
+        return [line for line in text.splitlines() if regex.search(line)]
+
+    def recovery_lines(self, i: int) -> list[str]:
+        return self.log_lines(i, RECOVERY_LINE)
+
+    def safety_lines(self) -> dict[int, list[str]]:
+        """Every broker's log lines that say committed data was about to be dropped."""
+        found = {i: self.log_lines(i, SAFETY_LINE) for i in self.ids}
+        return {i: lines for i, lines in found.items() if lines}
+
+    def error_lines(self) -> dict[int, int]:
+        """ERROR-level log lines per broker (reported, not judged)."""
+        return {i: len(self.log_lines(i, r" ERROR |Traceback")) for i in self.ids}
+
+    def log_paths(self) -> dict[int, Path]:
+        return {i: broker.log_path for i, broker in self.brokers.items()}
+
+    # -- stored data (every process gone) ----------------------------------------------------
+
+    def partition_logs(self, topic: str, partition: int, upto_offset: int | None = None
+                       ) -> dict[int, bytes]:
+        """Each broker's bytes of the partition (from its log start; below `upto_offset` when
+        given), read from its data directory. Only once the processes are gone."""
+        return {i: stored.data for i, stored in
+                self.stored_partitions(topic, partition, upto_offset).items()}
+
+    def stored_partitions(self, topic: str, partition: int, upto_offset: int | None = None
+                          ) -> dict[int, StoredPartition]:
+        stored = {}
+        for i, broker in self.brokers.items():
+            assert not broker.alive(), f"broker {i} still runs: stop_all() first"
+            with Log(broker.data_dir) as log:
+                if topic not in log.topics():
+                    stored[i] = StoredPartition(0, 0, b"")
+                    continue
+                partition_log = log.partition(topic, partition)
+                start = partition_log.log_start_offset
+                data = partition_log.read_bytes(start, READ_ALL_BYTES, upto_offset)
+                stored[i] = StoredPartition(start, partition_log.log_end_offset, data)
+        return stored
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPartition:
+    log_start_offset: int
+    log_end_offset: int
+    data: bytes

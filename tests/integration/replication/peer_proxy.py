@@ -1,0 +1,143 @@
+"""A TCP forwarding proxy for one direction of broker-to-broker traffic (from one broker's
+replication client to another broker's port), which a test can cut and heal.
+
+`cut()` shuts down every connection it carries and, until `heal()`, accepts new ones only to
+close them at once: the sending broker sees its peer vanish, while clients that talk to the
+brokers directly are untouched. Threads: one accept loop, two pumps per connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Wake any thread blocked on `sock` (recv returns b"", sendall fails); closing alone
+    would not interrupt a recv in another thread."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Link:
+    """One proxied connection: client side, upstream side, closed when both pumps are done."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self._pumps_left = 2
+        self._lock = threading.Lock()
+
+    def shutdown(self) -> None:
+        _shutdown(self.client)
+        _shutdown(self.upstream)
+
+    def pump_done(self) -> bool:
+        """Shut both sides; True (and both closed) for the second pump to finish."""
+        self.shutdown()
+        with self._lock:
+            self._pumps_left -= 1
+            last = self._pumps_left == 0
+        if last:
+            self.client.close()
+            self.upstream.close()
+        return last
+
+
+class PeerProxy:
+    def __init__(self, upstream: tuple[str, int], name: str = "") -> None:
+        self.upstream = upstream
+        self.name = name or f"proxy->{upstream[1]}"
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._links: set[_Link] = set()
+        self._cut = False
+        self._closed = False
+        self.connections = 0  # forwarded connections, ever
+        self.refused = 0  # connections accepted and closed at once while cut
+        self.bytes_forwarded = 0
+        threading.Thread(target=self._accept_loop, daemon=True,
+                         name=f"peer-proxy-{self.name}").start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut
+
+    def cut(self) -> None:
+        """Drop every current connection and refuse new ones (accept, close at once)."""
+        with self._lock:
+            self._cut = True
+            links = list(self._links)
+        for link in links:
+            link.shutdown()
+
+    def heal(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._cut = True
+            links = list(self._links)
+        _shutdown(self._listener)  # wakes the accept loop
+        self._listener.close()
+        for link in links:
+            link.shutdown()
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                refuse = self._cut
+                if refuse:
+                    self.refused += 1
+            if refuse:
+                _shutdown(client)
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=2.0)
+            except OSError:  # the broker behind is down: the connecting broker sees EOF
+                _shutdown(client)
+                client.close()
+                continue
+            upstream.settimeout(None)
+            link = _Link(client, upstream)
+            with self._lock:
+                if self._cut:  # cut while we were connecting
+                    self.refused += 1
+                    link.shutdown()
+                    client.close()
+                    upstream.close()
+                    continue
+                self._links.add(link)
+                self.connections += 1
+            threading.Thread(target=self._pump, args=(link, client, upstream), daemon=True,
+                             name=f"peer-proxy-{self.name}-up").start()
+            threading.Thread(target=self._pump, args=(link, upstream, client), daemon=True,
+                             name=f"peer-proxy-{self.name}-down").start()
+
+    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data = source.recv(1 << 16)
+                if not data or self._cut:
+                    break
+                sink.sendall(data)
+                with self._lock:
+                    self.bytes_forwarded += len(data)
+        if link.pump_done():
+            with self._lock:
+                self._links.discard(link)
