@@ -90,4 +90,5 @@ BENCH_ROWS ?= 200000
 .PHONY: bench
 bench: $(STAMP)
 	$(PY) -m scripts.bench_broker
+	$(PY) -m scripts.bench_replication
 	$(PY) -m scripts.bench_queries --rows $(BENCH_ROWS) --repeats 3 --warmups 1
