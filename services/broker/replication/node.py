@@ -285,10 +285,18 @@ class ReplicationNode:
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
             self.wait_changed(lambda: self.journal.end > request.fetch_end
                               or self._state.epoch != epoch, request.max_wait_ms / 1000)
-        entries = self._entries_to_send(request.fetch_end, request.max_bytes)
-        response = ReplicaFetchResponse(epoch, self.config.node_id, self._state.commit,
-                                        WireOutcome.ENTRIES)
-        return response, entries
+        with self._lock:
+            # Still the leader of that epoch? (Between the step and now it may have stepped
+            # down and taken another leader's entries: never send those as its own.)
+            state = self._state
+            if state.role is not raft.Role.LEADER or state.epoch != epoch:
+                leader = NO_LEADER if state.leader_id is None else state.leader_id
+                return ReplicaFetchResponse(state.epoch, leader, state.commit,
+                                            WireOutcome.NOT_LEADER), []
+            entries = self._entries_to_send(request.fetch_end, request.max_bytes)
+            commit = state.commit
+        return ReplicaFetchResponse(epoch, self.config.node_id, commit,
+                                    WireOutcome.ENTRIES), entries
 
     def _refusal(self, answer: raft.AnswerFetch) -> ReplicaFetchResponse:
         leader = NO_LEADER if answer.leader_id is None else answer.leader_id

@@ -469,7 +469,9 @@ def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
         actions.append(ApplyEntries())
     else:
         _own, own_end = state.log.end_of_epoch(event.diverging_epoch)
-        actions.append(Truncate(min(event.diverging_end, own_end)))
+        end = min(event.diverging_end, own_end)
+        if end >= state.commit:  # below it: a stale answer (committed entries never diverge)
+            actions.append(Truncate(end))
     return state
 
 

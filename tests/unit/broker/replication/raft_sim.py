@@ -1,0 +1,692 @@
+"""A deterministic cluster of `raft.py` state machines on a hostile simulated network.
+
+The simulator plays the edge that `node.py` plays in the broker, with a journal that is a list
+of `(epoch, payload)` entries:
+
+- every node has a persisted part (the journal and `(epoch, voted_for)`, both durable at once
+  in this model) and a volatile part (its `RaftState`); a crash loses the volatile part (and
+  whatever actions of the step in progress were not carried out yet), a restart rebuilds it
+  with `initial_state` and a commit index of 0 or anything up to the one it had;
+- actions are carried out in order: `PersistQuorum` writes the quorum state, `AppendNoop`
+  appends `(epoch, "noop")`, `SendVotes`/`AnswerVote`/`AnswerFetch` put packets on the
+  network, `ApplyEntries` copies the entries the leader attached to its answer (a snapshot of
+  its journal at answer time, from `fetch_end`) and `Truncate` cuts the journal; both are
+  followed by `LogChanged`, as in `node.py`;
+- followers keep one fetch in flight (the broker's fetch is a blocking request/response; a late
+  answer to a request it gave up on is never read): to `fetch_target(state)`, or round-robin;
+- clients append payloads at every node whose state machine says LEADER;
+- the network drops, duplicates, delays (so reorders) packets and partitions nodes.
+
+After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
+election safety, one vote per voter and epoch, leader completeness, state machine safety, log
+matching, no truncation below the commit index (nor of any committed entry a node holds),
+persisted quorum state equal to the state machine's, and the state machine's view of the
+journal equal to the journal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from services.broker.replication.raft import (
+    AnswerFetch,
+    AnswerVote,
+    AppendNoop,
+    ApplyEntries,
+    CommitAdvanced,
+    FetchAnswered,
+    FetchRequest,
+    LogChanged,
+    LogView,
+    Outcome,
+    PersistQuorum,
+    RaftConfig,
+    RaftState,
+    Role,
+    RoleChanged,
+    SendVotes,
+    Tick,
+    Truncate,
+    VoteRequest,
+    VoteResponse,
+    fetch_target,
+    initial_state,
+    step,
+)
+
+Entry = tuple[int, str]  # (epoch, payload id)
+
+
+class SafetyViolation(AssertionError):
+    """An invariant of Raft broke in the simulation."""
+
+
+class LivenessFailure(AssertionError):
+    """A healed, crash-free cluster did not elect a leader or commit a fresh entry in time."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Probabilities are per packet (network) or per node and round (crashes)."""
+
+    drop: float = 0.05
+    duplicate: float = 0.03
+    delay_max_s: float = 0.15
+    long_delay: float = 0.02  # this share of packets waits up to long_delay_max_s
+    long_delay_max_s: float = 3.0
+    crash: float = 0.002
+    leader_crash: float = 0.0  # per round: crash whoever leads (uncommitted tails diverge)
+    crash_mid_step: float = 0.001  # per step: die between two actions of the step
+    down_max_s: float = 5.0
+    partition: float = 0.004  # per round: a new partition (or a heal)
+    partition_max_s: float = 8.0
+    client_append: float = 0.3  # per round and leader
+    tick_skip: float = 0.2  # per node and round: this node's loop is late
+    dt_max_s: float = 0.12  # a round advances the clock by up to this much
+
+    def calm(self) -> Faults:
+        return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
+                      leader_crash=0.0, crash_mid_step=0.0, partition=0.0, client_append=0.0,
+                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s)
+
+
+# Leaders die often with a busy client: uncommitted tails diverge, Figure 8 lurks.
+CRASHY = Faults(drop=0.1, duplicate=0.05, delay_max_s=0.2, crash=0.01, leader_crash=0.01,
+                crash_mid_step=0.004, down_max_s=3.0, partition=0.01, partition_max_s=4.0,
+                client_append=0.7)
+# Messages are lost, late and doubled; partitions come and go.
+LOSSY = Faults(drop=0.3, duplicate=0.1, delay_max_s=0.4, long_delay=0.08, crash=0.004,
+               partition=0.02, partition_max_s=6.0, client_append=0.5)
+PROFILES = {"default": Faults(), "crashy": CRASHY, "lossy": LOSSY}
+
+NO_FAULTS = Faults(drop=0.0, duplicate=0.0, delay_max_s=0.02, long_delay=0.0, crash=0.0,
+                   crash_mid_step=0.0, partition=0.0, client_append=0.0, tick_skip=0.0,
+                   dt_max_s=0.05)
+
+
+@dataclass(frozen=True)
+class FetchMessage:
+    request: FetchRequest
+    request_id: int
+
+
+@dataclass(frozen=True)
+class FetchAnswerMessage:
+    answer: AnswerFetch
+    request_id: int
+    entries: tuple[Entry, ...] = ()  # ENTRIES: the leader's journal from fetch_end
+
+
+@dataclass(order=True)
+class Packet:
+    deliver_at: float
+    seq: int
+    to: int = field(compare=False)
+    sender: int = field(compare=False)
+    body: object = field(compare=False)
+
+
+@dataclass
+class Stats:
+    rounds: int = 0
+    steps: int = 0
+    elections: int = 0  # elections won (one leader per epoch, checked)
+    pre_votes: int = 0
+    candidacies: int = 0
+    commits: int = 0  # CommitAdvanced actions
+    committed_entries: int = 0  # length of the globally committed prefix
+    client_appends: int = 0
+    crashes: int = 0
+    crashes_mid_step: int = 0
+    restarts: int = 0
+    partitions: int = 0
+    sent: int = 0
+    drops: int = 0
+    duplicates: int = 0
+    stale_answers: int = 0
+    truncations: int = 0
+    entries_applied: int = 0
+    step_downs: int = 0  # a leader became a follower
+    lost_after_healing: int = 0  # appends cut by a leader change in a healed cluster
+
+    def add(self, other: Stats) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class SimNode:
+    config: RaftConfig
+    rng: random.Random
+    journal: list[Entry] = field(default_factory=list)
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # (epoch, start), derived
+    hashes: list[int] = field(default_factory=list)  # hash of the journal up to each entry
+    epoch: int = 0  # persisted quorum state
+    voted_for: int | None = None
+    state: RaftState | None = None  # None while down
+    seen_commit: int = 0  # the commit index the checks have seen for this incarnation
+    outstanding: tuple[int, float, FetchRequest] | None = None  # (request id, sent at, req)
+    next_peer: int = 0
+    down_until: float = 0.0
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def up(self) -> bool:
+        return self.state is not None
+
+    def view(self) -> LogView:
+        return LogView(len(self.journal), tuple(self.epochs))
+
+
+class Simulation:
+    def __init__(self, ids=(1, 2, 3), seed: int = 0, faults: Faults | None = None,
+                 election_timeout_min_s: float = 1.0, election_timeout_max_s: float = 2.0,
+                 quorum_timeout_s: float = 2.0, request_timeout_s: float = 0.5,
+                 fetch_entries_max: int = 16, trace: bool = False):
+        self.ids = tuple(ids)
+        self.rng = random.Random(seed)
+        self.faults = faults if faults is not None else Faults()
+        self.request_timeout_s = request_timeout_s
+        self.fetch_entries_max = fetch_entries_max
+        self.now = 0.0
+        self.stats = Stats()
+        self.trace: list[str] | None = [] if trace else None
+        self.nodes: dict[int, SimNode] = {}
+        for node_id in self.ids:
+            config = RaftConfig(node_id, frozenset(self.ids), election_timeout_min_s,
+                                election_timeout_max_s, quorum_timeout_s)
+            node = SimNode(config, random.Random(self.rng.getrandbits(64)))
+            node.state = initial_state(config, 0, None, node.view(), 0, self.now, node.rng)
+            self.nodes[node_id] = node
+        self.network: list[Packet] = []  # a heap by delivery time
+        self._seq = 0
+        self._request_ids = 0
+        self._payloads = 0
+        self.cut: set[frozenset[int]] = set()  # unordered pairs that cannot talk
+        self.cut_until = 0.0
+        # -- the history the invariants are checked against --
+        self.leader_of_epoch: dict[int, int] = {}
+        self.votes: dict[tuple[int, int], int] = {}  # (epoch, voter) -> candidate
+        self.committed: list[Entry] = []  # the globally committed prefix
+        self.commit_epoch: list[int] = []  # the epoch it was first seen committed in
+        self.canon: dict[tuple[int, int], int] = {}  # (index, epoch) -> prefix hash
+        self.leaders_checked: set[tuple[int, int]] = set()  # (node, epoch)
+
+    # -- the driver --------------------------------------------------------------------------
+
+    def run(self, rounds: int) -> None:
+        for _ in range(rounds):
+            self.round()
+
+    def run_for(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.round()
+
+    def round(self) -> None:
+        """One slice of time: faults, the clock, ticks, deliveries, fetches, clients."""
+        faults = self.faults
+        rng = self.rng
+        self.stats.rounds += 1
+        self._maybe_fault()
+        self.now += rng.uniform(0.0, faults.dt_max_s)
+        for node in self._up_nodes():
+            if node.up and rng.random() >= faults.tick_skip:
+                self._step(node, Tick())
+        while self.network and self.network[0].deliver_at <= self.now:
+            self._deliver(heapq.heappop(self.network))
+        for node in self._up_nodes():
+            if node.up and node.state.role is not Role.LEADER:
+                self._maybe_fetch(node)
+        for node in self._up_nodes():
+            if node.up and node.state.role is Role.LEADER and rng.random() < faults.client_append:
+                self.client_append(node.node_id)
+
+    def settle(self) -> None:
+        """Heal everything, restart every node; from now on no faults and no clients."""
+        self.faults = self.faults.calm()
+        self.cut.clear()
+        for node in self.nodes.values():
+            if not node.up:
+                self.restart(node.node_id)
+
+    def check_liveness(self, timeout_s: float | None = None) -> float:
+        """After `settle`: a leader emerges, and an entry appended at it is committed at every
+        node. An append can still be lost once: a node that passed a pre-vote but then lost
+        its vote is left with a higher epoch, and its fetches depose the leader when it
+        rejoins (the price of letting it rejoin at all); then a fresh entry is tried at the
+        next leader. The default time limit allows for followers that fetch a long backlog a
+        few entries at a time. Returns the simulated seconds it took."""
+        backlog = max(len(node.journal) for node in self.nodes.values())
+        if timeout_s is None:
+            timeout_s = 40.0 + 0.4 * backlog / self.fetch_entries_max
+        start = self.now
+        deadline = start + timeout_s
+        while self.now <= deadline:
+            leader = self.current_leader()
+            if leader is None:
+                self.round()
+                continue
+            payload = self.client_append(leader)
+            index = len(self.nodes[leader].journal) - 1
+            entry = self.nodes[leader].journal[index]
+            while self.now <= deadline:
+                if all(node.state.commit > index for node in self.nodes.values()):
+                    if self.committed[index] != entry:
+                        raise LivenessFailure(f"{payload} is not what was committed")
+                    return self.now - start
+                journal = self.nodes[leader].journal
+                if len(journal) <= index or journal[index] != entry:
+                    self.stats.lost_after_healing += 1
+                    break  # a new leader cut it: try again
+                self.round()
+        raise LivenessFailure(
+            f"no entry committed everywhere {timeout_s:.0f} s after healing (leaders "
+            f"{self.leaders()}, commits "
+            f"{ {n: node.state.commit for n, node in self.nodes.items()} })")
+
+    def _up_nodes(self) -> list[SimNode]:
+        return [node for node in self.nodes.values() if node.up]
+
+    def _maybe_fault(self) -> None:
+        faults = self.faults
+        rng = self.rng
+        for node in self.nodes.values():
+            if node.up and (rng.random() < faults.crash or (
+                    node.state.role is Role.LEADER and rng.random() < faults.leader_crash)):
+                self.crash(node.node_id)
+            elif not node.up and self.now >= node.down_until:
+                self.restart(node.node_id)
+        if self.cut and self.now >= self.cut_until:
+            self.cut.clear()
+        if rng.random() < faults.partition:
+            self.partition()
+
+    def partition(self) -> None:
+        """Cut the cluster: one node off, two halves, or a single link (or heal)."""
+        rng = self.rng
+        ids = list(self.ids)
+        if len(ids) < 2:
+            return
+        self.stats.partitions += 1
+        kind = rng.randrange(4)
+        self.cut.clear()
+        if kind == 0:
+            alone = rng.choice(ids)
+            self.cut = {frozenset((alone, other)) for other in ids if other != alone}
+        elif kind == 1:
+            rng.shuffle(ids)
+            half = rng.randrange(1, len(ids))
+            self.cut = {frozenset((a, b)) for a in ids[:half] for b in ids[half:]}
+        elif kind == 2:
+            self.cut = {frozenset(rng.sample(ids, 2))}
+        self.cut_until = self.now + rng.uniform(0.5, self.faults.partition_max_s)
+
+    def crash(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if not node.up:
+            return
+        self.stats.crashes += 1
+        self._log(f"{node_id} crashes")
+        node.state = None
+        node.outstanding = None
+        node.down_until = self.now + self.rng.uniform(0.0, self.faults.down_max_s)
+
+    def restart(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        assert not node.up
+        self.stats.restarts += 1
+        real = node.seen_commit
+        commit = 0 if self.rng.random() < 0.3 else self.rng.randint(0, real)
+        node.state = initial_state(node.config, node.epoch, node.voted_for, node.view(),
+                                   commit, self.now, node.rng)
+        node.seen_commit = node.state.commit
+        self._log(f"{node_id} restarts: epoch {node.epoch} voted {node.voted_for} "
+                  f"end {len(node.journal)} commit {node.state.commit}")
+        self._check_node(node)
+
+    def client_append(self, node_id: int) -> str | None:
+        """A client's write at a node that believes it leads (a stale leader may, too)."""
+        node = self.nodes[node_id]
+        if not node.up or node.state.role is not Role.LEADER:
+            return None
+        self._payloads += 1
+        payload = f"c{self._payloads}"
+        self.stats.client_appends += 1
+        self._append(node, (node.state.epoch, payload))
+        self._step(node, LogChanged(node.view()))
+        return payload
+
+    # -- the network -------------------------------------------------------------------------
+
+    def _send(self, sender: int, to: int, body: object) -> None:
+        faults = self.faults
+        rng = self.rng
+        self.stats.sent += 1
+        copies = 2 if rng.random() < faults.duplicate else 1
+        self.stats.duplicates += copies - 1
+        for _ in range(copies):
+            if rng.random() < faults.drop or frozenset((sender, to)) in self.cut:
+                self.stats.drops += 1
+                continue
+            delay = rng.uniform(0.0, faults.delay_max_s)
+            if rng.random() < faults.long_delay:
+                delay = rng.uniform(0.0, faults.long_delay_max_s)
+            self._seq += 1
+            heapq.heappush(self.network, Packet(self.now + delay, self._seq, to, sender, body))
+
+    def _deliver(self, packet: Packet) -> None:
+        node = self.nodes[packet.to]
+        if not node.up:
+            return
+        if frozenset((packet.sender, packet.to)) in self.cut:
+            self.stats.drops += 1
+            return
+        body = packet.body
+        if isinstance(body, VoteRequest):
+            self._answer(node, packet.sender, body)
+        elif isinstance(body, VoteResponse):
+            self._step(node, body)
+        elif isinstance(body, FetchMessage):
+            self._answer(node, packet.sender, body)
+        elif isinstance(body, FetchAnswerMessage):
+            self._fetch_answered(node, packet.sender, body)
+        else:  # pragma: no cover
+            raise AssertionError(f"unknown packet {body!r}")
+
+    def _answer(self, node: SimNode, sender: int, body) -> None:
+        event = body.request if isinstance(body, FetchMessage) else body
+        actions = self._step(node, event)
+        if actions is None:
+            return  # died mid-step
+        answers = [a for a in actions if isinstance(a, AnswerVote | AnswerFetch)]
+        if len(answers) != 1:
+            raise SafetyViolation(f"{node.node_id} gave {len(answers)} answers to {event}")
+        answer = answers[0]
+        if isinstance(answer, AnswerVote):
+            self._send(node.node_id, sender, VoteResponse(node.node_id, answer.epoch,
+                                                          answer.granted, answer.leader_id,
+                                                          answer.pre_vote))
+            return
+        entries: tuple[Entry, ...] = ()
+        if answer.outcome is Outcome.ENTRIES:
+            start = answer.fetch_end
+            count = self.rng.randint(1, self.fetch_entries_max)
+            entries = tuple(node.journal[start:start + count])
+        self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries))
+
+    def _maybe_fetch(self, node: SimNode) -> None:
+        if node.outstanding is not None:
+            if self.now - node.outstanding[1] < self.request_timeout_s:
+                return
+            node.outstanding = None  # given up on; a late answer is never read
+        target = fetch_target(node.state)
+        if target is None:
+            peers = sorted(node.config.peers)
+            if not peers:
+                return
+            node.next_peer = (node.next_peer + 1) % len(peers)
+            target = peers[node.next_peer]
+        view = node.view()
+        request = FetchRequest(node.node_id, node.state.epoch, view.end, view.last_epoch)
+        self._request_ids += 1
+        node.outstanding = (self._request_ids, self.now, request)
+        self._send(node.node_id, target, FetchMessage(request, self._request_ids))
+
+    def _fetch_answered(self, node: SimNode, sender: int, message: FetchAnswerMessage) -> None:
+        if node.outstanding is None or node.outstanding[0] != message.request_id:
+            self.stats.stale_answers += 1  # duplicated, or given up on: node.py never reads it
+            return
+        node.outstanding = None
+        answer = message.answer
+        entries = message.entries
+        event = FetchAnswered(sender, answer.outcome, answer.epoch, answer.leader_id,
+                              answer.diverging_epoch, answer.diverging_end)
+        actions = self._step(node, event, finish=False)
+        if actions is None:
+            return
+        for action in actions:
+            if not node.up:
+                return
+            if isinstance(action, ApplyEntries):
+                if answer.outcome is not Outcome.ENTRIES:
+                    raise SafetyViolation(f"ApplyEntries on a {answer.outcome} answer")
+                # As node.py: the commit first (below fetch_end), then the entries.
+                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                    return
+                if len(node.journal) != answer.fetch_end:
+                    raise SafetyViolation(f"{node.node_id}: journal end {len(node.journal)} "
+                                          f"moved while fetching at {answer.fetch_end}")
+                for entry in entries:
+                    self._append(node, entry)
+                self.stats.entries_applied += len(entries)
+                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                    return
+            elif isinstance(action, Truncate):
+                self._truncate(node, action.end)
+                if self._step(node, LogChanged(node.view())) is None:
+                    return
+        if node.up:
+            self._check_node(node)
+
+    # -- one state machine step and its actions ------------------------------------------------
+
+    def _step(self, node: SimNode, event, finish: bool = True) -> list | None:
+        """Step the node's state machine and carry out its actions; None if it died doing so.
+        `finish`: check the node against its journal at the end (the caller does it itself
+        when it still has ApplyEntries/Truncate to carry out)."""
+        before = node.state
+        state, actions = step(node.config, before, event, self.now, node.rng)
+        self.stats.steps += 1
+        if self.trace is not None and actions:
+            self._log(f"{node.node_id} <- {event}: {actions}")
+        node.state = state
+        crash_at = None
+        if self.rng.random() < self.faults.crash_mid_step:
+            crash_at = self.rng.randrange(len(actions) + 1)  # len: after all of them
+        for position, action in enumerate(actions):
+            if position == crash_at:
+                break
+            self._execute(node, event, action, state)
+        if crash_at is not None:
+            self.stats.crashes_mid_step += 1
+            self.crash(node.node_id)
+            return None
+        if before.role is Role.LEADER and state.role is not Role.LEADER:
+            self.stats.step_downs += 1
+        self._observe(node)
+        if finish:
+            self._check_node(node)
+        return actions
+
+    def _execute(self, node: SimNode, event, action, state: RaftState) -> None:
+        node_id = node.node_id
+        if isinstance(action, PersistQuorum):
+            if action.epoch < node.epoch:
+                raise SafetyViolation(f"{node_id} persisted epoch {action.epoch} below "
+                                      f"{node.epoch}")
+            if action.epoch == node.epoch and node.voted_for not in (None, action.voted_for):
+                raise SafetyViolation(f"{node_id} re-voted in epoch {action.epoch}: "
+                                      f"{node.voted_for} -> {action.voted_for}")
+            node.epoch, node.voted_for = action.epoch, action.voted_for
+        elif isinstance(action, SendVotes):
+            if action.pre_vote:
+                self.stats.pre_votes += 1
+            else:
+                self.stats.candidacies += 1
+                if (node.epoch, node.voted_for) != (action.epoch, node_id):
+                    raise SafetyViolation(f"{node_id} asks for votes in epoch {action.epoch} "
+                                          "before persisting its own vote")
+            request = VoteRequest(node_id, action.epoch, action.last_epoch, action.end,
+                                  action.pre_vote)
+            for peer in sorted(action.to):
+                self._send(node_id, peer, request)
+        elif isinstance(action, AppendNoop):
+            if (node.epoch, node.voted_for) != (action.epoch, node_id):
+                raise SafetyViolation(f"{node_id} leads epoch {action.epoch} without its "
+                                      f"persisted vote ({node.epoch}, {node.voted_for})")
+            self._append(node, (action.epoch, "noop"))
+        elif isinstance(action, AnswerVote):
+            if action.granted and not action.pre_vote:
+                assert isinstance(event, VoteRequest)
+                if (node.epoch, node.voted_for) != (action.epoch, event.candidate):
+                    raise SafetyViolation(f"{node_id} grants {event.candidate} a vote in epoch "
+                                          f"{action.epoch} before persisting it "
+                                          f"({node.epoch}, {node.voted_for})")
+                previous = self.votes.setdefault((action.epoch, node_id), event.candidate)
+                if previous != event.candidate:
+                    raise SafetyViolation(f"{node_id} voted twice in epoch {action.epoch}: "
+                                          f"{previous} and {event.candidate}")
+        elif isinstance(action, CommitAdvanced):
+            self.stats.commits += 1
+            if action.commit != state.commit:
+                raise SafetyViolation(f"CommitAdvanced({action.commit}) but state has "
+                                      f"{state.commit}")
+        elif isinstance(action, RoleChanged):
+            if action.role is Role.LEADER:
+                self.stats.elections += 1
+                node.outstanding = None  # a leader does not fetch
+                self._log(f"{node_id} LEADS epoch {action.epoch}")
+            elif action.role is Role.CANDIDATE:
+                pass
+        # AnswerFetch: the caller sends it; ApplyEntries and Truncate: the fetch path.
+
+    # -- the journal -------------------------------------------------------------------------
+
+    def _append(self, node: SimNode, entry: Entry) -> None:
+        index = len(node.journal)
+        epoch = entry[0]
+        if node.epochs and epoch < node.epochs[-1][0]:
+            raise SafetyViolation(f"{node.node_id} appends epoch {epoch} after "
+                                  f"{node.epochs[-1][0]}")
+        if not node.epochs or node.epochs[-1][0] != epoch:
+            node.epochs.append((epoch, index))
+        previous = node.hashes[-1] if node.hashes else 0
+        digest = hash((previous, entry))
+        node.journal.append(entry)
+        node.hashes.append(digest)
+        known = self.canon.setdefault((index, epoch), digest)
+        if known != digest:
+            raise SafetyViolation(f"log matching: node {node.node_id} holds an entry of epoch "
+                                  f"{epoch} at {index} whose journal differs from another's")
+
+    def _truncate(self, node: SimNode, end: int) -> None:
+        state = node.state
+        if end < state.commit:
+            raise SafetyViolation(f"{node.node_id} truncates to {end} below its commit "
+                                  f"{state.commit}")
+        for index in range(end, min(len(node.journal), len(self.committed))):
+            if node.journal[index] == self.committed[index]:
+                raise SafetyViolation(f"{node.node_id} truncates to {end}, dropping the "
+                                      f"committed entry {index} {self.committed[index]}")
+        if end < len(node.journal):
+            self.stats.truncations += 1
+            self._log(f"{node.node_id} truncates {len(node.journal)} -> {end}")
+        del node.journal[end:]
+        del node.hashes[end:]
+        while node.epochs and node.epochs[-1][1] >= end:
+            node.epochs.pop()
+
+    # -- the invariants ------------------------------------------------------------------------
+
+    def _observe(self, node: SimNode) -> None:
+        """After every step: election safety, leader completeness, state machine safety."""
+        state = node.state
+        if state.role is Role.LEADER:
+            leader = self.leader_of_epoch.setdefault(state.epoch, node.node_id)
+            if leader != node.node_id:
+                raise SafetyViolation(f"two leaders in epoch {state.epoch}: {leader} and "
+                                      f"{node.node_id}")
+            key = (node.node_id, state.epoch)
+            if key not in self.leaders_checked:
+                self.leaders_checked.add(key)
+                for index, entry in enumerate(self.committed):
+                    if self.commit_epoch[index] < state.epoch:
+                        self._leader_holds(node, index, entry)
+        if state.commit > node.seen_commit:
+            if state.commit > len(node.journal):
+                raise SafetyViolation(f"{node.node_id} commits {state.commit} past its "
+                                      f"journal end {len(node.journal)}")
+            for index in range(node.seen_commit, state.commit):
+                entry = node.journal[index]
+                if index < len(self.committed):
+                    if self.committed[index] != entry:
+                        raise SafetyViolation(
+                            f"state machine safety: {node.node_id} commits {entry} at "
+                            f"{index}, where {self.committed[index]} was committed")
+                    continue
+                assert index == len(self.committed)
+                self.committed.append(entry)
+                self.stats.committed_entries += 1
+                self.commit_epoch.append(state.epoch)
+                for other in self.nodes.values():
+                    if (other.up and other.state.role is Role.LEADER
+                            and other.state.epoch > state.epoch):
+                        self._leader_holds(other, index, entry)
+            node.seen_commit = state.commit
+
+    def _leader_holds(self, leader: SimNode, index: int, entry: Entry) -> None:
+        if index >= len(leader.journal) or leader.journal[index] != entry:
+            raise SafetyViolation(f"leader completeness: leader {leader.node_id} of epoch "
+                                  f"{leader.state.epoch} lacks committed entry {entry} at "
+                                  f"{index}")
+
+    def _check_node(self, node: SimNode) -> None:
+        """The edge agrees with the state machine once a step is fully carried out."""
+        state = node.state
+        if state.log != node.view():
+            raise SafetyViolation(f"{node.node_id}: state machine sees {state.log}, the "
+                                  f"journal is {node.view()}")
+        if (state.epoch, state.voted_for) != (node.epoch, node.voted_for):
+            raise SafetyViolation(f"{node.node_id}: state ({state.epoch}, {state.voted_for}) "
+                                  f"but persisted ({node.epoch}, {node.voted_for})")
+        if state.commit > len(node.journal):
+            raise SafetyViolation(f"{node.node_id}: commit {state.commit} past the journal")
+        if node.epochs and node.epochs[-1][0] > state.epoch:
+            raise SafetyViolation(f"{node.node_id}: journal holds epoch {node.epochs[-1][0]} "
+                                  f"above its own {state.epoch}")
+
+    def check_all(self) -> None:
+        """The whole-history checks, over every journal (slower; call now and then)."""
+        for node in self.nodes.values():
+            limit = min(node.seen_commit, len(node.journal)) if node.up else 0
+            if node.journal[:limit] != self.committed[:limit]:
+                raise SafetyViolation(f"{node.node_id}'s committed prefix differs")
+        nodes = list(self.nodes.values())
+        for i, a in enumerate(nodes):
+            for b in nodes[i + 1:]:
+                for index in range(min(len(a.journal), len(b.journal)) - 1, -1, -1):
+                    if a.journal[index][0] == b.journal[index][0]:
+                        if a.journal[:index + 1] != b.journal[:index + 1]:
+                            raise SafetyViolation(f"log matching: {a.node_id} and "
+                                                  f"{b.node_id} at {index}")
+                        break
+
+    # -- observations --------------------------------------------------------------------------
+
+    def leaders(self) -> list[int]:
+        return [n.node_id for n in self.nodes.values() if n.up and n.state.role is Role.LEADER]
+
+    def current_leader(self) -> int | None:
+        """The leader of the highest epoch, if it still leads."""
+        leaders = [self.nodes[n] for n in self.leaders()]
+        if not leaders:
+            return None
+        best = max(leaders, key=lambda n: n.state.epoch)
+        top = max(n.state.epoch for n in self.nodes.values() if n.up)
+        return best.node_id if best.state.epoch == top else None
+
+    def index_of(self, node_id: int, payload: str) -> int | None:
+        for index, entry in enumerate(self.nodes[node_id].journal):
+            if entry[1] == payload:
+                return index
+        return None
+
+    def _log(self, line: str) -> None:
+        if self.trace is not None:
+            self.trace.append(f"{self.now:9.3f} {line}")

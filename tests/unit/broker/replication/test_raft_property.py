@@ -1,0 +1,226 @@
+"""Properties of Raft, checked after every step of simulated clusters (`raft_sim.py`) that
+crash, restart with a stale commit index, lose, double, delay and reorder messages, and split
+into partitions, while clients write at whoever leads:
+
+- election safety: never two leaders of one epoch; one vote per voter and epoch;
+- leader completeness: every committed entry is in the journal of every later leader;
+- state machine safety: no two nodes commit different entries at one index;
+- log matching: two journals with an entry of one epoch at one index agree up to it;
+- no truncation below a node's commit index, nor of a committed entry a node holds;
+- liveness: once the network heals and crashes stop, a leader emerges and commits a fresh
+  entry on every node.
+
+A soak runs more: `RAFT_SOAK_STEPS=2000000 pytest tests/unit/broker/replication/
+test_raft_property.py -k soak -s` (rounds in all; skipped when the variable is unset)."""
+
+import dataclasses
+import os
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.broker.replication import raft
+from tests.unit.broker.replication.raft_sim import (
+    NO_FAULTS,
+    PROFILES,
+    Faults,
+    LivenessFailure,
+    SafetyViolation,
+    Simulation,
+    Stats,
+)
+
+FETCH_CAPS = (1, 3, 16)  # entries per fetch answer: one at a time makes Figure 8 likelier
+ROUNDS = 1500
+
+
+def _play(ids, seed: int, faults: Faults, rounds: int = ROUNDS,
+          fetch_entries_max: int | None = None) -> Simulation:
+    """Run a cluster through `rounds` of faults, then heal it and demand progress."""
+    cap = fetch_entries_max or FETCH_CAPS[seed % len(FETCH_CAPS)]
+    sim = Simulation(ids, seed=seed, faults=faults, fetch_entries_max=cap)
+    try:
+        sim.run(rounds)
+        sim.check_all()
+        sim.settle()
+        sim.check_liveness()
+        sim.check_all()
+    except AssertionError as exc:
+        raise AssertionError(f"{len(ids)} nodes, seed {seed}, faults {faults}, fetch cap "
+                             f"{cap}, round {sim.stats.rounds}: {exc}") from exc
+    return sim
+
+
+def _summary(title: str, stats: Stats, runs: int, seconds: float) -> str:
+    return (f"\n{title}: {runs} runs, {stats.rounds} rounds, {stats.steps} steps in "
+            f"{seconds:.1f} s; {stats.elections} elections ({stats.candidacies} candidacies, "
+            f"{stats.pre_votes} pre-votes, {stats.step_downs} step-downs), "
+            f"{stats.committed_entries} entries committed ({stats.commits} commit advances, "
+            f"{stats.client_appends} client appends), {stats.truncations} truncations, "
+            f"{stats.crashes} crashes ({stats.crashes_mid_step} mid-step), "
+            f"{stats.partitions} partitions, {stats.sent} messages: {stats.drops} dropped, "
+            f"{stats.duplicates} duplicated, {stats.stale_answers} stale answers unread, "
+            f"{stats.lost_after_healing} appends lost after healing")
+
+
+def _campaign(ids, seeds, profile: str, rounds: int = ROUNDS) -> Stats:
+    total = Stats()
+    started = time.perf_counter()
+    for seed in seeds:
+        total.add(_play(ids, seed, PROFILES[profile], rounds).stats)
+    print(_summary(f"{len(ids)} nodes, {profile}", total, len(seeds),
+                   time.perf_counter() - started))
+    return total
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_three_nodes_stay_safe_and_recover(profile):
+    stats = _campaign((1, 2, 3), range(14), profile)
+    assert stats.steps > 50_000
+    assert stats.elections >= 80 and stats.crashes >= 60 and stats.drops >= 500
+    assert stats.committed_entries >= 1_000 and stats.truncations >= 5
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_five_nodes_stay_safe_and_recover(profile):
+    stats = _campaign((1, 2, 3, 4, 5), range(100, 104), profile)
+    assert stats.elections >= 15 and stats.crashes >= 30 and stats.committed_entries >= 100
+
+
+def test_even_and_single_node_clusters():
+    for ids in [(1,), (1, 2), (1, 2, 3, 4)]:
+        for seed in range(2):
+            sim = _play(ids, seed, PROFILES["crashy"], rounds=800)
+            assert sim.stats.elections >= 2 and sim.committed
+
+
+def test_without_faults_one_leader_commits_everything_everywhere():
+    for seed in range(5):
+        sim = Simulation((1, 2, 3), seed=seed, faults=dataclasses.replace(
+            NO_FAULTS, client_append=0.5))
+        sim.run(400)
+        leaders = set(sim.leader_of_epoch.values())
+        assert len(leaders) == 1, f"seed {seed}: leaders {sim.leader_of_epoch}"
+        (leader,) = leaders
+        sim.faults = NO_FAULTS
+        sim.run_for(2.0)
+        end = len(sim.nodes[leader].journal)
+        assert end > 100
+        for node in sim.nodes.values():
+            assert node.journal == sim.nodes[leader].journal
+            assert node.state.commit == end
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    five=st.booleans(),
+    fetch_cap=st.sampled_from([1, 2, 4, 16]),
+    drop=st.floats(0.0, 0.4),
+    duplicate=st.floats(0.0, 0.2),
+    long_delay=st.floats(0.0, 0.1),
+    crash=st.floats(0.0, 0.02),
+    leader_crash=st.floats(0.0, 0.03),
+    crash_mid_step=st.floats(0.0, 0.01),
+    partition=st.floats(0.0, 0.03),
+    client_append=st.floats(0.05, 0.9),
+    dt_max_s=st.floats(0.02, 0.3),
+)
+def test_any_mix_of_faults(seed, five, fetch_cap, drop, duplicate, long_delay, crash,
+                           leader_crash, crash_mid_step, partition, client_append, dt_max_s):
+    faults = Faults(drop=drop, duplicate=duplicate, long_delay=long_delay, crash=crash,
+                    leader_crash=leader_crash, crash_mid_step=crash_mid_step,
+                    partition=partition, client_append=client_append, dt_max_s=dt_max_s)
+    ids = (1, 2, 3, 4, 5) if five else (1, 2, 3)
+    _play(ids, seed, faults, rounds=500, fetch_entries_max=fetch_cap)
+
+
+# --- the checks have teeth: broken rules are caught ----------------------------------------
+
+
+def _commit_rule(rank_shift: int = 0, own_epoch_only: bool = True):
+    """`_advance_leader_commit`, optionally broken: counting a minority, or entries of older
+    epochs (Figure 8)."""
+
+    def advance(config, state, actions):
+        ends = sorted([state.log.end, *(state.match.get(p, 0) for p in config.peers)],
+                      reverse=True)
+        candidate = ends[max(0, config.majority - 1 - rank_shift)]
+        if candidate > state.commit and (candidate > state.epoch_start or not own_epoch_only):
+            actions.append(raft.CommitAdvanced(candidate))
+            return dataclasses.replace(state, commit=candidate)
+        return state
+
+    return advance
+
+
+def _votes_ignore_completeness(monkeypatch):
+    original = raft._HANDLERS[raft.VoteRequest]
+
+    def handler(config, state, event, now, rng, actions):
+        event = dataclasses.replace(event, last_epoch=10**9, end=10**9)
+        return original(config, state, event, now, rng, actions)
+
+    monkeypatch.setitem(raft._HANDLERS, raft.VoteRequest, handler)
+
+
+def _truncate_to_own_end_only(monkeypatch):
+    original = raft._HANDLERS[raft.FetchAnswered]
+
+    def handler(config, state, event, now, rng, actions):
+        state = original(config, state, event, now, rng, actions)
+        own_end = state.log.end_of_epoch(event.diverging_epoch)[1]
+        actions[:] = [raft.Truncate(own_end) if isinstance(a, raft.Truncate) else a
+                      for a in actions]
+        return state
+
+    monkeypatch.setitem(raft._HANDLERS, raft.FetchAnswered, handler)
+
+
+MUTANTS = {
+    "figure 8: commit counts older epochs": (
+        lambda mp: mp.setattr(raft, "_advance_leader_commit", _commit_rule(0, False)),
+        "crashy", SafetyViolation),
+    "commit by a minority": (
+        lambda mp: mp.setattr(raft, "_advance_leader_commit", _commit_rule(1)),
+        "default", SafetyViolation),
+    "votes ignore completeness": (_votes_ignore_completeness, "default", SafetyViolation),
+    "follower truncates to its own end of the epoch only": (
+        _truncate_to_own_end_only, "default", LivenessFailure),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_broken_rules_are_caught(name, monkeypatch):
+    breaks, profile, expected = MUTANTS[name]
+    breaks(monkeypatch)
+    for seed in range(40):
+        try:
+            _play((1, 2, 3), seed, PROFILES[profile], rounds=ROUNDS)
+        except AssertionError as exc:
+            assert isinstance(exc.__cause__, expected), exc
+            return
+    pytest.fail(f"{name}: not caught in 40 runs")
+
+
+# --- soak ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("RAFT_SOAK_STEPS"),
+                    reason="set RAFT_SOAK_STEPS (rounds in all) to soak")
+def test_soak():
+    budget = int(os.environ["RAFT_SOAK_STEPS"])
+    total = Stats()
+    started = time.perf_counter()
+    seed = 10_000
+    runs = 0
+    while total.rounds < budget:
+        ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)
+        profile = sorted(PROFILES)[seed % len(PROFILES)]
+        total.add(_play(ids, seed, PROFILES[profile], rounds=5000).stats)
+        seed += 1
+        runs += 1
+    print(_summary("soak", total, runs, time.perf_counter() - started))
