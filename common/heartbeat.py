@@ -3,7 +3,7 @@
 Wire format: a stream of frames on one TCP connection per health checker, each frame
 
     u32 big-endian length (<= FRAME_BYTES_MAX) | UTF-8 JSON object
-    {"name": "broker-1", "instance": "host:pid", "pid": 1234, "timestamp": <wall clock s>,
+    {"name": "broker-1", "instance": "host:pid:nonce", "pid": 1234, "timestamp": <wall clock s>,
      "seq": <n>, "state": "alive" | "stopping"}
 
 "stopping" is sent once by `HeartbeatSender.stop()` so that a service that ends on purpose (a
@@ -31,6 +31,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -162,7 +163,9 @@ class HeartbeatSender:
         assert interval_s > 0 and connect_timeout_s > 0 and send_timeout_s > 0
         self.name = name
         self.pid = os.getpid()
-        self.instance = instance or f"{socket.gethostname()}:{self.pid}"
+        # host:pid:nonce -- a container started again often has the same hostname and pid
+        # (pid 7 in every run of the image): the nonce tells the new process from the dead one.
+        self.instance = instance or f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.targets = [tuple(target) for target in targets]
         self.interval_s = interval_s
         self._connect_timeout_s = min(connect_timeout_s, interval_s)

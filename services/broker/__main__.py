@@ -19,6 +19,7 @@ from services.broker.config import BrokerConfig, Peer
 from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
+SIGNAL_POLL_S = 0.2
 
 
 def _default(name: str):
@@ -130,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     server = BrokerServer(config, companions=companions).start()
     host, port = server.address
     print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
-    stop_requested.wait()
+    # Python runs signal handlers on the main thread only, when it next wakes: a bare wait()
+    # can sleep through a SIGTERM that the kernel handed to one of the busy server threads.
+    while not stop_requested.wait(SIGNAL_POLL_S):
+        pass
     server.stop()
     return 0
 

@@ -104,7 +104,9 @@ class Connection:
         except OSError as exc:
             log.debug("connection %s ended: %r", self.peer, exc)
         finally:
-            self._wait_deferred(lambda pending: pending == 0)
+            # Deferred replies are bounded by the ack timeout; do not outwait that.
+            self._wait_deferred(lambda pending: pending == 0,
+                                self._ctx.config.ack_timeout_s + 1.0)
             self._sock.close()
             self._on_closed(self)
 
@@ -228,9 +230,9 @@ class Connection:
                 self._deferred_pending -= 1
                 self._deferred_done.notify_all()
 
-    def _wait_deferred(self, ready) -> None:
+    def _wait_deferred(self, ready, timeout_s: float | None = None) -> None:
         with self._deferred_done:
-            self._deferred_done.wait_for(lambda: ready(self._deferred_pending))
+            self._deferred_done.wait_for(lambda: ready(self._deferred_pending), timeout_s)
 
     # -- sending -----------------------------------------------------------------------------
 

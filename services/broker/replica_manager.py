@@ -155,6 +155,9 @@ class ReplicaManager:
         node.wait_changed(settled, self._ack_timeout_s)
         if node.high_watermark(topic, partition) >= end:
             return
+        if node.stopping:
+            raise NotEnoughReplicasError(f"{topic}/{partition}: this broker is stopping before "
+                                         "a majority held the batch; retry on the next leader")
         if not self._leads(epoch):
             raise self._not_leader(f"{topic}/{partition}", self.role(topic, partition))
         raise NotEnoughReplicasError(f"{topic}/{partition}: offset {end} not on a majority of "

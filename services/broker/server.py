@@ -13,9 +13,10 @@ Concurrency model — one thread per connection, at most `connections_max` of th
 - Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`), a request body
   trickling in by the same bound on the whole body (body.py), idle peers by `idle_timeout_s`.
 
-Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, wake long-polls, let every
-request in flight finish (idle connections close at once), force-close what outlives
-`shutdown_grace_s`, then flush and close the log. Startable in-process:
+Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, stop replication (which wakes
+produce requests waiting for acks), wake long-polls, let every request in flight finish (idle
+connections close at once), force-close what outlives `shutdown_grace_s`, then flush and close
+the log. Startable in-process:
 `BrokerServer(config).start()` ... `.stop()`.
 
 Companions (`start()`/`stop()` objects, e.g. the heartbeat sender of `common/heartbeat.py`)
@@ -133,7 +134,8 @@ class BrokerServer:
             notifier=notifier)
         self.node.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
-                                          safe_offset=self.replicas.retention_safe_offset)
+                                          safe_offset=self.replicas.retention_safe_offset,
+                                          compactable_below=self.offsets.compactable_below)
         self._retention.start()
         for companion in self._companions:
             companion.start()
@@ -153,10 +155,13 @@ class BrokerServer:
         self._stop_accepting()
         for companion in self._companions:
             companion.stop()
+        # Replication first: it wakes every produce waiting for acks (answered with a retriable
+        # error; the client retries on the next leader), so connections drain at once instead
+        # of waiting for acks that followers, drained too, would never send.
+        self.node.stop()
         self.context.notifier.stop()
         self._drain_connections()
         self._retention.stop()
-        self.node.stop()
         self._close_storage()
         self._stopped.set()
         log.info("broker %d stopped", self.config.node_id)

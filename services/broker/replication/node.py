@@ -207,6 +207,10 @@ class ReplicationNode:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the loop and close the journal: appends after this fail (and are discarded);
+        produce requests waiting for acks wake up and answer a retriable error."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         with self._changed:
             self._changed.notify_all()
@@ -224,6 +228,10 @@ class ReplicationNode:
     @property
     def state(self) -> raft.RaftState:
         return self._state
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def peer_address(self, node_id: int) -> str:
         peer = self._peers.get(node_id)

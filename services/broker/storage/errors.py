@@ -1,9 +1,9 @@
 """Storage errors that never travel on the wire as themselves.
 
-Recovery catches CorruptSegmentError and CorruptIndexError and repairs (quarantine, truncate,
-rebuild); they only escape from the classes used directly. PartitionClosedError subclasses
-UnknownTopicOrPartitionError so the server answers a request racing a topic deletion with that
-wire code.
+Recovery catches CorruptSegmentError, CorruptIndexError and CorruptSnapshotError and repairs
+(quarantine, truncate, rebuild, or ignore the snapshot); they only escape from the classes used
+directly. PartitionClosedError subclasses UnknownTopicOrPartitionError so the server answers a
+request racing a topic deletion with that wire code.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ class CorruptSegmentError(StorageError):
 class CorruptIndexError(StorageError):
     """An offset index file that is torn (size not a multiple of 8) or not strictly
     increasing; recovery rebuilds it from the log."""
+
+
+class CorruptSnapshotError(StorageError):
+    """A producer-state snapshot that is torn, fails its CRC, or names another offset; the
+    partition ignores it and rebuilds its producer table from the log."""
 
 
 class DataDirectoryLockedError(StorageError):

@@ -137,14 +137,18 @@ class Log:
 
     # -- whole-broker operations ---------------------------------------------------------
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int,
+                        safe_offset: Callable[[str, int], int] | None = None) -> int:
         """Retention over every partition (see PartitionLog.apply_retention); segments
-        deleted. A partition closed by a racing topic deletion is skipped."""
+        deleted. `safe_offset(topic, partition)`: deletion stays below it (the replica manager
+        passes the high watermark); None: no such bound. A partition closed by a racing topic
+        deletion is skipped."""
         deleted = 0
-        for partitions in self._topics.values():
-            for partition in partitions:
+        for name, partitions in self._topics.items():
+            for p, partition in enumerate(partitions):
                 try:
-                    deleted += partition.apply_retention(now_ms)
+                    upto = None if safe_offset is None else safe_offset(name, p)
+                    deleted += partition.apply_retention(now_ms, upto)
                 except PartitionClosedError:
                     continue
         return deleted

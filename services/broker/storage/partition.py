@@ -1,31 +1,47 @@
 """PartitionLog: the segment list of one topic partition (Kafka's `Log`).
 
 On disk: one directory holding `%020d.log` + `%020d.index` per segment (segment.py and
-offset_index.py give the formats). Quarantined files end in `.unreadable.<ns>`; `*.tmp` files
-are leftovers of an interrupted segment or index creation and are removed on open.
+offset_index.py give the formats) and `%020d.snapshot` producer-table snapshots
+(producer_state.py). Quarantined files end in `.unreadable.<ns>`; `*.tmp` files are leftovers
+of an interrupted segment, index or snapshot creation and are removed on open.
 
 Invariants:
 - Segments are ordered by base offset and contiguous: each one's base offset is the previous
   one's next offset; `log_start_offset` is the first base, `log_end_offset` (LEO) the next
   offset to assign. Offsets are dense.
 - Only the last segment is active (mapped, preallocated); the others are sealed and trimmed.
-  Retention deletes whole segments from the front, never the active one.
-- The producer table reflects exactly the batches in the log (rebuilt on open and after
-  truncation; kept, like Kafka, when retention deletes old segments).
+  Retention (and `delete_segments_below`) deletes whole segments from the front, never the
+  active one.
+- The producer table equals the snapshot at `log_start_offset` (empty when there is none)
+  followed by every batch header of the log; it is rebuilt that way on open and after
+  truncation, and kept as it is (like Kafka) when retention deletes old segments.
+- Snapshots lie within [log_start_offset, LEO] and each holds the table as it was at its
+  offset. A roll writes one at the new segment's base offset, before creating the segment.
+  Retention keeps (writing it first when missing) the one at the new log start and deletes
+  the older ones; truncation deletes those above the new LEO (before cutting any segment);
+  `restart_at` and truncation below the log start delete them all (first).
 
 Recovery on open: every segment is scanned and CRC-checked in order; the first invalid batch
 ends the log (the segment holding it is cut there and every later segment is deleted, since
 offsets must stay dense); a `.log` file that is not a Kaska segment (no magic, too short) is
-renamed aside with a logged warning; indexes are checked and rebuilt when needed; the producer
-table is rebuilt from the batch headers seen on the way.
+renamed aside with a logged warning; indexes are checked and rebuilt when needed. The producer
+table is loaded from the snapshot at the first segment's base offset (a missing or corrupt one
+is skipped, the latter with a warning) and fed the batch headers seen on the way; snapshots
+outside [log_start_offset, LEO] (left by a crash) are deleted.
 
-Thread-safety: one `threading.Lock` serialises appends, truncation, retention, flush and close.
-`append_from` holds it while `fill` runs, so a slow producer delays the other producers of the
-same partition (the server bounds each fill with a socket timeout). Reads take no lock: they
-work on an immutable snapshot of the segment list and each segment's published
-(next offset, end position), so a reader sees only committed batches, concurrently with
-appends. `FileSlice`s keep their file open (see segment.py), so retention or topic deletion
-while a slice is being sent never hands a reader a closed or reused descriptor.
+Crash safety of emptying a log (`restart_at`, truncation below the log start): the snapshots
+go first, then the new empty segment is created before the old ones are deleted, so recovery
+finds either the old log (or a suffix of it) or the new one -- never an empty directory that
+would restart at offset 0.
+
+Thread-safety: one `threading.Lock` serialises appends (produce and replica, `on_append`
+included), roll, truncation, restart, retention, flush and close, and with them every write or
+delete of a snapshot file. `append_from` holds it while `fill` runs, so a slow producer
+delays the other producers of the same partition (the server bounds each fill with a socket
+timeout). Reads take no lock: they work on an immutable snapshot of the segment list and each
+segment's published (next offset, end position), so a reader sees only committed batches,
+concurrently with appends. `FileSlice`s keep their file open (see segment.py), so retention or
+topic deletion while a slice is being sent never hands a reader a closed or reused descriptor.
 
 Durability: an appended batch is in the page cache (it survives a SIGKILL of the broker) once
 `append_from` returns. With `flush_interval_ms` set, the append that finds the last fsync at
@@ -34,7 +50,8 @@ least that old fsyncs every segment written since (0: every append); None never 
 last flush (or since it was opened) skips `flush()`: a broker holding thousands of idle
 partitions shuts down in well under a second instead of syncing each of them. (A fresh empty
 partition is not synced either: if a machine crash lost its new segment file, recovery simply
-creates it again.)
+creates it again.) Snapshot files are fsynced only when `flush_interval_ms` is set; one torn
+by a machine crash fails its CRC and is ignored.
 """
 
 from __future__ import annotations
@@ -56,16 +73,21 @@ from services.broker.storage.errors import (
     PartitionClosedError,
     ReplicaOffsetMismatchError,
 )
-from services.broker.storage.producer_state import ProducerStateTable
+from services.broker.storage.producer_state import (
+    ProducerSnapshots,
+    ProducerStateTable,
+    is_snapshot_name,
+)
 from services.broker.storage.segment import FileSlice, LogSegment, log_path
 
-__all__ = ["AppendResult", "FileSlice", "PartitionLog"]
+__all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog"]
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_NAME_DIGITS = 20
 
 
+# on_append(header, base_offset): see PartitionLog.append_from.
 OnAppend = Callable[[BatchHeader, int], None]
 
 
@@ -91,12 +113,14 @@ class PartitionLog:
         self._lock = threading.Lock()
         self._closed = False
         self._producers = ProducerStateTable(config.producer_ids_max)
+        self._snapshots = ProducerSnapshots(self.directory)
         self._unflushed: list[LogSegment] = []
         self._dirty = False  # appended or truncated since the last flush
         self._last_flush_ms = clock_ms()
         segments = self._recover()
         self._publish(segments)
         self._leo = segments[-1].next_offset
+        self._snapshots.delete_outside(segments[0].base_offset, self._leo)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -116,6 +140,11 @@ class PartitionLog:
     @property
     def segment_count(self) -> int:
         return len(self._view[0])
+
+    @property
+    def active_segment_bytes(self) -> int:
+        """Bytes used in the active (last) segment, its 16-byte header included."""
+        return self._segments_snapshot()[0][-1].size_bytes
 
     @property
     def closed(self) -> bool:
@@ -161,11 +190,7 @@ class PartitionLog:
         the caller must bound fill (socket timeout). Reads are not blocked.
         MessageTooLargeError / CorruptBatchError for a size out of bounds are raised before
         fill is called (the caller still has the batch bytes to skip)."""
-        if total_bytes < HEADER_BYTES:
-            raise CorruptBatchError(f"batch of {total_bytes} bytes is shorter than its header")
-        if total_bytes > self.config.batch_bytes_max:
-            raise MessageTooLargeError(f"batch of {total_bytes} bytes is over "
-                                       f"batch_bytes_max {self.config.batch_bytes_max}")
+        self._check_batch_size(total_bytes)
         with self._lock:
             self._check_open()
             return self._append_locked(total_bytes, fill, leader_epoch, on_append)
@@ -183,10 +208,12 @@ class PartitionLog:
     def append_replica(self, batch: bytes | memoryview,
                        on_append: OnAppend | None = None) -> AppendResult:
         """A batch copied byte for byte from the leader's log, already stamped: it must start
-        at this log's end; it is CRC-checked like a produce and keeps its offset and epoch.
-        The producer table records it without the sequence check: a follower stores exactly
-        what the leader stored (the leader already deduplicated)."""
+        at this log's end (else ReplicaOffsetMismatchError, nothing stored); it is size- and
+        CRC-checked like a produce and keeps its offset and epoch. The producer table records
+        it without the sequence check: a follower stores exactly what the leader stored (the
+        leader already deduplicated). `on_append` as in append_from."""
         source = memoryview(batch).cast("B")
+        self._check_batch_size(source.nbytes)
         stamped = parse_header(source)
         if stamped.total_bytes != source.nbytes:
             raise CorruptBatchError(f"replicated batch says {stamped.total_bytes} bytes, "
@@ -204,9 +231,18 @@ class PartitionLog:
             return self._append_locked(source.nbytes, copy, stamped.leader_epoch, on_append,
                                        replica=True)
 
+    def _check_batch_size(self, total_bytes: int) -> None:
+        if total_bytes < HEADER_BYTES:
+            raise CorruptBatchError(f"batch of {total_bytes} bytes is shorter than its header")
+        if total_bytes > self.config.batch_bytes_max:
+            raise MessageTooLargeError(f"batch of {total_bytes} bytes is over "
+                                       f"batch_bytes_max {self.config.batch_bytes_max}")
+
     def _append_locked(self, total_bytes: int, fill: Callable[[memoryview], None],
                        leader_epoch: int, on_append: OnAppend | None = None,
                        replica: bool = False) -> AppendResult:
+        """The one append path (produce and replica): reserve, fill, validate in place, ask the
+        producer table (a replica skips the check), on_append, then stamp and publish."""
         segment = self._segment_for(total_bytes)
         region = segment.reserve(total_bytes)
         base_offset = self._leo
@@ -231,13 +267,32 @@ class PartitionLog:
         return AppendResult(base_offset, header.record_count, duplicate=False)
 
     def _segment_for(self, total_bytes: int) -> LogSegment:
-        segments = list(self._view[0])
-        active = segments[-1]
+        active = self._view[0][-1]
         if active.fits(total_bytes):
             return active
         assert not active.is_empty, "config guarantees an empty segment holds any batch"
+        return self._roll_locked()
+
+    def roll(self) -> bool:
+        """Seal the active segment now and start the next one at log_end_offset, so that
+        retention can delete everything below this point (`__offsets` compaction). False when
+        the active segment is empty (nothing to roll)."""
+        with self._lock:
+            self._check_open()
+            if self._view[0][-1].is_empty:
+                return False
+            self._roll_locked()
+            return True
+
+    def _roll_locked(self) -> LogSegment:
+        segments = list(self._view[0])
+        active = segments[-1]
+        durable = self.config.flush_interval_ms is not None
+        # The snapshot before the segment: a crash in between leaves a snapshot at the log
+        # end, which is still the table at that offset.
+        self._snapshots.write(self._leo, self._producers, durable)
         fresh = LogSegment.create(self.directory, self._leo, self.config)
-        if self.config.flush_interval_ms is not None:
+        if durable:
             active.flush()  # while its index descriptor is still open
             self._forget(active)
             fsync_directory(self.directory)
@@ -308,13 +363,10 @@ class PartitionLog:
             self._dirty = True
             segments = list(self._view[0])
             if offset < segments[0].base_offset:
-                self._truncate_fully_locked(segments, offset)
+                self._restart_locked(segments, offset)
             else:
                 self._truncate_within_locked(segments, offset)
-            self._producers.clear()
-            for segment in self._view[0]:
-                for header in segment.iter_headers():
-                    self._producers.load(header)
+                self._rebuild_producers_locked()
 
     def _truncate_within_locked(self, segments: list[LogSegment], offset: int) -> None:
         i = bisect_right([s.base_offset for s in segments], offset) - 1
@@ -322,6 +374,9 @@ class PartitionLog:
         located = segment.locate(offset)
         assert located is not None, "offset < LEO lies in a committed batch"
         position, batch_base = located
+        # Snapshots first: a crash before the cut then leaves the log whole with fewer
+        # snapshots, never a snapshot above the end that a later roll could be confused with.
+        self._snapshots.delete_outside(segments[0].base_offset, batch_base)
         for later in segments[i + 1:]:
             self._forget(later)
             later.delete()
@@ -329,9 +384,18 @@ class PartitionLog:
         self._publish(segments[:i + 1])
         self._leo = batch_base
 
+    def _rebuild_producers_locked(self) -> None:
+        segments = self._view[0]
+        self._snapshots.load_into(self._producers, segments[0].base_offset)
+        for segment in segments:
+            for header in segment.iter_headers():
+                self._producers.load(header)
+
     def restart_at(self, offset: int) -> None:
-        """Empty the partition and start it again at `offset` (a follower whose leader no
-        longer has the bytes before `offset`). Only forward: the log must end at or before."""
+        """Empty the partition and start it again at `offset`, so log_start_offset ==
+        log_end_offset == offset (a follower whose leader no longer has the bytes before
+        `offset`). Only forward: ReplicaOffsetMismatchError when the log ends after `offset`.
+        Crash-safe like truncation below the log start (same code)."""
         with self._lock:
             self._check_open()
             if offset < self._leo:
@@ -340,16 +404,24 @@ class PartitionLog:
             if offset == self._leo and self._view[0][0].base_offset == offset:
                 return
             self._dirty = True
-            self._truncate_fully_locked(list(self._view[0]), offset)
-            self._producers.clear()
+            self._restart_locked(list(self._view[0]), offset)
 
-    def _truncate_fully_locked(self, segments: list[LogSegment], offset: int) -> None:
-        for segment in segments:
-            self._forget(segment)
-            segment.delete()
-        fresh = LogSegment.create(self.directory, offset, self.config)
+    def _restart_locked(self, segments: list[LogSegment], offset: int) -> None:
+        """Replace every segment by one empty segment at `offset` (order: see the module
+        docstring). `offset` lies below every segment or at/after the log end."""
+        self._snapshots.delete_all()
+        self._producers.clear()
+        last = segments[-1]
+        if last.base_offset == offset:  # already an empty active segment there: keep it
+            assert last.is_empty
+            fresh, doomed = last, segments[:-1]
+        else:
+            fresh, doomed = LogSegment.create(self.directory, offset, self.config), segments
         self._publish([fresh])
         self._leo = offset
+        for segment in doomed:
+            self._forget(segment)
+            segment.delete()
 
     def apply_retention(self, now_ms: int, upto_offset: int | None = None) -> int:
         """Delete whole segments from the front while the partition stays at or above
@@ -369,14 +441,51 @@ class PartitionLog:
                     break
                 total_bytes -= segment.size_bytes
                 doomed += 1
-            if doomed:
-                self._publish(segments[doomed:])
-                for segment in segments[:doomed]:
-                    self._forget(segment)
-                    segment.delete()
-                log.info("%s: retention deleted %d segment(s); log starts at %d",
-                         self.directory, doomed, segments[doomed].base_offset)
-            return doomed
+            return self._delete_front_locked(segments, doomed, "retention")
+
+    def delete_segments_below(self, offset: int) -> int:
+        """Delete every segment whose offsets all lie below `offset`, never the active one,
+        whatever the retention settings (`__offsets` compaction: everything below its latest
+        snapshot batch is superseded by it). Segments deleted."""
+        with self._lock:
+            self._check_open()
+            segments = list(self._view[0])
+            doomed = 0
+            while doomed < len(segments) - 1 and segments[doomed].next_offset <= offset:
+                doomed += 1
+            return self._delete_front_locked(segments, doomed, "compaction")
+
+    def _delete_front_locked(self, segments: list[LogSegment], doomed: int, why: str) -> int:
+        if not doomed:
+            return 0
+        start = segments[doomed].base_offset
+        self._ensure_snapshot_locked(segments, doomed)
+        self._publish(segments[doomed:])
+        for segment in segments[:doomed]:
+            self._forget(segment)
+            segment.delete()
+        self._snapshots.delete_outside(start, self._leo)
+        log.info("%s: %s deleted %d segment(s); log starts at %d", self.directory, why, doomed,
+                 start)
+        return doomed
+
+    def _ensure_snapshot_locked(self, segments: list[LogSegment], doomed: int) -> None:
+        """Make sure the new log start carries the producer table at it, or a restart would
+        forget producers whose batches all lie in the doomed segments. Rolls write it; a log
+        from before snapshots (or one whose file was lost) gets it rebuilt here from the old
+        start's snapshot and the doomed segments' headers."""
+        start = segments[doomed].base_offset
+        table = ProducerStateTable(self.config.producer_ids_max)
+        if self._snapshots.load_into(table, start):
+            return
+        self._snapshots.load_into(table, segments[0].base_offset)
+        for segment in segments[:doomed]:
+            for header in segment.iter_headers():
+                table.load(header)
+        durable = self.config.flush_interval_ms is not None
+        self._snapshots.write(start, table, durable)
+        if durable:
+            fsync_directory(self.directory)
 
     def _expired(self, segment: LogSegment, total_bytes: int, now_ms: int) -> bool:
         config = self.config
@@ -434,6 +543,10 @@ class PartitionLog:
             if segments and base_offset != segments[-1].next_offset:
                 self._drop_after_gap(segments[-1].next_offset, bases[n:])
                 break
+            if not segments:
+                # The table starts at the first segment that opens; a quarantined one fed no
+                # header (its header check fails before the scan), so the next starts over.
+                self._snapshots.load_into(self._producers, base_offset)
             try:
                 segment = LogSegment.open(self.directory, base_offset, self.config,
                                           on_batch=self._producers.load)
@@ -442,6 +555,7 @@ class PartitionLog:
                 continue
             segments.append(segment)
         if not segments:
+            self._producers.clear()
             segments.append(LogSegment.create(self.directory, 0, self.config))
             return segments
         for segment in segments[:-1]:
@@ -465,6 +579,8 @@ class PartitionLog:
                 bases.add(int(stem))
             elif suffix == ".index" and named:
                 index_bases[int(stem)] = path
+            elif is_snapshot_name(path):
+                continue  # ProducerSnapshots' files
             elif ".unreadable." not in path.name:
                 log.warning("%s: not a segment file; ignored", path)
         for base_offset, path in index_bases.items():

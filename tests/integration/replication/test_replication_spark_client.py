@@ -219,6 +219,7 @@ def check_stored_once(bootstrap: str, topic: str, end_offsets: list[int], client
 
 def test_client_session_rides_out_a_leader_sigkill_mid_upload(make_cluster, sample, tmp_path):
     report, reference = sample
+    total_messages = math.ceil((ROWS - report.invalid_rows["short_row"]) / BATCH_ROWS)
     cluster = make_cluster()
     leader = cluster.leader_id()
     client_id = str(uuid.uuid4())
@@ -234,6 +235,7 @@ def test_client_session_rides_out_a_leader_sigkill_mid_upload(make_cluster, samp
                                       cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         acked_at_kill = wait_for_acked(checkpoint, client, KILL_AFTER_MESSAGES)
         cluster.kill(leader)  # SIGKILL
+        assert acked_at_kill <= total_messages - MESSAGES_WHILE_DOWN, "the kill came too late"
         killed_at = time.monotonic()
         # The upload goes on through the two others while the old leader is down.
         acked_while_down = wait_for_acked(checkpoint, client,
@@ -250,9 +252,6 @@ def test_client_session_rides_out_a_leader_sigkill_mid_upload(make_cluster, samp
         service.stop()
     output = client_log.read_text(errors="replace")
     assert client.returncode == 0, output[-4000:]
-    total_messages = math.ceil(
-        (ROWS - report.invalid_rows["short_row"]) / BATCH_ROWS)
-    assert acked_at_kill < total_messages - MESSAGES_WHILE_DOWN, "the kill came too late"
 
     summary = json.loads((results_dir / "summary.json").read_text())
     assert summary["status"] == "completed"

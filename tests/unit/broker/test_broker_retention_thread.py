@@ -1,4 +1,5 @@
-"""The retention pass: whole old segments go, `__offsets` is never touched."""
+"""The retention pass: whole old segments go, below the safe offset; `__offsets` is only
+compacted (test_broker_offsets_compaction.py), never trimmed by size or age."""
 
 from common.kaska.record_batch import encode_batch
 from common.kaska.topic_name import OFFSETS_TOPIC
@@ -35,3 +36,19 @@ def test_thread_stops_promptly(tmp_path):
         thread.start()
         thread.stop()
         assert not thread._thread.is_alive()
+
+
+def test_run_once_stays_below_the_safe_offset(tmp_path):
+    asked = []
+
+    def safe_offset(topic, partition):
+        asked.append((topic, partition))
+        return 4
+
+    with Log(tmp_path, CONFIG) as storage:
+        storage.create_topic("data", 1)
+        data = _fill(storage, "data", 20)  # 3 batches of ~1 KiB per 4 KiB segment
+        RetentionThread(storage, interval_ms=60_000, clock_ms=lambda: 10,
+                        safe_offset=safe_offset).run_once()
+        assert asked == [("data", 0)]
+        assert 0 < data.log_start_offset <= 4 and data.log_end_offset == 20
