@@ -365,6 +365,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT_DEFAULT,
                         help="produce requests unanswered at a time (1: the client Producer "
                              "today)")
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="3 (or any odd N > 1): produce to a replicated cluster, acks=all and "
+                             "acks=1, side by side with a lone broker (scripts/bench_replication)")
     parser.add_argument("--serve", choices=("mmap-sink", "sendfile-source"),
                         help=argparse.SUPPRESS)  # the helper processes
     parser.add_argument("--where", type=Path, help=argparse.SUPPRESS)
@@ -374,6 +377,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                or args.fetch_bytes < 1 or args.in_flight < 1):
         parser.error("records, batch bytes, fetch bytes, in-flight and repeats must be "
                      "positive")
+    if args.brokers < 1 or args.brokers % 2 == 0:
+        parser.error("--brokers must be odd and positive")
     if args.batch_bytes > BATCH_BYTES_MAX:
         parser.error(f"--batch-bytes above {BATCH_BYTES_MAX}: a batch must fit a broker segment")
     return args
@@ -384,6 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve is not None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         return helper_main(args.serve, args.where)
+    if args.brokers > 1:
+        from scripts import bench_replication  # it imports this module: only when asked
+
+        return bench_replication.main([
+            "--brokers", str(args.brokers), "--records", str(args.records),
+            "--record-bytes", str(args.record_bytes), "--batch-bytes", str(args.batch_bytes),
+            "--in-flight", str(args.in_flight), "--repeats", str(args.repeats),
+            "--failovers", "0"])
     print(json.dumps(run(args)), flush=True)
     return 0
 

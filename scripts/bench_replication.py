@@ -141,7 +141,7 @@ def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int
 
 def throughput(work: Path, args: argparse.Namespace) -> dict:
     single = LocalCluster(work, 1, "single")
-    cluster = LocalCluster(work, 3, "cluster")
+    cluster = LocalCluster(work, args.brokers, "cluster")
     rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": []}
     try:
         create_topic(single)
@@ -207,8 +207,8 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes) -> float:
     return took_s
 
 
-def failover(work: Path, trials: int) -> dict:
-    cluster = LocalCluster(work, 3, "failover")
+def failover(work: Path, trials: int, brokers: int) -> dict:
+    cluster = LocalCluster(work, brokers, "failover")
     try:
         create_topic(cluster)
         times = [failover_trial(cluster, (5000 + trial).to_bytes(16, "big"))
@@ -224,25 +224,29 @@ def failover(work: Path, trials: int) -> dict:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scripts.bench_replication",
                                      description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", type=int, default=3, help="cluster size (odd)")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--failovers", type=int, default=20)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.brokers < 3 or args.brokers % 2 == 0:
+        parser.error("--brokers must be odd and at least 3")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     try:
-        result = {"records": args.records, "record_bytes": args.record_bytes,
-                  "repeats": args.repeats}
+        result = {"brokers": args.brokers, "records": args.records,
+                  "record_bytes": args.record_bytes, "repeats": args.repeats}
         if args.repeats:
             result |= throughput(work, args)
         if args.failovers:
-            result |= failover(work, args.failovers)
+            result |= failover(work, args.failovers, args.brokers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result), flush=True)
