@@ -4,13 +4,20 @@ One health checker replica. `--peers` may list every replica, this one included 
 so all replicas can share one command line. Heartbeats from the other replicas are expected on
 `--heartbeat-peers`, by default the peers' election addresses (same host and port, over TCP).
 SIGTERM or SIGINT stops it gracefully (it tells the other replicas it stops on purpose) and it
-exits 0.
+exits 0. Every value is checked: a bad one exits 2 with a message naming the flag.
+
+Start deadlines: a (re)started service has `--start-deadline-s` (default 10) to send its first
+heartbeat or answer its first probe, except the kinds named by `--start-deadline PATTERN=S`
+(first match wins; built in: spark-*=60 and query-service*=60, for JVMs). `--restart-grace-s`
+is the former fixed grace period; it is still accepted and now means the start deadline of the
+default kind (as if given as `--start-deadline-s`, which wins when both are given).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -18,12 +25,28 @@ from pathlib import Path
 
 from common.heartbeat import parse_target
 from healthchecker.bully import ElectionConfig
+from healthchecker.errors import HealthCheckerConfigError
+from healthchecker.local_registry import NAME_PATTERN
 from healthchecker.monitor import parse_probe
 from healthchecker.node import HealthCheckerNode, NodeConfig
 from healthchecker.restarter import Restarter
-from healthchecker.supervisor import SupervisorConfig
+from healthchecker.supervision import DEFAULT_START_DEADLINES, SupervisionConfig
 
 SECRET_BYTES_MAX = 4096
+START_DEADLINE_S_DEFAULT = 10.0
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+log = logging.getLogger("healthchecker")
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        host, port = parse_target(text.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} outside 0..65535 in {text!r}")
+    return host, port
 
 
 def parse_peers(text: str) -> dict[int, tuple[str, int]]:
@@ -33,18 +56,78 @@ def parse_peers(text: str) -> dict[int, tuple[str, int]]:
         node_id, sep, address = item.partition("=")
         if not sep or not node_id.strip().isdigit():
             raise argparse.ArgumentTypeError(f"expected ID=HOST:PORT, got {item!r}")
-        peers[int(node_id)] = parse_target(address)
+        if int(node_id) in peers:
+            raise argparse.ArgumentTypeError(f"peer {int(node_id)} is listed twice")
+        peers[int(node_id)] = _address(address)
+    if not peers:
+        raise argparse.ArgumentTypeError("expected at least one ID=HOST:PORT")
     return peers
 
 
+def positive_s(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def count_at_least_1(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def node_id(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def start_deadline(text: str) -> tuple[str, float]:
+    """'spark-*=90' -> ('spark-*', 90.0)."""
+    pattern, sep, seconds = text.partition("=")
+    if not sep or not pattern.strip():
+        raise argparse.ArgumentTypeError(f"expected PATTERN=SECONDS, got {text!r}")
+    return pattern.strip(), positive_s(seconds)
+
+
+def probe(text: str):
+    try:
+        return parse_probe(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def service_name(text: str) -> str:
+    if not NAME_PATTERN.match(text):
+        raise argparse.ArgumentTypeError(
+            f"expected 1..128 letters, digits, '.', '_' or '-' (a letter or digit first), "
+            f"got {text!r}")
+    return text
+
+
+def log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return text.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m healthchecker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m healthchecker", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add = parser.add_argument
-    add("--node-id", type=int, required=True)
-    add("--name", help="service name in heartbeats and registries (default healthchecker-ID)")
+    add("--node-id", type=node_id, required=True)
+    add("--name", type=service_name,
+        help="service name in heartbeats and registries (default healthchecker-ID)")
     add("--peers", type=parse_peers, required=True, help="ID=HOST:PORT,... (election, UDP)")
-    add("--listen", type=parse_target, required=True, help="HOST:PORT for election packets (UDP)")
-    add("--heartbeat-listen", type=parse_target, help="HOST:PORT (TCP); default: --listen")
+    add("--listen", type=_address, required=True, help="HOST:PORT for election packets (UDP)")
+    add("--heartbeat-listen", type=_address, help="HOST:PORT (TCP); default: --listen")
     add("--heartbeat-peers", type=parse_peers, help="ID=HOST:PORT,... (TCP); default: --peers")
     secret = parser.add_mutually_exclusive_group(required=True)
     secret.add_argument("--secret-file", type=Path)
@@ -53,21 +136,37 @@ def build_parser() -> argparse.ArgumentParser:
     add("--registry", type=Path, help="local service registry directory (process backend)")
     add("--project", default=os.environ.get("COMPOSE_PROJECT_NAME"),
         help="deployment label value (docker backend); default $COMPOSE_PROJECT_NAME")
-    add("--probe", type=parse_probe, action="append", default=[], help="NAME=HOST:PORT (TCP)")
+    add("--probe", type=probe, action="append", default=[],
+        help="NAME=HOST:PORT (TCP connect) or NAME=http://HOST:PORT/PATH (HTTP GET answered)")
     add("--checkpoint-dir", help="where restart counts and back-off survive a restart")
-    add("--healthcheck-interval-s", type=float, default=1.0)
-    add("--healthcheck-misses-max", type=int, default=3)
-    add("--answer-timeout-s", type=float, default=1.0)
-    add("--coordinator-timeout-s", type=float, default=2.0)
-    add("--announce-interval-s", type=float, default=2.0)
-    add("--heartbeat-interval-s", type=float, default=1.0)
-    add("--heartbeat-timeout-s", type=float, default=3.0)
-    add("--restart-grace-s", type=float, default=5.0)
-    add("--backoff-base-s", type=float, default=1.0)
-    add("--backoff-max-s", type=float, default=30.0)
-    add("--stable-after-s", type=float, default=30.0)
-    add("--probe-interval-s", type=float, default=1.0)
-    add("--log-level", default="INFO")
+    add("--healthcheck-interval-s", type=positive_s, default=1.0)
+    add("--healthcheck-misses-max", type=count_at_least_1, default=3)
+    add("--answer-timeout-s", type=positive_s, default=1.0)
+    add("--coordinator-timeout-s", type=positive_s, default=2.0)
+    add("--announce-interval-s", type=positive_s, default=2.0)
+    add("--heartbeat-interval-s", type=positive_s, default=1.0)
+    add("--heartbeat-timeout-s", type=positive_s, default=3.0,
+        help="an up service silent this long is restarted (default 3)")
+    add("--start-deadline-s", type=positive_s,
+        help=f"a (re)started service of the default kind that shows no sign of life this long "
+             f"is restarted (default {START_DEADLINE_S_DEFAULT:g})")
+    add("--start-deadline", type=start_deadline, action="append", default=[],
+        metavar="PATTERN=S",
+        help="start deadline of the services matching a shell pattern (first match wins; "
+             "built in: " + ", ".join(f"{p}={s:g}" for p, s in DEFAULT_START_DEADLINES) + ")")
+    add("--restart-grace-s", type=positive_s,
+        help="deprecated: the start deadline of the default kind (see --start-deadline-s)")
+    add("--backoff-base-s", type=positive_s, default=1.0)
+    add("--backoff-max-s", type=positive_s, default=30.0)
+    add("--stable-after-s", type=positive_s, default=10.0,
+        help="a restart sooner than this after the previous one is a flap, and backs off "
+             "(default 10)")
+    add("--probe-interval-s", type=positive_s, default=1.0)
+    add("--state-interval-s", type=positive_s, default=0.5,
+        help="how often the supervision state is shared with the peers (default 0.5)")
+    add("--supervise-interval-s", type=positive_s, default=0.1,
+        help="the supervision's tick (default 0.1)")
+    add("--log-level", type=log_level, default="INFO")
     return parser
 
 
@@ -99,7 +198,17 @@ def build_restarter(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return DockerRestarter(args.project)
 
 
+def start_deadline_s(args: argparse.Namespace) -> float:
+    """--start-deadline-s, else the deprecated --restart-grace-s, else the default."""
+    if args.start_deadline_s is not None:
+        return args.start_deadline_s
+    if args.restart_grace_s is not None:
+        return args.restart_grace_s
+    return START_DEADLINE_S_DEFAULT
+
+
 def build_config(args: argparse.Namespace, secret: bytes) -> NodeConfig:
+    """Raises `HealthCheckerConfigError` for values that do not fit together."""
     name = args.name or f"healthchecker-{args.node_id}"
     peers = {i: a for i, a in args.peers.items() if i != args.node_id}
     heartbeat_peers = {i: a for i, a in (args.heartbeat_peers or args.peers).items()
@@ -113,10 +222,11 @@ def build_config(args: argparse.Namespace, secret: bytes) -> NodeConfig:
         coordinator_timeout_s=args.coordinator_timeout_s,
         announce_interval_s=args.announce_interval_s,
     )
-    supervisor = SupervisorConfig(
+    supervision = SupervisionConfig(
         self_name=name,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
-        restart_grace_s=args.restart_grace_s,
+        start_deadline_s=start_deadline_s(args),
+        start_deadlines=(*args.start_deadline, *DEFAULT_START_DEADLINES),
         backoff_base_s=args.backoff_base_s,
         backoff_max_s=args.backoff_max_s,
         stable_after_s=args.stable_after_s,
@@ -130,10 +240,12 @@ def build_config(args: argparse.Namespace, secret: bytes) -> NodeConfig:
         heartbeat_peers=sorted(heartbeat_peers.values()),
         secret=secret,
         election=election,
-        supervisor=supervisor,
+        supervision=supervision,
         heartbeat_interval_s=args.heartbeat_interval_s,
         probes=tuple(args.probe),
         probe_interval_s=args.probe_interval_s,
+        supervise_interval_s=args.supervise_interval_s,
+        state_interval_s=args.state_interval_s,
         checkpoint_dir=args.checkpoint_dir,
     )
 
@@ -142,13 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s",
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    config = build_config(args, read_secret(args, parser))
-    node = HealthCheckerNode(config, build_restarter(args, parser))
+    try:
+        config = build_config(args, read_secret(args, parser))
+    except HealthCheckerConfigError as error:
+        parser.error(f"{type(error).__name__}: {error}")
+    if args.restart_grace_s is not None:
+        used = "ignored: --start-deadline-s wins" if args.start_deadline_s is not None else (
+            "used as --start-deadline-s")
+        log.warning("--restart-grace-s is deprecated (%s)", used)
+    try:
+        node = HealthCheckerNode(config, build_restarter(args, parser))
+    except HealthCheckerConfigError as error:
+        parser.error(f"{type(error).__name__}: {error}")
     signal.signal(signal.SIGTERM, lambda signum, frame: node.request_stop())
     signal.signal(signal.SIGINT, lambda signum, frame: node.request_stop())
     node.start()

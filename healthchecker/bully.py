@@ -18,12 +18,21 @@ Protocol (highest live id wins):
 - A follower sends HEALTHCHECK to its leader every `healthcheck_interval_s`; the reply names the
   replier's own leader. A leader silent for `healthcheck_misses_max` intervals, or a reply saying
   "I am not the leader", starts an election.
+- `PeerDown(peer)` is outside evidence that a peer process is gone (its heartbeat connection
+  closed without a goodbye): a follower of that peer starts an election at once instead of
+  waiting out the silence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from healthchecker.errors import HealthCheckerConfigError, require_int_at_least, require_positive_s
+
+
+class ElectionConfigError(HealthCheckerConfigError):
+    """An election setting out of range (a zero interval, a node among its own peers, ...)."""
 
 
 class Kind(StrEnum):
@@ -65,7 +74,12 @@ class Received:
     message: Message
 
 
-Event = Start | Tick | Received
+@dataclass(frozen=True, slots=True)
+class PeerDown:
+    peer: int
+
+
+Event = Start | Tick | Received | PeerDown
 
 
 # Actions
@@ -106,10 +120,16 @@ class ElectionConfig:
     announce_interval_s: float = 2.0
 
     def __post_init__(self) -> None:
-        assert self.node_id not in self.peer_ids, "peers exclude the node itself"
-        assert self.healthcheck_interval_s > 0 and self.healthcheck_misses_max >= 1
-        assert self.answer_timeout_s > 0 and self.coordinator_timeout_s > 0
-        assert self.announce_interval_s > 0
+        error = ElectionConfigError
+        require_int_at_least(error, "node_id", self.node_id, 0)
+        for peer in self.peer_ids:
+            require_int_at_least(error, "a peer id", peer, 0)
+        if self.node_id in self.peer_ids:
+            raise error(f"node {self.node_id} is among its own peers {sorted(self.peer_ids)}")
+        for name in ("healthcheck_interval_s", "answer_timeout_s", "coordinator_timeout_s",
+                     "announce_interval_s"):
+            require_positive_s(error, name, getattr(self, name))
+        require_int_at_least(error, "healthcheck_misses_max", self.healthcheck_misses_max, 1)
 
     @property
     def leader_silence_s_max(self) -> float:
@@ -152,6 +172,10 @@ def step(state: ElectionState, event: Event, now: float) -> tuple[ElectionState,
         return state, []
     if isinstance(event, Tick):
         return _on_tick(state, now)
+    if isinstance(event, PeerDown):
+        if state.role is Role.FOLLOWER and event.peer == state.leader_id:
+            return _start_election(state, now)
+        return state, []
     assert isinstance(event, Received), f"unknown event {event!r}"
     message = event.message
     if message.sender == state.node_id or message.sender not in state.config.peer_ids:

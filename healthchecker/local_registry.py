@@ -15,6 +15,12 @@ re-spawns from it; the killer's local backend kills from it. One directory per d
 names a live process when both the pid and its start time match. Each service is spawned in a
 new session (its own process group) and killed by group, so its children (a Spark JVM) die with
 it, as they would with their container. Every file is written atomically (temp + rename).
+
+A spawner killed between starting a process and writing its pid file (a health checker SIGKILLed
+in the middle of a restart) would leave an instance nobody knows of. So every spawned process
+carries `FLIGHTS_REGISTRY_SERVICE=<registry dir>/<name>` in its environment: `instances` finds
+the session leaders that carry it, `live_pid` falls back on them (and repairs the pid file), and
+`kill` kills them all.
 Thread-safety: methods are independent file operations; concurrent writers of the same name
 must be serialised by the caller. Linux only (/proc).
 """
@@ -26,12 +32,14 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MARKER_ENV = "FLIGHTS_REGISTRY_SERVICE"
 KILL_WAIT_S_DEFAULT = 5.0
 _POLL_S = 0.01
 
@@ -145,7 +153,9 @@ class LocalServiceRegistry:
 
     def _write_atomic(self, path: Path, text: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
+        # One temp name per writer: the killer, the checkers and run_local may repair the same
+        # pid file at once.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
 
@@ -193,11 +203,36 @@ class LocalServiceRegistry:
             raise CorruptRegistryEntryError(f"{path}: {error!r}") from error
 
     def live_pid(self, name: str) -> int | None:
-        """The pid of the running instance of `name`, if its pid file names a live process."""
+        """The pid of the running instance of `name`: the one its pid file names if it lives,
+        else one found by its environment marker (the pid file is repaired)."""
         record = self.read_pid(name)
-        if record is None:
+        if record is not None and process_start_ticks(record.pid) == record.start_ticks:
+            return record.pid
+        found = self.instances(name)
+        if not found:
             return None
-        return record.pid if process_start_ticks(record.pid) == record.start_ticks else None
+        self.write_pid(name, found[0])
+        return found[0]
+
+    def marker(self, name: str) -> str:
+        return f"{self.directory.resolve()}/{name}"
+
+    def instances(self, name: str) -> list[int]:
+        """Live session leaders spawned for `name` by this registry (module doc), oldest first."""
+        needle = f"{MARKER_ENV}={self.marker(name)}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                    continue
+                pid = int(entry.name)
+                if os.getsid(pid) == pid and process_start_ticks(pid) is not None:
+                    found.append(pid)
+            except (OSError, ValueError):  # gone, or not ours to read
+                continue
+        return sorted(found, key=lambda pid: process_start_ticks(pid) or 0)
 
     # --- clean exits ---------------------------------------------------------------------------
     def mark_done(self, name: str) -> None:
@@ -222,7 +257,7 @@ class LocalServiceRegistry:
             process = subprocess.Popen(
                 list(spec.argv),
                 cwd=spec.cwd,
-                env={**os.environ, **spec.env},
+                env={**os.environ, **spec.env, MARKER_ENV: self.marker(name)},
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -232,10 +267,12 @@ class LocalServiceRegistry:
         return process
 
     def kill(self, name: str, wait_s: float = KILL_WAIT_S_DEFAULT) -> int | None:
-        """SIGKILL the running instance of `name`; returns its pid, or None if none runs."""
+        """SIGKILL every running instance of `name`; returns the pid of the one its pid file
+        names (or of one found by its marker), or None if none runs."""
         pid = self.live_pid(name)
         if pid is None:
             return None
-        if not kill_process_tree(pid, wait_s):
-            raise RegistryError(f"{name} (pid {pid}) survived SIGKILL for {wait_s}s")
+        for victim in dict.fromkeys([pid, *self.instances(name)]):
+            if not kill_process_tree(victim, wait_s):
+                raise RegistryError(f"{name} (pid {victim}) survived SIGKILL for {wait_s}s")
         return pid

@@ -1,13 +1,20 @@
-"""What a health checker knows about liveness: heartbeats received over TCP, and TCP probes.
+"""What a health checker knows about liveness: heartbeats received over TCP, and probes.
 
 - `LivenessTable`: last time each service was seen, by name. Thread-safe (one lock); readers get
-  immutable `Sighting` snapshots.
+  immutable `Sighting` snapshots. Every sighting, goodbye and loss is also handed, as a
+  `healthchecker.supervision` event (`Seen`, `Departed`, `Lost`), to the optional `listener`
+  (called outside the lock, from the server's or the probes' thread).
 - `HeartbeatServer`: a TCP server (one selector thread) reading `common.heartbeat` frames.
   Bounded: at most `connections_max` connections (extra ones are closed at once), frames of at
   most `frame_bytes_max`, and a connection silent for `idle_timeout_s` is closed. A malformed or
-  oversized frame closes its connection; all of these are counted in `counters`.
+  oversized frame closes its connection; all of these are counted in `counters`. A connection
+  that the *peer* closes (EOF or reset) after heartbeats but without a goodbye means the process
+  is gone (the kernel closes the sockets of a killed process): the table records a loss.
 - `ProbeRunner`: third-party services that cannot send heartbeats (Spark master and workers) are
-  "seen" whenever a TCP connect to their port succeeds.
+  "seen" whenever a TCP connect to their port succeeds, or (`http://` probes) whenever an HTTP
+  GET is answered in time, which a paused (SIGSTOPped) process cannot do: the kernel completes
+  its TCP handshakes all the same. `PROBE_REFUSALS_MAX` refused connects in a row to a service
+  seen before record a loss (nothing listens any more).
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ from common.heartbeat import (
     MalformedHeartbeatError,
     decode_heartbeat_body,
     frame_length,
+    parse_target,
 )
+from healthchecker.errors import HealthCheckerConfigError, require_positive_s
+from healthchecker.supervision import Departed, Event, Lost, Seen
 
 SOURCE_HEARTBEAT = "heartbeat"
 SOURCE_PROBE = "probe"
@@ -36,11 +46,18 @@ CONNECTIONS_MAX_DEFAULT = 256
 IDLE_TIMEOUT_S_DEFAULT = 60.0
 SERVICES_MAX = 1024
 PROBES_MAX = 64
+PROBE_REFUSALS_MAX = 2
+HTTP_PATH_CHARS_MAX = 256
 _READ_BYTES = 4096
 _LENGTH_BYTES = 4
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
+Listener = Callable[[Event], None]
+
+
+class ProbeConfigError(HealthCheckerConfigError):
+    """A probe that does not parse, or too many of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +74,21 @@ class Sighting:
 class LivenessTable:
     """Last sighting per service name (thread-safe; bounded to `services_max` names)."""
 
-    def __init__(self, clock: Clock = time.monotonic, services_max: int = SERVICES_MAX) -> None:
+    def __init__(
+        self,
+        clock: Clock = time.monotonic,
+        services_max: int = SERVICES_MAX,
+        listener: Listener | None = None,
+    ) -> None:
         self._clock = clock
         self._services_max = services_max
+        self._listener = listener
         self._lock = threading.Lock()
         self._sightings: dict[str, Sighting] = {}
+
+    def _notify(self, event: Event) -> None:
+        if self._listener is not None:
+            self._listener(event)
 
     def record_heartbeat(self, heartbeat: Heartbeat) -> None:
         now = self._clock()
@@ -80,6 +107,18 @@ class LivenessTable:
                 heartbeat.name, SOURCE_HEARTBEAT, first_known_at, now,
                 heartbeat.instance, heartbeat.pid, departed,
             )
+        kind = Departed if departed else Seen
+        self._notify(kind(heartbeat.name, heartbeat.instance))
+
+    def record_connection_lost(self, name: str, instance: str) -> None:
+        """The connection that carried `instance`'s heartbeats closed without a goodbye."""
+        with self._lock:
+            current = self._sightings.get(name)
+            if current is None or current.departed or current.instance != instance:
+                return  # an older instance, or one that said goodbye
+        log.info("LOST service=%s instance=%s (connection closed without a goodbye)",
+                 name, instance)
+        self._notify(Lost(name, instance))
 
     def expect_probe(self, name: str) -> None:
         with self._lock:
@@ -92,7 +131,19 @@ class LivenessTable:
             now = self._clock()
             if previous is None:
                 previous = Sighting(name, SOURCE_PROBE, now, None)
+            if previous.last_seen_at is None:
+                log.info("SEEN service=%s probe answered", name)
             self._sightings[name] = replace(previous, last_seen_at=now)
+        self._notify(Seen(name))
+
+    def record_probe_refused(self, name: str, refusals: int) -> None:
+        with self._lock:
+            current = self._sightings.get(name)
+            if current is None or current.last_seen_at is None:
+                return  # never seen: it may still be starting
+        reason = f"probe refused {refusals} times in a row (nothing listens)"
+        log.info("LOST service=%s %s", name, reason)
+        self._notify(Lost(name, "", reason))
 
     def snapshot(self) -> dict[str, Sighting]:
         with self._lock:
@@ -100,12 +151,15 @@ class LivenessTable:
 
 
 class _Connection:
-    __slots__ = ("sock", "buffer", "last_read_at")
+    __slots__ = ("sock", "buffer", "last_read_at", "name", "instance", "said_goodbye")
 
     def __init__(self, sock: socket.socket, now: float) -> None:
         self.sock = sock
         self.buffer = bytearray()
         self.last_read_at = now
+        self.name = ""  # of the last heartbeat on this connection
+        self.instance = ""
+        self.said_goodbye = False
 
 
 class HeartbeatServer:
@@ -126,6 +180,9 @@ class HeartbeatServer:
         self.idle_timeout_s = idle_timeout_s
         self.poll_interval_s = poll_interval_s
         self.counters: Counter[str] = Counter()
+        for field, value in (("idle_timeout_s", idle_timeout_s),
+                             ("poll_interval_s", poll_interval_s)):
+            require_positive_s(HealthCheckerConfigError, field, value)
         self._listener = socket.create_server(listen, reuse_port=False, backlog=64)
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -185,11 +242,11 @@ class HeartbeatServer:
             data = connection.sock.recv(_READ_BYTES)
         except BlockingIOError:
             return
-        except OSError:
-            self._close(connection)
+        except OSError:  # reset by the peer
+            self._closed_by_peer(connection)
             return
         if not data:
-            self._close(connection)
+            self._closed_by_peer(connection)
             return
         connection.last_read_at = time.monotonic()
         connection.buffer += data
@@ -208,8 +265,17 @@ class HeartbeatServer:
                 return
             body = bytes(buffer[_LENGTH_BYTES : _LENGTH_BYTES + length])
             del buffer[: _LENGTH_BYTES + length]
-            self.table.record_heartbeat(decode_heartbeat_body(body))
+            heartbeat = decode_heartbeat_body(body)
+            connection.name, connection.instance = heartbeat.name, heartbeat.instance
+            connection.said_goodbye = heartbeat.state == STATE_STOPPING
+            self.table.record_heartbeat(heartbeat)
             self.counters["frames"] += 1
+
+    def _closed_by_peer(self, connection: _Connection) -> None:
+        self._close(connection)
+        if connection.name and not connection.said_goodbye:
+            self.counters["lost_connections"] += 1
+            self.table.record_connection_lost(connection.name, connection.instance)
 
     def _close_idle(self) -> None:
         oldest_allowed = time.monotonic() - self.idle_timeout_s
@@ -229,19 +295,31 @@ class Probe:
     name: str
     host: str
     port: int
+    http_path: str | None = None  # None: a TCP connect; else an HTTP GET of this path
 
 
 def parse_probe(text: str) -> Probe:
-    """'spark-master=host:7077' -> Probe."""
+    """'spark-master=host:7077' -> a TCP probe; 'spark-master=http://host:8080/' -> HTTP GET."""
     name, sep, address = text.partition("=")
-    host, colon, port = address.rpartition(":")
-    if not (sep and name and colon and host and port.isdigit()):
-        raise ValueError(f"expected NAME=HOST:PORT, got {text!r}")
-    return Probe(name, host, int(port))
+    path = None
+    if address.startswith("http://"):
+        address, slash, rest = address[len("http://"):].partition("/")
+        path = slash + rest or "/"
+    try:
+        host, port = parse_target(address)
+    except ValueError:
+        host, port = "", -1
+    if not (sep and name and host and 0 < port < 65536):
+        raise ProbeConfigError(
+            f"expected NAME=HOST:PORT or NAME=http://HOST:PORT/PATH, got {text!r}")
+    if path is not None and (len(path) > HTTP_PATH_CHARS_MAX or not path.isprintable()
+                             or " " in path):
+        raise ProbeConfigError(f"bad HTTP path in probe {text!r}")
+    return Probe(name, host, port, path)
 
 
 class ProbeRunner:
-    """Connects to every probe target each `interval_s`; a success counts as a sighting."""
+    """Probes every target each `interval_s`; a success counts as a sighting (module doc)."""
 
     def __init__(
         self,
@@ -251,10 +329,14 @@ class ProbeRunner:
         connect_timeout_s: float = 0.5,
     ) -> None:
         self.probes = list(probes)
-        assert len(self.probes) <= PROBES_MAX, f"at most {PROBES_MAX} probes"
+        if len(self.probes) > PROBES_MAX:
+            raise ProbeConfigError(f"at most {PROBES_MAX} probes, got {len(self.probes)}")
+        require_positive_s(ProbeConfigError, "probe interval_s", interval_s)
+        require_positive_s(ProbeConfigError, "probe connect_timeout_s", connect_timeout_s)
         self.table = table
         self.interval_s = interval_s
         self.connect_timeout_s = min(connect_timeout_s, interval_s)
+        self._refusals: Counter[str] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tcp-probes", daemon=True)
         for probe in self.probes:
@@ -273,10 +355,29 @@ class ProbeRunner:
     def probe_once(self) -> None:
         for probe in self.probes:
             try:
-                with socket.create_connection((probe.host, probe.port), self.connect_timeout_s):
-                    self.table.record_probe_success(probe.name)
+                self._probe(probe)
+            except ConnectionRefusedError as error:
+                self._refusals[probe.name] += 1
+                log.debug("probe %s refused: %s", probe.name, error)
+                if self._refusals[probe.name] == PROBE_REFUSALS_MAX:
+                    self.table.record_probe_refused(probe.name, PROBE_REFUSALS_MAX)
+                continue
             except OSError as error:
                 log.debug("probe %s failed: %s", probe.name, error)
+                continue
+            self._refusals[probe.name] = 0
+            self.table.record_probe_success(probe.name)
+
+    def _probe(self, probe: Probe) -> None:
+        """Returns when the target answered; raises OSError otherwise."""
+        with socket.create_connection((probe.host, probe.port), self.connect_timeout_s) as sock:
+            if probe.http_path is None:
+                return
+            sock.settimeout(self.connect_timeout_s)
+            request = f"GET {probe.http_path} HTTP/1.0\r\nHost: {probe.host}\r\n\r\n"
+            sock.sendall(request.encode("ascii"))
+            if not sock.recv(16).startswith(b"HTTP/"):
+                raise OSError(f"no HTTP answer from {probe.host}:{probe.port}")
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -3,7 +3,7 @@
 A hung instance (alive but silent, e.g. SIGSTOPped) is SIGKILLed, with its process group, before
 the new one starts. Every child spawned here is reaped by a small daemon thread, which marks the
 service done when it exits with status 0 (so no health checker restarts a finished service).
-Thread-safety: `restart` may be called from one thread at a time (the supervisor loop).
+Thread-safety: `restart` may be called from one thread at a time (the node's restarter thread).
 """
 
 from __future__ import annotations

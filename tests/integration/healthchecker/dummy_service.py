@@ -1,7 +1,9 @@
 """A tiny supervised service for tests: heartbeats, then idles until SIGTERM (or dies on cue).
 
     python dummy_service.py --name svc --targets 127.0.0.1:9001,127.0.0.1:9002
-        [--interval-s 0.2] [--exit-after-s 0.5 --exit-code 3]
+        [--interval-s 0.2] [--exit-after-s 0.5 --exit-code 3] [--start-delay-s 2]
+
+`--start-delay-s` sleeps before the first heartbeat: a slow starter (a JVM on a busy machine).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 
 from common.heartbeat import HeartbeatSender, parse_targets
 
@@ -21,9 +24,11 @@ def main() -> int:
     parser.add_argument("--interval-s", type=float, default=0.2)
     parser.add_argument("--exit-after-s", type=float, help="die on its own after this long")
     parser.add_argument("--exit-code", type=int, default=3)
+    parser.add_argument("--start-delay-s", type=float, default=0.0)
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    time.sleep(args.start_delay_s)
     targets = parse_targets(args.targets)
     sender = HeartbeatSender(args.name, targets=targets, interval_s=args.interval_s).start()
     print(f"{args.name} up", flush=True)

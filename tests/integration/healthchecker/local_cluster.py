@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec
+from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec, kill_process_tree
 from scripts.run_local import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DUMMY_SERVICE = Path(__file__).with_name("dummy_service.py")
 SECRET = "integration-secret"
 
-# Small timings keep the tests fast; the ratios are those of the defaults.
+# Small timings keep the tests fast; the ratios are those of the defaults. The start deadline
+# is generous: a Python service on a busy 2-core machine may take seconds to import.
 FAST_TIMINGS = {
     "--healthcheck-interval-s": "0.25",
     "--healthcheck-misses-max": "3",
@@ -23,7 +27,8 @@ FAST_TIMINGS = {
     "--announce-interval-s": "0.5",
     "--heartbeat-interval-s": "0.2",
     "--heartbeat-timeout-s": "1.0",
-    "--restart-grace-s": "1.0",
+    "--start-deadline-s": "8",
+    "--state-interval-s": "0.25",
     "--backoff-base-s": "0.5",
     "--backoff-max-s": "4",
     "--stable-after-s": "10",
@@ -108,11 +113,98 @@ class LocalCluster:
         return [line for line in self.log(f"healthchecker-{node_id}").splitlines()
                 if " RESTART " in line]
 
+    def all_restart_lines(self, service: str) -> list[str]:
+        """Every checker's `RESTART service=<service> ...` decision lines."""
+        return [line for node_id in self.ports for line in self.restart_lines(node_id)
+                if f"service={service} " in line]
+
+    def new_pid(self, name: str, old_pid: int | None) -> int | None:
+        """The live pid of `name` when it is not `old_pid` (restarted), else None."""
+        pid = self.registry.live_pid(name)
+        return pid if pid not in (None, old_pid) else None
+
+    def heard_from(self, name: str, pid: int) -> bool:
+        """Some checker received a heartbeat from this very process (`SEEN ... instance=...`)."""
+        return any(_seen_from(line, name, pid)
+                   for node_id in self.ports
+                   for line in self.log(f"healthchecker-{node_id}").splitlines())
+
+    def heard_by_all(self, name: str, pid: int) -> bool:
+        return all(_seen_from(self._last_seen_line(node_id, name), name, pid)
+                   for node_id in self.ports)
+
+    def _last_seen_line(self, node_id: int, name: str) -> str:
+        lines = [line for line in self.log(f"healthchecker-{node_id}").splitlines()
+                 if f"SEEN service={name} instance=" in line]
+        return lines[-1] if lines else ""
+
+    def leader(self, among: set[int] | None = None) -> int | None:
+        """The one checker (of `among`, default all) whose last ROLE line says leader, and whom
+        every other one of them follows."""
+        roles = {node_id: self.current_role(node_id) for node_id in among or self.ports}
+        leaders = [node_id for node_id, role in roles.items() if role == "leader"]
+        if len(leaders) != 1:
+            return None
+        following = {role for node_id, role in roles.items() if node_id != leaders[0]}
+        return leaders[0] if following <= {f"follower {leaders[0]}"} else None
+
     def shutdown(self) -> None:
-        """Kill everything the registry knows (children of the checkers included), then reap.
-        The checkers go first, so that none of them restarts what follows."""
+        """Kill everything the registry knows, and whatever the checkers spawned, then reap.
+        The checkers are frozen first (SIGSTOP; until no new one appears), so that none of
+        them restarts what is killed after it: they restart at once now."""
+        frozen = self._freeze_checkers()
+        for pid in _children_of(frozen):
+            kill_process_tree(pid)
         names = self.registry.names()
         for name in sorted(names, key=lambda n: not n.startswith("healthchecker-")):
             self.registry.kill(name)
+        for pid in frozen:
+            kill_process_tree(pid)
         for process in self.children:
             process.wait(timeout=5)
+
+    def _freeze_checkers(self) -> set[int]:
+        frozen: set[int] = set()
+        for _ in range(FREEZE_ROUNDS_MAX):
+            checkers = [n for n in self.registry.names() if n.startswith("healthchecker-")]
+            pids = {pid for name in checkers if (pid := self.registry.live_pid(name))}
+            pids |= {pid for pid in _children_of(frozen) if _is_checker(pid)}
+            if pids <= frozen:
+                return frozen
+            for pid in pids - frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            frozen |= pids
+            time.sleep(0.05)
+        return frozen
+
+
+FREEZE_ROUNDS_MAX = 50
+
+
+def _seen_from(line: str, name: str, pid: int) -> bool:
+    """A `SEEN service=<name> instance=<host>:<pid>[:<nonce>]` line of process `pid`."""
+    marker = f"SEEN service={name} instance="
+    if marker not in line:
+        return False
+    instance = line.split(marker, 1)[1].split()[0]
+    return instance.split(":")[1:2] == [str(pid)]
+
+
+def _children_of(parents: set[int]) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) in parents:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _is_checker(pid: int) -> bool:
+    try:
+        return b"healthchecker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

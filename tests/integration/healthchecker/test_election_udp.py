@@ -1,20 +1,25 @@
-"""Three real health checkers on loopback UDP: kill the leader, a new one takes over in time,
-restarts the old leader through the process backend, and the cluster settles again."""
+"""Three real health checkers on loopback UDP: kill (or pause) the leader, a new one takes over,
+restarts the old leader through the process backend at once, and the cluster settles again;
+forged, replayed and garbage packets change nothing and are counted. Bounds are generous (a busy
+2-core machine); the figures are measured by `measure_healing`."""
 
 import ast
+import os
+import signal
 import socket
 import time
 
 import pytest
 
 from healthchecker.bully import Kind, Message
-from healthchecker.transport import encode_packet
-from tests.integration.healthchecker.local_cluster import LocalCluster, wait_until
+from healthchecker.local_registry import process_start_ticks
+from healthchecker.transport import PACKET_BYTES_MAX, encode_packet
+from tests.integration.healthchecker.local_cluster import SECRET, LocalCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
-# Scheduling slack for three Python processes on a shared 2-core machine, polled every 20 ms.
-SLACK_S = 0.3
+HEAL_S_MAX = 10.0
+SETTLED = {1: "follower 3", 2: "follower 3", 3: "leader"}
 
 
 @pytest.fixture
@@ -28,65 +33,117 @@ def _roles(cluster: LocalCluster) -> dict[int, str]:
     return {node_id: cluster.current_role(node_id) for node_id in cluster.ports}
 
 
-def test_killed_leader_is_replaced_restarted_and_rejoins(cluster):
-    interval_s = float(cluster.timings["--healthcheck-interval-s"])
-    answer_timeout_s = float(cluster.timings["--answer-timeout-s"])
+def _settled(cluster: LocalCluster) -> None:
+    """Until 3 leads, and still does after the start-up elections have played out (a node that
+    starts late makes the others re-run theirs: they may flap once on a busy machine)."""
+    wait_until(lambda: _roles(cluster) == SETTLED, 15)
+    time.sleep(1.0)
+    wait_until(lambda: _roles(cluster) == SETTLED, 15)
+    for node_id in (1, 2):
+        wait_until(lambda node_id=node_id: "SEEN service=healthchecker-3" in cluster.log(
+            f"healthchecker-{node_id}"), 10)
+
+
+def test_killed_leader_is_replaced_restarted_at_once_and_rejoins(cluster):
     cluster.start_checkers()
-    settled = {1: "follower 3", 2: "follower 3", 3: "leader"}
-    wait_until(lambda: _roles(cluster) == settled, 10)
-    wait_until(lambda: "SEEN service=healthchecker-3" in cluster.log("healthchecker-2"), 5)
+    _settled(cluster)
     old_pid = cluster.registry.live_pid("healthchecker-3")
 
     cluster.registry.kill("healthchecker-3")
     killed_at = time.monotonic()
-    wait_until(lambda: cluster.current_role(2) == "leader", 10)
-    takeover_s = time.monotonic() - killed_at
-    assert takeover_s <= 3 * interval_s + answer_timeout_s + SLACK_S, f"took {takeover_s:.2f}s"
-    wait_until(lambda: cluster.current_role(1) == "follower 2", 2)
-
-    # The new leader restarts the old one (after its grace period) ...
-    new_pid = wait_until(
-        lambda: (pid := cluster.registry.live_pid("healthchecker-3")) not in (None, old_pid)
-        and pid,
-        10,
-    )
-    assert any("service=healthchecker-3" in line for line in cluster.restart_lines(2))
-    assert new_pid != old_pid
-    # ... which rejoins. Bully: it is the highest id, so it takes the lead back and 1 and 2
-    # follow it; the node it replaced saw it come back through its heartbeats.
-    wait_until(lambda: _roles(cluster) == settled, 10)
+    wait_until(lambda: cluster.leader(among={1, 2}) == 2, HEAL_S_MAX)
+    new_pid = wait_until(lambda: cluster.new_pid("healthchecker-3", old_pid), HEAL_S_MAX)
+    assert time.monotonic() - killed_at <= HEAL_S_MAX
+    (line,) = cluster.all_restart_lines("healthchecker-3")
+    assert line in cluster.restart_lines(2), "the successor restarts it"
+    assert "connection closed without a goodbye" in line, "no waiting out the silence"
+    # It rejoins. Bully: it is the highest id, so it takes the lead back and 1 and 2 follow it.
+    wait_until(lambda: cluster.heard_from("healthchecker-3", new_pid), HEAL_S_MAX)
+    wait_until(lambda: _roles(cluster) == SETTLED, 15)
     assert "ROLE node=2 role=follower leader=3" in cluster.log("healthchecker-2").split(
         "RESTARTED service=healthchecker-3")[-1]
 
 
-def test_unauthenticated_and_garbage_packets_change_nothing(cluster):
+def test_leader_and_a_service_killed_together_are_both_restarted_by_the_successor(cluster):
+    cluster.add_dummy("svc")
     cluster.start_checkers()
-    settled = {1: "follower 3", 2: "follower 3", 3: "leader"}
-    wait_until(lambda: _roles(cluster) == settled, 10)
+    svc_pid = cluster.start("svc")
+    _settled(cluster)
+    wait_until(lambda: cluster.heard_by_all("svc", svc_pid), 10)
+    old_leader_pid = cluster.registry.live_pid("healthchecker-3")
+
+    cluster.registry.kill("svc")
+    cluster.registry.kill("healthchecker-3")
+    # Node 2 was a follower when svc died; it knew all the same and acts once it leads.
+    new_svc = wait_until(lambda: cluster.new_pid("svc", svc_pid), HEAL_S_MAX)
+    wait_until(lambda: cluster.new_pid("healthchecker-3", old_leader_pid), HEAL_S_MAX)
+    wait_until(lambda: cluster.heard_from("svc", new_svc), HEAL_S_MAX)
+    # Once, by 3 or by 2; twice when 3 died between its decision and its confirmation (2 then
+    # redoes it at once). Never a third time: the state is shared.
+    restarts = cluster.all_restart_lines("svc")
+    assert 1 <= len(restarts) <= 2, restarts
+    assert "start deadline" not in "".join(restarts), "no waiting for a restart that never was"
+
+
+def test_paused_leader_is_replaced(cluster):
+    cluster.start_checkers()
+    _settled(cluster)
+    old_pid = cluster.registry.live_pid("healthchecker-3")
+    os.kill(old_pid, signal.SIGSTOP)
+    timeout_s = float(cluster.timings["--heartbeat-timeout-s"])
+    new_pid = wait_until(lambda: cluster.new_pid("healthchecker-3", old_pid),
+                         timeout_s + HEAL_S_MAX)
+    assert process_start_ticks(old_pid) is None, "the paused instance was killed"
+    wait_until(lambda: cluster.heard_from("healthchecker-3", new_pid), HEAL_S_MAX)
+    wait_until(lambda: _roles(cluster) == SETTLED, 15)
+    (line,) = cluster.all_restart_lines("healthchecker-3")
+    assert "no heartbeat from" in line
+
+
+def test_forged_replayed_and_garbage_packets_change_nothing(cluster):
+    cluster.start_checkers()
+    _settled(cluster)
     role_changes = {n: len(cluster.leader_lines(n)) for n in cluster.ports}
-    forged = encode_packet(Message(Kind.COORDINATOR, 99), 1, b"wrong-secret")
-    claim = encode_packet(Message(Kind.COORDINATOR, 3), 1, b"wrong-secret")
+    forged = [encode_packet(Message(Kind.COORDINATOR, 99), to, b"wrong-secret", 2**63, 7)
+              for to in cluster.ports]
+    claims = [encode_packet(Message(Kind.COORDINATOR, 3), to, b"wrong-secret", 2**63, 7)
+              for to in cluster.ports]
+    # Authentic packets (the test knows the secret), as an eavesdropper could record them:
+    # node 1's current incarnation and its first counter, which node 3 (that hears from node 1
+    # all the time) has long seen; and one recorded an hour ago, stale everywhere. An accepted
+    # ELECTION from node 1 would make its receiver run an election.
+    secret = SECRET.encode()
+    incarnation_1 = int(cluster.log("healthchecker-1").split("incarnation=")[1].split()[0])
+    replayed = encode_packet(Message(Kind.ELECTION, 1), 3, secret, incarnation_1, 1)
+    hour_ago_ms = round((time.time() - 3600) * 1000)
+    stale = [encode_packet(Message(Kind.ELECTION, 1), to, secret, incarnation_1, 10**6,
+                           hour_ago_ms) for to in (2, 3)]
+    garbage = [b"\x00" * 40, b"x" * (PACKET_BYTES_MAX + 100)]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _ in range(50):
-            for packet in (forged, claim, b"\x00" * 40, b"x" * 2000):
-                for port in cluster.ports.values():
+            for port in cluster.ports.values():
+                for packet in (*forged, *claims, *garbage):
                     sock.sendto(packet, ("127.0.0.1", port))
+            sock.sendto(replayed, ("127.0.0.1", cluster.ports[3]))
+            for to, packet in zip((2, 3), stale, strict=True):
+                sock.sendto(packet, ("127.0.0.1", cluster.ports[to]))
     # Let several healthcheck rounds pass (absence of change cannot be waited on).
     time.sleep(1.0)
-    assert _roles(cluster) == settled
+    assert _roles(cluster) == SETTLED
     assert {n: len(cluster.leader_lines(n)) for n in cluster.ports} == role_changes
 
     # SIGTERM: a graceful, fast exit 0 that reports what was dropped, and is not restarted.
-    checker_1 = cluster.children[0]
-    checker_1.terminate()
-    terminated_at = time.monotonic()
-    assert checker_1.wait(timeout=5) == 0
-    assert time.monotonic() - terminated_at < 3.0
-    (stopped,) = [line for line in cluster.log("healthchecker-1").splitlines() if "STOPPED" in line]
+    checker_3 = cluster.children[2]
+    checker_3.terminate()
+    assert checker_3.wait(timeout=10) == 0
+    (stopped,) = [line for line in cluster.log("healthchecker-3").splitlines() if "STOPPED" in line]
     # UDP may drop some of a burst before they are read; those read are all counted.
     counts = ast.literal_eval(stopped.split("dropped_packets=")[1])
-    assert 0 < counts["unauthenticated"] <= 150 and 0 < counts["oversized"] <= 50
-    assert set(counts) == {"unauthenticated", "oversized"}, "garbage fails the HMAC first"
-    wait_until(lambda: "DEPARTED service=healthchecker-1" in cluster.log("healthchecker-3"), 3)
+    assert 0 < counts["unauthenticated"] <= 400 and 0 < counts["oversized"] <= 50
+    assert 0 < counts["replayed"] <= 50 and 0 < counts["stale"] <= 50
+    assert set(counts) == {"unauthenticated", "oversized", "replayed", "stale"}
+    wait_until(lambda: "DEPARTED service=healthchecker-3" in cluster.log("healthchecker-2"), 5)
+    # The goodbye also tells the followers their leader left: they elect 2 without waiting.
+    wait_until(lambda: cluster.leader(among={1, 2}) == 2, HEAL_S_MAX)
     time.sleep(2 * float(cluster.timings["--heartbeat-timeout-s"]))
-    assert cluster.restart_lines(3) == []
+    assert cluster.all_restart_lines("healthchecker-3") == []

@@ -1,12 +1,23 @@
-"""Heartbeat sender -> heartbeat server over loopback TCP, the server's bounds, and TCP probes."""
+"""Heartbeat sender -> heartbeat server over loopback TCP, the server's bounds, TCP and HTTP
+probes, and the evidence they hand to the supervision (seen, departed, lost)."""
 
 import socket
 import struct
+import threading
+import time
 
 import pytest
 
 from common.heartbeat import HeartbeatSender
-from healthchecker.monitor import SOURCE_PROBE, HeartbeatServer, LivenessTable, Probe, ProbeRunner
+from healthchecker.monitor import (
+    SOURCE_PROBE,
+    HeartbeatServer,
+    LivenessTable,
+    Probe,
+    ProbeRunner,
+    parse_probe,
+)
+from healthchecker.supervision import Departed, Lost, Seen
 from tests.integration.healthchecker.local_cluster import free_ports, wait_until
 
 pytestmark = pytest.mark.integration
@@ -113,3 +124,97 @@ def test_probe_sees_listening_ports_only():
     assert after["up"].last_seen_at is not None
     assert after["down"].last_seen_at is None
     listener.close()
+
+
+# --- evidence of death, handed to the supervision as events ------------------------------------
+
+
+def _recording_server(**kwargs):
+    events = []
+    table = LivenessTable(listener=events.append)
+    server = HeartbeatServer(("127.0.0.1", 0), table, poll_interval_s=0.02, **kwargs).start()
+    return server, events
+
+
+def test_a_connection_closed_without_goodbye_is_a_loss_and_a_goodbye_is_not():
+    server, events = _recording_server()
+    try:
+        crashing = HeartbeatSender("crashing", targets=[server.address], interval_s=0.05).start()
+        leaving = HeartbeatSender("leaving", targets=[server.address], interval_s=0.05).start()
+        wait_until(lambda: {"crashing", "leaving"} <= set(server.table.snapshot()), 2)
+        crashing.stop(say_goodbye=False)  # as the kernel does for a killed process
+        leaving.stop(say_goodbye=True)
+        wait_until(lambda: Lost("crashing", crashing.instance) in events, 2)
+        wait_until(lambda: Departed("leaving", leaving.instance) in events, 2)
+        time.sleep(0.2)
+        assert [e for e in events if isinstance(e, Lost)] == [Lost("crashing", crashing.instance)]
+        assert Seen("crashing", crashing.instance) in events
+        assert server.counters["lost_connections"] == 1
+    finally:
+        server.stop()
+
+
+def test_closes_by_the_server_itself_are_no_loss():
+    server, events = _recording_server(idle_timeout_s=0.2)
+    try:
+        with socket.create_connection(server.address) as sock:
+            from common.heartbeat import Heartbeat, encode_heartbeat
+
+            sock.sendall(encode_heartbeat(Heartbeat("quiet", "h:1", 1, 0.0, 1)))
+            assert _closed_by_peer(sock)  # idle: closed by the server
+        assert server.counters["idle_closed"] == 1
+        assert not any(isinstance(e, Lost) for e in events)
+    finally:
+        server.stop()
+
+
+def test_a_probe_refused_twice_after_answering_is_a_loss():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    events = []
+    runner = ProbeRunner([Probe("worker", "127.0.0.1", port)],
+                         LivenessTable(listener=events.append), interval_s=0.05)
+    runner.probe_once()
+    assert events == [Seen("worker")]
+    listener.close()
+    runner.probe_once()
+    assert len(events) == 1, "one refusal may be a restart in progress"
+    runner.probe_once()
+    runner.probe_once()
+    assert [e for e in events if isinstance(e, Lost)] == [
+        Lost("worker", "", "probe refused 2 times in a row (nothing listens)")]
+
+
+def test_an_http_probe_tells_a_paused_process_from_a_live_one():
+    answering = socket.create_server(("127.0.0.1", 0))
+    paused = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never answers
+    stop = threading.Event()
+
+    def serve():
+        answering.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = answering.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        events = []
+        probes = [parse_probe(f"live=http://127.0.0.1:{answering.getsockname()[1]}/"),
+                  parse_probe(f"paused=http://127.0.0.1:{paused.getsockname()[1]}/"),
+                  Probe("paused-tcp", "127.0.0.1", paused.getsockname()[1])]
+        runner = ProbeRunner(probes, LivenessTable(listener=events.append), interval_s=0.2,
+                             connect_timeout_s=0.2)
+        runner.probe_once()
+        assert Seen("live") in events and Seen("paused-tcp") in events
+        assert Seen("paused") not in events, "a plain TCP connect cannot see the pause"
+    finally:
+        stop.set()
+        thread.join(2)
+        answering.close()
+        paused.close()

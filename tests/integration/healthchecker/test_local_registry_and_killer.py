@@ -156,3 +156,21 @@ def test_killer_chaos_loop_is_bounded_and_respects_excludes(registry):
     assert sorted(line.split()[-2] for line in kills) == ["service=a", "service=b"]
     assert "nothing to kill" in result.stdout and "chaos done: 2 kills" in result.stdout
     assert registry.live_pid("client-1") is not None
+
+
+def test_an_instance_whose_pid_file_was_never_written_is_still_found_and_killed(registry):
+    # A health checker killed between starting a process and recording it leaves a stale pid
+    # file: the process is found by its environment marker all the same.
+    _register_sleeper(registry, "svc")
+    first = registry.spawn("svc")
+    second = registry.spawn("svc")  # its spawner "died" before writing the pid file:
+    registry.write_pid("svc", first.pid)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=5)
+    assert registry.instances("svc") == [second.pid]
+    assert registry.live_pid("svc") == second.pid, "found, and the pid file repaired"
+    assert registry.read_pid("svc").pid == second.pid
+    third = registry.spawn("svc")  # two instances at once: kill takes both
+    assert registry.kill("svc") == third.pid
+    wait_until(lambda: registry.instances("svc") == [], 5)
+    assert registry.live_pid("svc") is None

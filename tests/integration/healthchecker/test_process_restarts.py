@@ -1,4 +1,6 @@
-"""Process backend end to end: a real health checker restarts killed, hung and flapping services."""
+"""Process backend end to end: real health checkers restart killed, hung, flapping and slow
+services. Bounds are generous (a busy 2-core machine); the figures are measured by
+`python -m tests.integration.healthchecker.measure_healing`."""
 
 import os
 import re
@@ -12,79 +14,124 @@ from tests.integration.healthchecker.local_cluster import LocalCluster, wait_unt
 
 pytestmark = pytest.mark.integration
 
+# Generous: kill -> restarted -> heartbeating takes ~0.5 s on an idle machine.
+HEAL_S_MAX = 10.0
+
 
 @pytest.fixture
 def cluster(tmp_path):
-    cluster = LocalCluster(tmp_path, checkers=1)
+    cluster = LocalCluster(tmp_path, checkers=3)
     yield cluster
     cluster.shutdown()
 
 
-def _restarted_pid(cluster: LocalCluster, name: str, old_pid: int, timeout_s: float) -> int:
-    return wait_until(
-        lambda: (pid := cluster.registry.live_pid(name)) not in (None, old_pid) and pid,
-        timeout_s,
-    )
-
-
-def _heartbeat_timeout_s(cluster: LocalCluster) -> float:
-    return float(cluster.timings["--heartbeat-timeout-s"])
-
-
-def test_sigkilled_service_is_restarted_within_timeout_plus_two_seconds(cluster):
-    cluster.add_dummy("svc")
+def _started(cluster: LocalCluster, *services: str) -> dict[str, int]:
     cluster.start_checkers()
-    old_pid = cluster.start("svc")
-    wait_until(lambda: cluster.current_role(1) == "leader", 10)
-    wait_until(lambda: "SEEN service=svc" in cluster.log("healthchecker-1"), 5)
+    pids = {name: cluster.start(name) for name in services}
+    wait_until(lambda: cluster.leader() == 3, 15)
+    for name, pid in pids.items():
+        wait_until(lambda name=name, pid=pid: cluster.heard_by_all(name, pid), 10)
+    return pids
+
+
+def test_sigkilled_service_is_restarted_at_once_and_heartbeats_again(cluster):
+    cluster.add_dummy("svc")
+    old_pid = _started(cluster, "svc")["svc"]
     cluster.registry.kill("svc")
     killed_at = time.monotonic()
-    new_pid = _restarted_pid(cluster, "svc", old_pid, _heartbeat_timeout_s(cluster) + 2.0)
-    elapsed_s = time.monotonic() - killed_at
-    assert elapsed_s <= _heartbeat_timeout_s(cluster) + 2.0
+    new_pid = wait_until(lambda: cluster.new_pid("svc", old_pid), HEAL_S_MAX)
+    wait_until(lambda: cluster.heard_from("svc", new_pid), HEAL_S_MAX)
+    assert time.monotonic() - killed_at <= HEAL_S_MAX
     assert process_start_ticks(new_pid) is not None
-    (line,) = cluster.restart_lines(1)
-    assert "service=svc attempt=1" in line and "no heartbeat from" in line
-    assert wait_until(lambda: "svc up" in cluster.log("svc"), 5)
+    (line,) = cluster.all_restart_lines("svc")
+    assert line in cluster.restart_lines(3), "only the leader restarts"
+    assert "attempt=1" in line and "connection closed without a goodbye" in line
+    # Every checker, not only the leader, saw it go (or heard of its restart from the leader
+    # first) and come back.
+    for node_id in (1, 2):
+        name = f"healthchecker-{node_id}"
+        wait_until(lambda name=name: "PHASE service=svc phase=up previous=starting"
+                   in cluster.log(name), HEAL_S_MAX)
+        assert re.search(r"PHASE service=svc phase=(dead|starting) previous=up",
+                         cluster.log(name))
 
 
-def test_sigstopped_service_is_killed_and_restarted(cluster):
+def test_sigstopped_service_is_killed_and_replaced(cluster):
     cluster.add_dummy("hung")
-    cluster.start_checkers()
-    old_pid = cluster.start("hung")
-    wait_until(lambda: cluster.current_role(1) == "leader", 10)
-    wait_until(lambda: "SEEN service=hung" in cluster.log("healthchecker-1"), 5)
+    old_pid = _started(cluster, "hung")["hung"]
     os.kill(old_pid, signal.SIGSTOP)
-    stopped_at = time.monotonic()
-    _restarted_pid(cluster, "hung", old_pid, _heartbeat_timeout_s(cluster) + 2.0)
-    assert time.monotonic() - stopped_at <= _heartbeat_timeout_s(cluster) + 2.0
+    timeout_s = float(cluster.timings["--heartbeat-timeout-s"])
+    new_pid = wait_until(lambda: cluster.new_pid("hung", old_pid), timeout_s + HEAL_S_MAX)
+    wait_until(lambda: cluster.heard_from("hung", new_pid), HEAL_S_MAX)
     assert process_start_ticks(old_pid) is None, "the hung instance must be gone"
     wait_until(lambda: "RESTARTED service=hung action=killed_and_started" in cluster.log(
-        "healthchecker-1"), 2)
+        "healthchecker-3"), 5)
+    (line,) = cluster.all_restart_lines("hung")
+    assert "no heartbeat from" in line, "a paused process keeps its connection: silence tells"
 
 
 def test_flapping_service_backs_off(tmp_path):
     cluster = LocalCluster(
         tmp_path, checkers=1,
-        timings={"--heartbeat-timeout-s": "0.5", "--restart-grace-s": "0.6",
-                 "--backoff-base-s": "0.5", "--backoff-max-s": "5"},
+        timings={"--backoff-base-s": "0.5", "--backoff-max-s": "5"},
     )
     try:
         cluster.add_dummy("flappy", "--exit-after-s", "0.2", "--interval-s", "0.1")
         cluster.start_checkers()
         cluster.start("flappy")
-        lines = wait_until(lambda: len(found := cluster.restart_lines(1)) >= 4 and found, 15)
+        lines = wait_until(lambda: len(found := cluster.restart_lines(1)) >= 5 and found, 60)
     finally:
         cluster.shutdown()
-    backoffs = [float(re.search(r"backoff_s=(\S+)", line).group(1)) for line in lines[:4]]
-    assert backoffs == [0.0, 0.5, 1.0, 2.0]
-    stamps = [_seconds(line) for line in lines[:4]]
+    backoffs = [float(re.search(r"backoff_s=(\S+)", line).group(1)) for line in lines[:5]]
+    assert backoffs == [0.0, 0.5, 1.0, 2.0, 4.0]
+    stamps = [_seconds(line) for line in lines[:5]]
     gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-    # A restart waits grace + the previous restart's back-off, and for the (short-lived) new
-    # instance to fall silent: at least 0.6, 1.1, 1.6 s; a supervise tick or two more at most.
-    for gap, wait_s in zip(gaps, [0.6, 1.1, 1.6], strict=True):
-        assert wait_s - 0.05 <= gap <= wait_s + 0.5, gaps
-    assert gaps[1] < gaps[2]
+    # Restart n+1 comes no sooner than restart n's back-off (log stamps are to the millisecond);
+    # the upper bounds only say it is not stuck.
+    for gap, backoff_s in zip(gaps, backoffs, strict=False):
+        assert backoff_s - 0.01 <= gap <= backoff_s + HEAL_S_MAX, gaps
+    assert gaps[2] < gaps[3], gaps
+
+
+def test_slow_starter_of_a_slow_kind_is_not_restarted_in_a_loop(tmp_path):
+    # The default kind gets 1 s to start, the `slow-*` kind 8 s; the service needs 2.5 s.
+    cluster = LocalCluster(
+        tmp_path, checkers=1,
+        timings={"--start-deadline-s": "1", "--start-deadline": "slow-*=8"},
+    )
+    try:
+        cluster.add_dummy("slow-1", "--start-delay-s", "2.5")
+        cluster.start_checkers()
+        old_pid = cluster.start("slow-1")
+        wait_until(lambda: cluster.heard_from("slow-1", old_pid), 15)
+        cluster.registry.kill("slow-1")
+        new_pid = wait_until(lambda: cluster.new_pid("slow-1", old_pid), HEAL_S_MAX)
+        wait_until(lambda: cluster.heard_from("slow-1", new_pid), 15)
+        time.sleep(1.0)  # a wrong (1 s) deadline would have restarted it again by now
+        assert len(cluster.restart_lines(1)) == 1, cluster.restart_lines(1)
+        assert cluster.registry.live_pid("slow-1") == new_pid
+    finally:
+        cluster.shutdown()
+
+
+def test_a_slow_starter_gets_a_longer_deadline_after_each_miss(tmp_path):
+    # A 1 s deadline and a service that needs 3 s: it misses 1 s, then 2 s, and makes 4 s (8 s
+    # on a very busy machine). No loop.
+    cluster = LocalCluster(tmp_path, checkers=1, timings={"--start-deadline-s": "1"})
+    try:
+        cluster.add_dummy("sluggish", "--start-delay-s", "3")
+        cluster.start_checkers()
+        cluster.start("sluggish")
+        wait_until(lambda: "PHASE service=sluggish phase=up" in cluster.log("healthchecker-1"),
+                   60)
+        lines = cluster.restart_lines(1)
+        assert 2 <= len(lines) <= 4, lines
+        deadlines = re.findall(r"start deadline (\d+)s", "\n".join(lines))
+        assert deadlines == ["1", "2", "4", "8"][: len(lines)], lines
+        time.sleep(1.0)
+        assert cluster.restart_lines(1) == lines, "up: no more restarts"
+    finally:
+        cluster.shutdown()
 
 
 def _seconds(log_line: str) -> float:

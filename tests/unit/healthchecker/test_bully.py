@@ -9,6 +9,7 @@ from healthchecker.bully import (
     Kind,
     LeaderLost,
     Message,
+    PeerDown,
     Received,
     Role,
     Send,
@@ -254,3 +255,17 @@ def test_lossy_links_still_elect_the_highest():
     cluster.run(4.0)
     assert cluster.leaders() == {5}
     assert set(cluster.known_leaders().values()) == {5}
+
+
+# --- outside evidence: a peer's heartbeat connection closed --------------------------------------
+
+
+def test_follower_runs_an_election_at_once_when_its_leader_is_known_down():
+    cluster = _converged()
+    cluster.advance(0.01)
+    cluster.apply(2, PeerDown(3))
+    cluster.apply(1, PeerDown(2))  # not its leader: nothing
+    assert cluster.role(2) is Role.ELECTING and cluster.role(1) is Role.FOLLOWER
+    cluster.crash(3)
+    cluster.run(ANSWER_TIMEOUT_S + 0.1)
+    assert cluster.leaders() == {2}, "after one answer timeout, not the leader-silence window"

@@ -1,0 +1,444 @@
+"""The supervision state machine, stepped event by event with a fake clock: no sockets, no
+sleeping. Phases (starting, up, dead, departed, unknown), start deadlines per kind, back-off, the
+connection-lost fast path, stalls, hand-over to a new leader, and checkpoints."""
+
+import pytest
+
+from healthchecker.supervision import (
+    Departed,
+    Expected,
+    Leadership,
+    Lost,
+    PeerState,
+    Phase,
+    Restart,
+    RestartDone,
+    Seen,
+    ShareState,
+    Stalled,
+    SupervisionConfig,
+    SupervisionState,
+    SupervisorCheckpointError,
+    Tick,
+    Transition,
+    backoff_s,
+    from_checkpoint,
+    initial_state,
+    shared_from_json,
+    shared_to_json,
+    step,
+    to_checkpoint,
+    to_shared,
+)
+
+CONFIG = SupervisionConfig(
+    self_name="healthchecker-3",
+    heartbeat_timeout_s=3.0,
+    start_deadline_s=10.0,
+    start_deadlines=(("spark-*", 60.0), ("query-service*", 60.0)),
+    backoff_base_s=1.0,
+    backoff_max_s=8.0,
+    stable_after_s=30.0,
+)
+
+
+class Machine:
+    """One node's supervision driven by hand: `at(t)` moves the fake clock, `on(event)` steps."""
+
+    def __init__(self, config: SupervisionConfig = CONFIG, now: float = 0.0, leader=True):
+        self.now = now
+        self.state: SupervisionState = initial_state(config, now)
+        self.actions: list = []
+        if leader:
+            self.on(Leadership(True))
+
+    def at(self, now: float) -> "Machine":
+        self.now = now
+        return self
+
+    def on(self, event) -> list:
+        self.state, actions = step(self.state, event, self.now)
+        self.actions += actions
+        return actions
+
+    def tick_until(self, end: float, step_s: float = 0.1) -> list:
+        """Tick every `step_s` up to `end`; returns every action on the way."""
+        actions = []
+        while self.now < end - 1e-9:
+            self.at(round(self.now + step_s, 6))
+            actions += self.on(Tick())
+        return actions
+
+    def phase(self, name: str) -> Phase:
+        return self.state.records[name].phase
+
+    def restarts(self, actions=None) -> list[Restart]:
+        return [a for a in (self.actions if actions is None else actions)
+                if isinstance(a, Restart)]
+
+
+def _up(machine: Machine, name: str, instance: str = "h:1") -> Machine:
+    machine.on(Seen(name, instance))
+    return machine
+
+
+def _beat_until(machine: Machine, name: str, instance: str, end: float) -> None:
+    """Tick every 0.1 s up to `end`, with a heartbeat from `instance` every second."""
+    while machine.now < end - 1e-9:
+        machine.tick_until(min(machine.now + 1.0, end))
+        machine.on(Seen(name, instance))
+
+
+# --- starting -> up -> silent -> restart ------------------------------------------------------
+
+
+def test_up_service_silent_beyond_the_timeout_is_restarted_at_once():
+    machine = _up(Machine(), "broker-1")
+    assert machine.phase("broker-1") is Phase.UP
+    for t in (1.0, 2.0):  # heartbeats keep it up
+        machine.at(t).on(Seen("broker-1", "h:1"))
+    assert machine.tick_until(5.0) == []  # silent for exactly the timeout: not yet
+    actions = machine.tick_until(5.1)
+    (restart,) = machine.restarts(actions)
+    assert restart.name == "broker-1" and restart.attempt == 1 and restart.backoff_s == 0
+    assert "no heartbeat from h:1 for 3.1s" in restart.cause
+    assert Transition("broker-1", Phase.UP, Phase.DEAD, restart.cause) in actions
+    assert ShareState() in actions, "the leader tells its peers at once"
+    assert machine.phase("broker-1") is Phase.STARTING
+
+
+def test_a_restarted_service_is_starting_until_its_first_heartbeat():
+    machine = _up(Machine(), "broker-1")
+    machine.at(1.0).on(Lost("broker-1", "h:1"))
+    machine.on(Tick())
+    machine.at(1.5).on(RestartDone("broker-1", ok=True, detail="pid 2"))
+    record = machine.state.records["broker-1"]
+    assert record.phase is Phase.STARTING and record.since == 1.5, "deadline from completion"
+    assert machine.tick_until(9.0) == []  # starting: silence is expected, no timeout applies
+    actions = machine.at(9.0).on(Seen("broker-1", "h:2"))
+    assert machine.phase("broker-1") is Phase.UP
+    assert Transition("broker-1", Phase.STARTING, Phase.UP,
+                      "first sign of life 7.5s after the restart") in actions
+    assert len(machine.restarts()) == 1
+
+
+def test_connection_closed_without_goodbye_restarts_at_once():
+    machine = _up(Machine(), "broker-1")
+    machine.at(0.5).on(Lost("broker-1", "h:1"))
+    assert machine.phase("broker-1") is Phase.DEAD
+    (restart,) = machine.restarts(machine.on(Tick()))
+    assert restart.cause == "heartbeat connection closed without a goodbye"
+
+
+def test_losses_that_prove_nothing_are_ignored():
+    machine = _up(Machine(), "broker-1", "h:2")
+    machine.on(Lost("broker-1", "h:1"))  # an older instance's connection closing late
+    machine.on(Lost("ghost", "h:9"))  # never seen
+    assert machine.phase("broker-1") is Phase.UP and "ghost" not in machine.state.records
+    machine.on(Lost("broker-1", "h:2"))
+    machine.on(Tick())
+    assert machine.phase("broker-1") is Phase.STARTING
+    machine.at(0.2).on(Lost("broker-1", "h:2"))  # starting: no connection of its own yet
+    assert machine.phase("broker-1") is Phase.STARTING and len(machine.restarts()) == 1
+
+
+def test_the_replaced_instance_is_no_sign_of_life():
+    machine = _up(Machine(), "broker-1", "h:1")
+    machine.at(4.0).on(Tick())  # silent (paused): restart decided
+    assert machine.phase("broker-1") is Phase.STARTING
+    machine.at(4.1).on(Seen("broker-1", "h:1"))  # unpaused for its kill, beat once
+    assert machine.phase("broker-1") is Phase.STARTING
+    machine.at(4.5).on(Seen("broker-1", "h:2"))
+    assert machine.phase("broker-1") is Phase.UP
+
+
+def test_goodbye_means_no_restart_until_seen_again():
+    machine = _up(Machine(), "client-1")
+    machine.at(1.0).on(Departed("client-1", "h:1"))
+    assert machine.phase("client-1") is Phase.DEPARTED
+    assert machine.tick_until(100.0) == []
+    machine.on(Seen("client-1", "h:2"))
+    assert machine.phase("client-1") is Phase.UP
+
+
+def test_followers_track_everything_but_never_restart():
+    machine = _up(Machine(leader=False), "broker-1")
+    machine.at(1.0).on(Lost("broker-1", "h:1"))
+    assert machine.tick_until(60.0) == []
+    assert machine.phase("broker-1") is Phase.DEAD, "known dead, waiting for a leader"
+    machine.on(Leadership(True))
+    (restart,) = machine.restarts(machine.on(Tick()))
+    assert restart.name == "broker-1", "a new leader acts at once: no grace period"
+
+
+def test_self_is_never_supervised():
+    machine = Machine()
+    machine.on(Seen("healthchecker-3", "h:1"))
+    machine.on(Expected(frozenset({"healthchecker-3"})))
+    assert machine.state.records == {}
+
+
+# --- start deadlines per kind -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "deadline_s"),
+    [("broker-1", 10.0), ("client-2", 10.0), ("spark-worker-1", 60.0), ("query-service", 60.0)],
+)
+def test_a_starting_service_is_restarted_only_when_it_misses_its_kinds_deadline(name, deadline_s):
+    machine = _up(Machine(), name)
+    machine.at(1.0).on(Lost(name, "h:1"))
+    machine.on(Tick())
+    machine.on(RestartDone(name, ok=True))
+    assert machine.restarts(machine.tick_until(1.0 + deadline_s)) == []
+    (again,) = machine.restarts(machine.tick_until(1.0 + deadline_s + 0.1))
+    assert again.attempt == 2
+    assert f"no sign of life {deadline_s + 0.1:.1f}s after its restart" in again.cause
+    assert f"(start deadline {deadline_s:g}s)" in again.cause
+
+
+def test_every_missed_start_deadline_doubles_the_next_up_to_the_cap():
+    machine = _up(Machine(), "broker-1")
+    machine.on(Lost("broker-1", "h:1"))
+    machine.on(Tick())  # restart 1
+    deadlines = []
+    for _ in range(4):
+        machine.on(RestartDone("broker-1", ok=True))
+        started = machine.now
+        while not machine.restarts(machine.tick_until(machine.now + 0.1)):
+            pass  # starting, silent, until the deadline is missed and it is restarted again
+        deadlines.append(round(machine.now - started - 0.1, 1))
+    # 10 s, then doubled per miss: 20, 40, and 40 (the cap is 4x). The deadline runs from the
+    # restart's completion; these restarts are far enough apart that no back-off applies.
+    assert deadlines == [10.0, 20.0, 40.0, 40.0]
+    machine.on(Seen("broker-1", "h:9"))
+    assert machine.state.records["broker-1"].start_misses == 0, "reset once up"
+
+
+def test_expected_but_never_seen_waits_for_the_start_deadline_of_its_kind():
+    machine = Machine()
+    machine.on(Expected(frozenset({"broker-2", "spark-master"})))
+    assert machine.phase("broker-2") is Phase.UNKNOWN
+    actions = machine.tick_until(10.1)
+    assert [r.name for r in machine.restarts(actions)] == ["broker-2"]
+    assert "never seen by this node" in machine.restarts(actions)[0].cause
+    assert [r.name for r in machine.restarts(machine.tick_until(60.1))] == ["spark-master"]
+
+
+def test_unknown_services_no_longer_expected_are_left_alone():
+    machine = Machine()
+    machine.on(Expected(frozenset({"client-1"})))
+    machine.at(5.0).on(Expected(frozenset()))  # it ended on purpose (exit 0)
+    assert machine.tick_until(100.0) == []
+
+
+# --- back-off ---------------------------------------------------------------------------------
+
+
+def test_backoff_formula():
+    assert [backoff_s(CONFIG, n) for n in range(6)] == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0]
+
+
+def test_a_crash_looping_service_backs_off_exponentially_up_to_the_cap():
+    machine = _up(Machine(), "broker-1")
+    restart_times = []
+    instance = 1
+    while len(restart_times) < 7:
+        machine.at(round(machine.now + 0.05, 2))
+        machine.on(Lost("broker-1", f"h:{instance}"))  # it dies as soon as it is up
+        if machine.restarts(machine.on(Tick())):
+            restart_times.append(machine.now)
+            machine.on(RestartDone("broker-1", ok=True))
+            instance += 1
+            machine.on(Seen("broker-1", f"h:{instance}"))
+    gaps = [round(b - a, 2) for a, b in zip(restart_times, restart_times[1:], strict=False)]
+    # The first re-restart is free (a killed service heals at once), then 1, 2, 4, 8 (cap), 8.
+    assert gaps == [0.05, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert [r.backoff_s for r in machine.restarts()] == [0, 1, 2, 4, 8, 8, 8]
+
+
+def test_backoff_resets_after_a_stable_run():
+    machine = _up(Machine(), "broker-1")
+    for t, instance in ((1.0, 1), (1.1, 2), (3.0, 3)):
+        _beat_until(machine, "broker-1", f"h:{instance}", t)
+        machine.on(Lost("broker-1", f"h:{instance}"))
+        machine.on(Tick())
+        machine.on(Seen("broker-1", f"h:{instance + 1}"))
+    assert machine.state.records["broker-1"].flaps == 2
+    _beat_until(machine, "broker-1", "h:4", 40.0)
+    machine.on(Lost("broker-1", "h:4"))  # up for more than stable_after_s: a fresh failure
+    (restart,) = machine.restarts(machine.on(Tick()))
+    assert restart.backoff_s == 0 and machine.state.records["broker-1"].flaps == 0
+
+
+def test_a_failed_restart_is_retried_after_a_backoff():
+    machine = _up(Machine(), "broker-1")
+    machine.on(Lost("broker-1", "h:1"))
+    machine.on(Tick())
+    machine.on(RestartDone("broker-1", ok=False, detail="RestartFailedError: engine down"))
+    assert machine.phase("broker-1") is Phase.DEAD
+    assert machine.restarts(machine.tick_until(0.9)) == []
+    (retry,) = machine.restarts(machine.tick_until(1.1))
+    assert "restart failed: RestartFailedError: engine down" in retry.cause
+
+
+# --- the node's own stalls --------------------------------------------------------------------
+
+
+def test_a_frozen_checker_does_not_blame_the_services_for_its_own_silence():
+    machine = _up(Machine(), "broker-1")
+    machine.tick_until(1.0)
+    actions = machine.at(30.0).on(Tick())  # SIGSTOPped for 29 s, then resumed
+    assert Stalled(pytest.approx(29.0)) in actions and machine.restarts(actions) == []
+    machine.on(Seen("broker-1", "h:1"))  # the backlog of heartbeats arrives
+    assert machine.tick_until(32.0) == []
+    assert machine.phase("broker-1") is Phase.UP
+
+
+# --- hand-over to a new leader ----------------------------------------------------------------
+
+
+def _handover(leader: Machine, follower: Machine, sender: int = 3) -> list:
+    entries = shared_from_json(shared_to_json(to_shared(leader.state, leader.now)))
+    return follower.on(PeerState(sender, entries))
+
+
+def test_a_new_leader_honours_the_start_deadline_its_predecessor_began():
+    leader, follower = Machine(), Machine(now=1000.0, leader=False)  # another clock origin
+    for machine in (leader, follower):
+        _up(machine, "spark-worker-1")
+    leader.at(5.0).on(Lost("spark-worker-1", "h:1"))
+    leader.on(Tick())
+    leader.at(5.5).on(RestartDone("spark-worker-1", ok=True))
+    follower.at(1005.0).on(Lost("spark-worker-1", "h:1"))
+    follower.at(1006.0)
+    leader.at(6.0)
+    _handover(leader, follower)
+    record = follower.state.records["spark-worker-1"]
+    assert record.phase is Phase.STARTING and record.since == pytest.approx(1005.5)
+    assert record.restart_count == 1
+    # The leader dies; the follower takes over and does not restart the starting JVM ...
+    follower.on(Leadership(True))
+    assert follower.restarts(follower.tick_until(1065.4)) == []
+    # ... until its 60 s start deadline (from the predecessor's restart) has passed.
+    (restart,) = follower.restarts(follower.tick_until(1065.6))
+    assert restart.attempt == 2
+
+
+def test_a_new_leader_inherits_the_backoff():
+    leader, follower = Machine(), Machine(leader=False)
+    for machine in (leader, follower):
+        _up(machine, "broker-1")
+    for t, instance in ((1.0, 1), (1.1, 2)):  # two quick deaths: the next waits 1 s
+        leader.at(t).on(Lost("broker-1", f"h:{instance}"))
+        leader.on(Tick())
+        leader.on(RestartDone("broker-1", ok=True))
+        leader.on(Seen("broker-1", f"h:{instance + 1}"))
+        follower.at(t).on(Seen("broker-1", f"h:{instance + 1}"))
+    _handover(leader.at(1.2), follower.at(1.2))
+    assert follower.state.records["broker-1"].flaps == 1
+    follower.on(Lost("broker-1", "h:3"))
+    follower.on(Leadership(True))
+    assert follower.restarts(follower.tick_until(2.0)) == []  # not before 1.1 + 1 s
+    (restart,) = follower.restarts(follower.tick_until(2.2))
+    assert (restart.attempt, restart.backoff_s) == (3, 2.0)
+
+
+def test_a_restart_the_old_leader_never_confirmed_is_redone_at_once():
+    leader, follower = Machine(), Machine(leader=False)
+    for machine in (leader, follower):
+        _up(machine, "broker-1")
+    leader.at(1.0).on(Lost("broker-1", "h:1"))
+    leader.on(Tick())  # decided, then killed before the restarter finished
+    _handover(leader, follower.at(1.0))
+    assert follower.phase("broker-1") is Phase.STARTING
+    actions = follower.on(Leadership(True))
+    assert Transition("broker-1", Phase.STARTING, Phase.DEAD,
+                      "a restart the previous leader decided was never confirmed") in actions
+    (restart,) = follower.restarts(follower.on(Tick()))
+    assert restart.attempt == 2
+
+
+def test_a_confirmed_restart_is_not_redone():
+    leader, follower = Machine(), Machine(leader=False)
+    for machine in (leader, follower):
+        _up(machine, "broker-1")
+    leader.at(1.0).on(Lost("broker-1", "h:1"))
+    leader.on(Tick())
+    _handover(leader, follower.at(1.0))  # in flight
+    leader.at(1.3).on(RestartDone("broker-1", ok=True))
+    _handover(leader, follower.at(1.3))  # confirmed
+    follower.on(Leadership(True))
+    assert follower.restarts(follower.tick_until(5.0)) == []
+
+
+def test_peer_evidence_never_kills_what_we_see_alive_nor_revives_what_we_saw_die():
+    peer, node = Machine(leader=False), Machine(leader=False)
+    for machine in (peer, node):
+        _up(machine, "a")
+        _up(machine, "b")
+    peer.at(1.0).on(Lost("a", "h:1"))  # the peer lost its connection to a (a partition)
+    node.at(1.0).on(Lost("b", "h:1"))
+    node.on(Seen("a", "h:1"))
+    _handover(peer, node)
+    assert node.phase("a") is Phase.UP and node.phase("b") is Phase.DEAD
+
+
+def test_a_fresh_node_adopts_what_it_has_only_heard_of():
+    peer = Machine(leader=False)
+    _up(peer, "broker-1")
+    _up(peer, "client-1")
+    peer.at(2.0).on(Departed("client-1", "h:1"))
+    peer.on(Seen("broker-1", "h:1"))
+    peer.on(Expected(frozenset({"broker-2"})))
+    fresh = Machine(now=2.5)
+    _handover(peer.at(2.5), fresh)
+    assert fresh.phase("broker-1") is Phase.UP and fresh.phase("client-1") is Phase.DEPARTED
+    # Only heard of broker-1 (alive); a peer reports it dead: believe it.
+    peer.at(2.6).on(Lost("broker-1", "h:1"))
+    _handover(peer, fresh.at(2.6))
+    assert fresh.phase("broker-1") is Phase.DEAD
+
+
+def test_shared_state_is_bounded_and_checked():
+    machine = Machine()
+    for index in range(100):
+        _up(machine, f"svc-{index}")
+    assert len(to_shared(machine.state, 0.0)) == 48
+    for bad in ([["x"]], "nope", [["a", "up", -1, None, 0, 0, 0, None, 0, 0]],
+                [["a", "zombie", 0, None, 0, 0, 0, None, 0, 0]],
+                [["", "up", 0, None, 0, 0, 0, None, 0, 0]],
+                [["a", "up", 0, None, True, 0, 0, None, 0, 0]],
+                [["a", "up", 0, None, 0, 0, 0, None, 0, 2]],
+                [["a", "up", 0, None, 0, 0, 0, None, 0, 0]] * 49):
+        with pytest.raises(ValueError):
+            shared_from_json(bad)
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_across_clocks():
+    machine = _up(Machine(), "a")
+    for t, instance in ((5.0, 1), (11.0, 2)):
+        machine.at(t).on(Lost("a", f"h:{instance}"))
+        machine.on(Tick())
+        machine.on(Seen("a", f"h:{instance + 1}"))
+    saved = to_checkpoint(machine.state, now=12.0, wall_now=1_000_012.0)
+    # The new process has another monotonic origin, and 3 s passed while it restarted.
+    records = from_checkpoint(saved, now=503.0, wall_now=1_000_015.0)
+    record = records["a"]
+    assert (record.phase, record.restart_count, record.flaps) == (Phase.UNKNOWN, 2, 1)
+    assert record.last_restart_at == pytest.approx(503.0 - 4.0)  # restarted 4 wall seconds ago
+    assert record.not_before == pytest.approx(503.0 - 4.0 + 1.0)
+    # Restored but not expected by the restarter: dormant, its counts kept for when it shows.
+    restored = Machine()
+    restored.state = initial_state(CONFIG, 503.0, records)
+    restored.at(503.0).on(Leadership(True))
+    assert restored.tick_until(600.0) == []
+
+
+@pytest.mark.parametrize("data", [{}, {"format": 99}, {"format": 2, "services": {"a": {}}}, []])
+def test_bad_checkpoint_raises_named_error(data):
+    with pytest.raises(SupervisorCheckpointError):
+        from_checkpoint(data, now=0.0, wall_now=0.0)
