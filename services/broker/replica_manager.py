@@ -51,8 +51,7 @@ class ReplicaManager:
         self._log = log
         self._ack_timeout_s = ack_timeout_s
         self._self = BrokerInfo(node.config.node_id, advertised[0], advertised[1])
-        self._brokers = (self._self, *(BrokerInfo(peer.node_id, peer.host, peer.port)
-                                       for peer in node.config.peers))
+        self._brokers = (self._self, *node.config.peers)
         self._metadata_lock = threading.Lock()
         self._deleting: set[str] = set()
 

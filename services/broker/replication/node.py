@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, UnknownReplicaError
-from common.kaska.protocol.metadata import NO_LEADER
+from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.replica_fetch import (
     EntryHeader,
     EntryKind,
@@ -59,15 +59,8 @@ _OUTCOME_FROM_WIRE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class PeerAddress:
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+# A peer is what METADATA calls a broker: node id, host, port (and "host:port").
+PeerAddress = BrokerInfo
 
 
 @dataclass(frozen=True, slots=True)
