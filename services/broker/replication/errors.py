@@ -8,7 +8,7 @@ that one the client must see (and retry against the new leader).
 
 from __future__ import annotations
 
-from common.kaska.errors import KaskaError
+from common.kaska.errors import KaskaError, NotLeaderError
 
 
 class ReplicationError(KaskaError):
@@ -34,5 +34,7 @@ class JournalEpochError(ReplicationError):
     """An entry whose epoch is below the journal's last epoch (epochs never go back)."""
 
 
-class JournalClosedError(ReplicationError):
-    """The journal was closed (the broker is stopping)."""
+class JournalClosedError(ReplicationError, NotLeaderError):
+    """The journal was closed (the broker is stopping). On the wire it is NOT_LEADER
+    (retriable): a produce racing the shutdown is discarded, and its client retries on the
+    next leader instead of giving up."""
