@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import http.client
 import logging
 import selectors
 import socket
@@ -319,7 +320,10 @@ def parse_probe(text: str) -> Probe:
 
 
 class ProbeRunner:
-    """Probes every target each `interval_s`; a success counts as a sighting (module doc)."""
+    """Probes every target each `interval_s`; a success counts as a sighting (module doc).
+
+    One thread per probe: an HTTP probe of a paused daemon waits out `answer_timeout_s`, and
+    that wait must not delay the sightings of the others past their heartbeat timeout."""
 
     def __init__(
         self,
@@ -327,59 +331,76 @@ class ProbeRunner:
         table: LivenessTable,
         interval_s: float = 1.0,
         connect_timeout_s: float = 0.5,
+        answer_timeout_s: float = 1.5,
     ) -> None:
         self.probes = list(probes)
         if len(self.probes) > PROBES_MAX:
             raise ProbeConfigError(f"at most {PROBES_MAX} probes, got {len(self.probes)}")
         require_positive_s(ProbeConfigError, "probe interval_s", interval_s)
         require_positive_s(ProbeConfigError, "probe connect_timeout_s", connect_timeout_s)
+        require_positive_s(ProbeConfigError, "probe answer_timeout_s", answer_timeout_s)
         self.table = table
         self.interval_s = interval_s
         self.connect_timeout_s = min(connect_timeout_s, interval_s)
+        self.answer_timeout_s = answer_timeout_s
         self._refusals: Counter[str] = Counter()
+        self._refusals_lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tcp-probes", daemon=True)
+        self._threads = [threading.Thread(target=self._run, args=(probe,), daemon=True,
+                                          name=f"probe-{probe.name}") for probe in self.probes]
         for probe in self.probes:
             table.expect_probe(probe.name)
 
     def start(self) -> ProbeRunner:
-        if self.probes:
-            self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self, join_timeout_s: float = 2.0) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=join_timeout_s)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=join_timeout_s)
 
     def probe_once(self) -> None:
         for probe in self.probes:
-            try:
-                self._probe(probe)
-            except ConnectionRefusedError as error:
+            self.probe_one(probe)
+
+    def probe_one(self, probe: Probe) -> None:
+        try:
+            self._probe(probe)
+        except ConnectionRefusedError as error:
+            log.debug("probe %s refused: %s", probe.name, error)
+            with self._refusals_lock:
                 self._refusals[probe.name] += 1
-                log.debug("probe %s refused: %s", probe.name, error)
-                if self._refusals[probe.name] == PROBE_REFUSALS_MAX:
-                    self.table.record_probe_refused(probe.name, PROBE_REFUSALS_MAX)
-                continue
-            except OSError as error:
-                log.debug("probe %s failed: %s", probe.name, error)
-                continue
+                refusals = self._refusals[probe.name]
+            if refusals == PROBE_REFUSALS_MAX:
+                self.table.record_probe_refused(probe.name, PROBE_REFUSALS_MAX)
+            return
+        except OSError as error:
+            log.debug("probe %s failed: %s", probe.name, error)
+            return
+        with self._refusals_lock:
             self._refusals[probe.name] = 0
-            self.table.record_probe_success(probe.name)
+        self.table.record_probe_success(probe.name)
 
     def _probe(self, probe: Probe) -> None:
         """Returns when the target answered; raises OSError otherwise."""
-        with socket.create_connection((probe.host, probe.port), self.connect_timeout_s) as sock:
-            if probe.http_path is None:
-                return
-            sock.settimeout(self.connect_timeout_s)
-            request = f"GET {probe.http_path} HTTP/1.0\r\nHost: {probe.host}\r\n\r\n"
-            sock.sendall(request.encode("ascii"))
-            if not sock.recv(16).startswith(b"HTTP/"):
-                raise OSError(f"no HTTP answer from {probe.host}:{probe.port}")
+        if probe.http_path is None:
+            socket.create_connection((probe.host, probe.port), self.connect_timeout_s).close()
+            return
+        # Any HTTP status counts: the daemon's threads ran to answer, which a paused one cannot.
+        connection = http.client.HTTPConnection(probe.host, probe.port,
+                                                timeout=self.answer_timeout_s)
+        try:
+            connection.request("GET", probe.http_path)
+            connection.getresponse().close()
+        except http.client.HTTPException as error:
+            raise OSError(f"no HTTP answer from {probe.host}:{probe.port}: {error!r}") from error
+        finally:
+            connection.close()
 
-    def _run(self) -> None:
+    def _run(self, probe: Probe) -> None:
         while not self._stop.is_set():
-            self.probe_once()
+            self.probe_one(probe)
             self._stop.wait(self.interval_s)

@@ -61,10 +61,6 @@ SPARK_EXECUTOR_MEMORY = "1g"
 # How long the master waits for workers and applications to answer after a restart (its
 # recovery), and how long a silent worker stays registered; Spark's default is 60 s.
 SPARK_WORKER_TIMEOUT_S = 10
-# A restarted service gets this long to answer before the leader restarts it again, and a new
-# leader waits this long before its first restart: a Spark JVM needs 5-30 s to open its port on
-# two busy cores, and the health checkers' 5 s default restarted the workers in a loop.
-RESTART_GRACE_S = 30
 
 
 class DeploymentShapeError(ValueError):
@@ -126,7 +122,6 @@ def render(shape: DeploymentShape, environment: jinja2.Environment | None = None
         spark_worker_memory=SPARK_WORKER_MEMORY,
         spark_executor_memory=SPARK_EXECUTOR_MEMORY,
         spark_worker_timeout_s=SPARK_WORKER_TIMEOUT_S,
-        restart_grace_s=RESTART_GRACE_S,
     )
 
 

@@ -209,7 +209,7 @@ def test_an_http_probe_tells_a_paused_process_from_a_live_one():
                   parse_probe(f"paused=http://127.0.0.1:{paused.getsockname()[1]}/"),
                   Probe("paused-tcp", "127.0.0.1", paused.getsockname()[1])]
         runner = ProbeRunner(probes, LivenessTable(listener=events.append), interval_s=0.2,
-                             connect_timeout_s=0.2)
+                             connect_timeout_s=0.2, answer_timeout_s=0.3)
         runner.probe_once()
         assert Seen("live") in events and Seen("paused-tcp") in events
         assert Seen("paused") not in events, "a plain TCP connect cannot see the pause"

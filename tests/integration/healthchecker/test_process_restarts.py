@@ -90,7 +90,6 @@ def test_flapping_service_backs_off(tmp_path):
     # the upper bounds only say it is not stuck.
     for gap, backoff_s in zip(gaps, backoffs, strict=False):
         assert backoff_s - 0.01 <= gap <= backoff_s + HEAL_S_MAX, gaps
-    assert gaps[2] < gaps[3], gaps
 
 
 def test_slow_starter_of_a_slow_kind_is_not_restarted_in_a_loop(tmp_path):

@@ -39,8 +39,10 @@ def test_counts_give_that_many_services_each_wired_to_every_health_checker():
     assert f"--heartbeat-targets {targets}" in services["client-2"]["command"][-1]
     assert "--peers=1@broker-1:9092,3@broker-3:9092" in services["broker-2"]["command"]
     probes = [a for a in services["healthchecker-4"]["command"] if a.startswith("--probe=")]
-    assert probes == ["--probe=spark-master=spark-master:7077"] + [
-        f"--probe=spark-worker-{i}=spark-worker-{i}:7100" for i in range(1, 5)]
+    # HTTP on the web UIs: a paused JVM still completes TCP handshakes on its RPC port.
+    assert probes == ["--probe=spark-master=http://spark-master:8080/"] + [
+        f"--probe=spark-worker-{i}=http://spark-worker-{i}:8081/" for i in range(1, 5)]
+    assert not any("restart-grace" in a for a in services["healthchecker-4"]["command"])
 
 
 def test_every_service_is_labelled_and_none_has_a_restart_policy():
