@@ -4,7 +4,11 @@ Wire format: a stream of frames on one TCP connection per health checker, each f
 
     u32 big-endian length (<= FRAME_BYTES_MAX) | UTF-8 JSON object
     {"name": "broker-1", "instance": "host:pid:nonce", "pid": 1234, "timestamp": <wall clock s>,
-     "seq": <n>, "state": "alive" | "stopping"}
+     "seq": <n>, "state": "alive" | "stopping"[, "status": "storage full on /data"]}
+
+"status" (optional, at most STATUS_CHARS_MAX characters) says why a live service is degraded,
+e.g. a broker whose disk is full; it is left out while the service is healthy, so those frames
+are what they always were, and receivers that do not know it ignore it (unknown keys are).
 
 "stopping" is sent once by `HeartbeatSender.stop()` so that a service that ends on purpose (a
 client that finished, a SIGTERM) is not restarted; a SIGKILLed or hung service sends nothing
@@ -32,11 +36,12 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 FRAME_BYTES_MAX = 4096
 NAME_CHARS_MAX = 128
+STATUS_CHARS_MAX = 256
 STATE_ALIVE = "alive"
 STATE_STOPPING = "stopping"
 _LENGTH = struct.Struct(">I")
@@ -56,9 +61,10 @@ class Heartbeat:
     timestamp: float
     seq: int
     state: str = STATE_ALIVE
+    status: str = ""  # why a live service is degraded; "" when healthy
 
     def to_json(self) -> dict:
-        return {
+        fields = {
             "name": self.name,
             "instance": self.instance,
             "pid": self.pid,
@@ -66,6 +72,9 @@ class Heartbeat:
             "seq": self.seq,
             "state": self.state,
         }
+        if self.status:
+            fields["status"] = self.status
+        return fields
 
 
 def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
@@ -99,7 +108,10 @@ def decode_heartbeat_body(body: bytes) -> Heartbeat:
         raise MalformedHeartbeatError(f"bad state {state!r}")
     if not (isinstance(pid, int) and isinstance(seq, int) and isinstance(timestamp, int | float)):
         raise MalformedHeartbeatError("pid, seq and timestamp must be numbers")
-    return Heartbeat(name, instance, pid, float(timestamp), seq, state)
+    status = fields.get("status", "")
+    if not (isinstance(status, str) and len(status) <= STATUS_CHARS_MAX):
+        raise MalformedHeartbeatError(f"bad status {status!r:.80}")
+    return Heartbeat(name, instance, pid, float(timestamp), seq, state, status)
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -158,7 +170,9 @@ class HeartbeatSender:
         interval_s: float = 1.0,
         connect_timeout_s: float = 0.5,
         send_timeout_s: float = 0.5,
+        status: Callable[[], str] | None = None,
     ) -> None:
+        """`status()`: asked before every beat; "" when healthy (see the module doc)."""
         assert 0 < len(name) <= NAME_CHARS_MAX
         assert interval_s > 0 and connect_timeout_s > 0 and send_timeout_s > 0
         self.name = name
@@ -168,6 +182,7 @@ class HeartbeatSender:
         self.instance = instance or f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.targets = [tuple(target) for target in targets]
         self.interval_s = interval_s
+        self._status = status
         self._connect_timeout_s = min(connect_timeout_s, interval_s)
         self._send_timeout_s = min(send_timeout_s, interval_s)
         self._stop = threading.Event()
@@ -205,7 +220,9 @@ class HeartbeatSender:
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
-        heartbeat = Heartbeat(self.name, self.instance, self.pid, time.time(), seq, state)
+        status = self._status() if self._status is not None else ""
+        heartbeat = Heartbeat(self.name, self.instance, self.pid, time.time(), seq, state,
+                              status[:STATUS_CHARS_MAX])
         return encode_heartbeat(heartbeat)
 
     def _run(self, target: tuple[str, int]) -> None:

@@ -24,9 +24,11 @@ import sys
 from pathlib import Path
 
 from common.heartbeat import parse_target
+from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from healthchecker.bully import ElectionConfig
 from healthchecker.errors import HealthCheckerConfigError
 from healthchecker.local_registry import NAME_PATTERN
+from healthchecker.metrics import healthchecker_registry
 from healthchecker.monitor import parse_probe
 from healthchecker.node import HealthCheckerNode, NodeConfig
 from healthchecker.restarter import Restarter
@@ -166,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often the supervision state is shared with the peers (default 0.5)")
     add("--supervise-interval-s", type=positive_s, default=0.1,
         help="the supervision's tick (default 0.1)")
+    add("--metrics-listen", type=metrics_listen_arg,
+        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
     add("--log-level", type=log_level, default="INFO")
     return parser
 
@@ -273,8 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{type(error).__name__}: {error}")
     signal.signal(signal.SIGTERM, lambda signum, frame: node.request_stop())
     signal.signal(signal.SIGINT, lambda signum, frame: node.request_stop())
+    try:
+        metrics = MetricsEndpoint.start_optional(args.metrics_listen,
+                                                 lambda: healthchecker_registry(node))
+    except MetricsBindError as error:
+        parser.error(f"{type(error).__name__}: {error}")
     node.start()
     node.wait()
+    if metrics is not None:
+        metrics.stop()
     node.stop()
     return 0
 

@@ -40,6 +40,7 @@ from common.checkpoint import CheckpointError, CheckpointStore, NoValidCheckpoin
 from common.heartbeat import HeartbeatSender
 from healthchecker import bully, supervision
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
+from healthchecker.metrics import NodeMetrics
 from healthchecker.monitor import HeartbeatServer, LivenessTable, Probe, ProbeRunner
 from healthchecker.restarter import Restarter, RestartError
 from healthchecker.supervision import (
@@ -123,6 +124,7 @@ class HealthCheckerNode:
         self._election_lock = threading.Lock()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._restarts: queue.SimpleQueue = queue.SimpleQueue()
+        self.metrics = NodeMetrics()  # read by healthchecker.metrics at scrape time
         self.peer_names = dict(
             config.peer_names
             if config.peer_names is not None
@@ -259,6 +261,7 @@ class HealthCheckerNode:
             elif isinstance(action, supervision.Transition):
                 log.info("PHASE service=%s phase=%s previous=%s reason=%s", action.name,
                          action.phase, action.previous or "none", action.reason)
+                self.metrics.on_transition(event, action, now)
             elif isinstance(action, supervision.ShareState):
                 self._share_state()
             elif isinstance(action, supervision.Stalled):
@@ -301,10 +304,12 @@ class HealthCheckerNode:
             log.error("RESTART_FAILED service=%s error=%s: %s",
                       decision.name, type(error).__name__, error)
             detail = f"{type(error).__name__}: {error}"
+            self.metrics.restarted(decision.name, ok=False)
             self._events.put(RestartDone(decision.name, False, detail))
             return
         log.info("RESTARTED service=%s action=%s %s", outcome.name, outcome.action,
                  outcome.detail)
+        self.metrics.restarted(decision.name, ok=True)
         self._events.put(RestartDone(decision.name, True, outcome.detail))
 
     def _refresh_expected(self) -> None:

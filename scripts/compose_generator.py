@@ -53,6 +53,7 @@ PORTS = {
     "spark_worker_ui": 8081,
     "spark_driver": 7078,
     "spark_block_manager": 7079,
+    "metrics": 9100,  # Prometheus /metrics of the brokers, health checkers, query service
 }
 # One core each: the reference machine has two. The executor takes the worker's whole memory.
 SPARK_WORKER_CORES = 1

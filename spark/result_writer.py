@@ -11,6 +11,12 @@ the broker drops the ones it already has:
 A re-sent batch the broker remembers is answered with its first offset; one older than what it
 remembers comes back as DuplicateSequenceError, which here means "already stored".
 
+A broker whose disk is full refuses the batch with KaskaStorageError (retriable, nothing
+stored). The producer retries it like any retriable error; past those retries the writer keeps
+re-sending the same batch (same sequence, so never twice) with a growing pause for up to
+`storage_full_wait_s_max`, instead of failing the session's job: space is freed by an
+operator or by retention, which takes longer than a failover.
+
 Thread-safety: a `QueryResultWriter` belongs to one thread (one session job).
 """
 
@@ -18,11 +24,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from common.kaska import Producer
-from common.kaska.errors import DuplicateSequenceError
+from common.kaska.errors import DuplicateSequenceError, KaskaStorageError
 from common.kaska.retry import RetryPolicy
 from common.session_records import QueryDone, ResultRows, encode, record_bytes_max, results_topic
 
@@ -32,6 +39,9 @@ RESULTS_NAMESPACE = uuid.UUID("6f1f5c1e-4b7a-5d0c-9a59-2d7c3f1e8b40")
 RESULTS_PARTITION = 0
 RESULT_ROWS_PER_SLICE_DEFAULT = 500
 WRITE_RETRY = RetryPolicy(retries_max=10, backoff_s_initial=0.1, backoff_s_max=2.0)
+STORAGE_FULL_WAIT_S_MAX_DEFAULT = 600.0
+STORAGE_FULL_PAUSE_S_INITIAL = 1.0
+STORAGE_FULL_PAUSE_S_MAX = 10.0
 
 
 class ResultWriteInterruptedError(Exception):
@@ -56,13 +66,17 @@ def slice_bounds(row_count: int, rows_per_slice: int) -> list[tuple[int, int]]:
 class QueryResultWriter:
     def __init__(self, brokers: str, client_id: str, query: str, *, token: str | None = None,
                  rows_per_slice: int = RESULT_ROWS_PER_SLICE_DEFAULT,
-                 slice_pause_s: float = 0.0, stop: threading.Event | None = None) -> None:
+                 slice_pause_s: float = 0.0, stop: threading.Event | None = None,
+                 storage_full_wait_s_max: float = STORAGE_FULL_WAIT_S_MAX_DEFAULT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client_id = client_id
         self.query = query
         self.topic = results_topic(client_id)
         self._rows_per_slice = rows_per_slice
         self._slice_pause_s = slice_pause_s
         self._stop = stop or threading.Event()
+        self._storage_full_wait_s_max = storage_full_wait_s_max
+        self._clock = clock
         self._producer = Producer(brokers, result_producer_id(client_id, query), token=token,
                                   retry=WRITE_RETRY)
         # Batches the broker called older duplicates (stored by an earlier run beyond its
@@ -86,11 +100,27 @@ class QueryResultWriter:
 
     def _send(self, payload: bytes, sequence: int) -> None:
         assert len(payload) <= record_bytes_max, "slices are bounded by rows_per_slice"
-        try:
-            self._producer.send_batch(self.topic, RESULTS_PARTITION, [payload],
-                                      sequence=sequence)
-        except DuplicateSequenceError:
-            self.old_duplicates += 1
+        refused_since = None
+        pause_s = STORAGE_FULL_PAUSE_S_INITIAL
+        while True:
+            try:
+                self._producer.send_batch(self.topic, RESULTS_PARTITION, [payload],
+                                          sequence=sequence)
+                return
+            except DuplicateSequenceError:
+                self.old_duplicates += 1
+                return
+            except KaskaStorageError as error:
+                now = self._clock()
+                refused_since = now if refused_since is None else refused_since
+                if now - refused_since >= self._storage_full_wait_s_max:
+                    raise
+                log.warning("%s %s: broker storage full (%s); slice %d sent again in %.0f s",
+                            self.topic, self.query, error, sequence, pause_s)
+            if self._stop.wait(pause_s):
+                raise ResultWriteInterruptedError(f"{self.topic} {self.query}: stopped while "
+                                                  f"the broker's storage was full")
+            pause_s = min(STORAGE_FULL_PAUSE_S_MAX, pause_s * 2)
 
     def close(self) -> None:
         self._producer.close()

@@ -51,13 +51,16 @@ from common.checkpoint import CheckpointError, CheckpointStore
 from common.heartbeat import HeartbeatSender, parse_targets
 from common.kaska import Admin, Consumer, Message
 from common.kaska.errors import KaskaError, OffsetOutOfRangeError, TopicAlreadyExistsError
+from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from common.session_records import (
     SESSIONS_TOPIC,
     MalformedSessionRecordError,
     SessionEnded,
+    SessionStarted,
     decode,
 )
 from spark.kaska_source import register
+from spark.metrics import JobMetrics, query_service_registry
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, ResultWriteInterruptedError
 from spark.session_job import JobSettings, run_session_job, validate_session
 from spark.session_progress import SessionProgress
@@ -94,6 +97,7 @@ class ServiceSettings:
     rows_per_slice: int = RESULT_ROWS_PER_SLICE_DEFAULT
     result_slice_pause_s: float = 0.0
     read_retry_deadline_s: float = 60.0
+    metrics_listen: tuple[str, int] | None = None  # Prometheus /metrics; None: off
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,8 @@ class QueryService:
         self.spark = spark
         self.stop_requested = stop_requested or threading.Event()
         self.counts = {"sessions_done": 0, "sessions_given_up": 0, "records_skipped": 0,
-                       "records_malformed": 0}
+                       "records_malformed": 0, "sessions_started": 0, "sessions_picked_up": 0}
+        self.metrics = JobMetrics()  # read by spark.metrics at scrape time
         self._progress = SessionProgress()
         self._committed: dict[int, int] = {}
         self._finished: queue.Queue[Finished] = queue.Queue()
@@ -276,11 +281,14 @@ class QueryService:
             self._progress.finished(message.partition, message.offset)
             return
         if not isinstance(record, SessionEnded):
+            if isinstance(record, SessionStarted):
+                self._count("sessions_started")
             self._count("records_skipped")
             self._progress.finished(message.partition, message.offset)
             return
         log.info("session %s picked up at %s: end offsets %s", record.client_id, where,
                  record.end_offsets)
+        self._count("sessions_picked_up")
         self._jobs.put((message.partition, message.offset, record))
 
     def absorb_finished(self, store, wait_s: float) -> None:
@@ -369,8 +377,8 @@ class QueryService:
         for attempt in range(1, self.settings.session_attempts_max + 1):
             started = time.monotonic()
             try:
-                report = run_session_job(self.spark, ended, self._job_settings, pool,
-                                         self.stop_requested)
+                report = self.metrics.timed_job(run_session_job, self.spark, ended,
+                                                self._job_settings, pool, self.stop_requested)
             except ResultWriteInterruptedError as error:
                 log.info("session %s: interrupted (%s); redone on restart", cid, error)
                 return None
@@ -478,6 +486,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--result-slice-pause-s", type=float, default=0.0,
                         help="pause after each result slice (fault-injection tests only)")
     parser.add_argument("--read-retry-deadline-s", type=float, default=60.0)
+    parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
+                        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -496,7 +506,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         shuffle_partitions=args.shuffle_partitions, driver_host=args.driver_host,
         driver_memory=args.driver_memory, rows_per_slice=args.result_rows_per_slice,
         result_slice_pause_s=args.result_slice_pause_s,
-        read_retry_deadline_s=args.read_retry_deadline_s)
+        read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -516,11 +526,22 @@ def main(argv: list[str] | None = None) -> int:
                                     interval_s=settings.heartbeat_interval_s).start()
     spark = spark_session(settings)
     service = QueryService(settings, spark, stop_requested)
+    try:
+        metrics = MetricsEndpoint.start_optional(settings.metrics_listen,
+                                                 lambda: query_service_registry(service))
+    except MetricsBindError as error:
+        log.error("%s: %s", type(error).__name__, error)
+        stop_spark_quietly(spark.stop, "stopping Spark")
+        if heartbeat is not None:
+            heartbeat.stop()
+        return 2
     log.info("query service up: brokers %s, master %s, %d concurrent sessions",
              settings.brokers, settings.master, settings.sessions_concurrent_max)
     try:
         service.run()
     finally:
+        if metrics is not None:
+            metrics.stop()
         stop_spark_quietly(spark.stop, "stopping Spark")
         if heartbeat is not None:
             heartbeat.stop()

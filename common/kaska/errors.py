@@ -153,6 +153,15 @@ class OffsetNotAvailableError(KaskaError):
     retriable = True
 
 
+class KaskaStorageError(KaskaError):
+    """The broker could not store the request's data (Kafka's KAFKA_STORAGE_ERROR): its disk is
+    full or over quota. Nothing of the request was kept; reads are still served, and writes
+    succeed again once space is freed, so wait and retry."""
+
+    code = 56
+    retriable = True
+
+
 NONE = 0
 
 _BY_CODE: dict[int, type[KaskaError]] = {}

@@ -12,10 +12,13 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from common.heartbeat import HeartbeatSender, parse_target
+from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from services.broker.config import BrokerConfig, Peer
+from services.broker.metrics import broker_registry
 from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
@@ -47,13 +50,15 @@ def _targets(text: str) -> tuple[tuple[str, int], ...]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def companions_from_args(args: argparse.Namespace) -> list:
-    """What runs beside the broker: today the heartbeat sender, when it has targets."""
+def companions_from_args(args: argparse.Namespace,
+                         status: Callable[[], str] | None = None) -> list:
+    """What runs beside the broker: today the heartbeat sender, when it has targets.
+    `status()`: what the heartbeats report (the broker's, e.g. a full disk)."""
     if not args.heartbeat_targets:
         return []
     name = args.name or f"broker-{args.node_id}"
     return [HeartbeatSender(name, targets=args.heartbeat_targets,
-                            interval_s=args.heartbeat_interval_s)]
+                            interval_s=args.heartbeat_interval_s, status=status)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heartbeat-targets", type=_targets, default=(),
                         help="health checkers to send heartbeats to, HOST:PORT[,...]")
     parser.add_argument("--heartbeat-interval-s", type=float, default=1.0)
+    parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
+                        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -117,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         log_config(config)  # the storage's own checks, before anything starts
-        companions = companions_from_args(args)
+        # The server exists only below; heartbeats start after it (companions), so `server`
+        # is bound by the time one asks -- and a beat before that reports nothing.
+        server: BrokerServer | None = None
+        companions = companions_from_args(
+            args, status=lambda: server.status() if server is not None else "")
     except ValueError as exc:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
@@ -129,12 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
     # SIGTERM says "stopping" to the health checkers before the port closes.
     server = BrokerServer(config, companions=companions).start()
+    try:
+        metrics = MetricsEndpoint.start_optional(args.metrics_listen,
+                                                 lambda: broker_registry(server))
+    except MetricsBindError as exc:
+        server.stop()
+        print(f"python -m services.broker: error: {exc}", file=sys.stderr)
+        return 2
     host, port = server.address
     print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
     # Python runs signal handlers on the main thread only, when it next wakes: a bare wait()
     # can sleep through a SIGTERM that the kernel handed to one of the busy server threads.
     while not stop_requested.wait(SIGNAL_POLL_S):
         pass
+    if metrics is not None:
+        metrics.stop()
     server.stop()
     return 0
 

@@ -163,26 +163,26 @@ class Connection:
             return False
         config = self._ctx.config
         if header.body_bytes > config.frame_bytes_max:
-            self._send_error(header.correlation_id, FrameTooLargeError(
+            self._send_error(header.api, header.correlation_id, FrameTooLargeError(
                 f"frame of {header.length} bytes over frame_bytes_max {config.frame_bytes_max}"))
             return False
         if not self._authenticated and header.api != Api.AUTHENTICATE:
-            self._send_error(header.correlation_id,
+            self._send_error(header.api, header.correlation_id,
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
         body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
-            self._send_error(header.correlation_id, error)
+            self._send_error(header.api, header.correlation_id, error)
             return False
         body.drain()
         if error is not None:
-            self._send_error(header.correlation_id, error)
+            self._send_error(header.api, header.correlation_id, error)
             return self._authenticated
         if isinstance(reply, DeferredReply):
-            self._defer(header.correlation_id, reply)
+            self._defer(header.api, header.correlation_id, reply)
             return True
-        self._send_reply(header.correlation_id, reply)
+        self._send_reply(header.api, header.correlation_id, reply)
         if header.api == Api.AUTHENTICATE:
             self._authenticated = True
         return True
@@ -208,21 +208,21 @@ class Connection:
 
     # -- deferred replies --------------------------------------------------------------------
 
-    def _defer(self, correlation_id: int, deferred: DeferredReply) -> None:
+    def _defer(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
         self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX)
         with self._deferred_done:
             self._deferred_pending += 1
-        threading.Thread(target=self._complete, args=(correlation_id, deferred), daemon=True,
-                         name=f"kaska-reply-{self.peer}").start()
+        threading.Thread(target=self._complete, args=(api, correlation_id, deferred),
+                         daemon=True, name=f"kaska-reply-{self.peer}").start()
 
-    def _complete(self, correlation_id: int, deferred: DeferredReply) -> None:
+    def _complete(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
         try:
             try:
                 reply = deferred.wait()
             except KaskaError as error:
-                self._send_error(correlation_id, error)
+                self._send_error(api, correlation_id, error)
             else:
-                self._send_reply(correlation_id, reply)
+                self._send_reply(api, correlation_id, reply)
         except OSError as exc:  # the client left; the connection thread sees it too
             log.debug("deferred reply to %s not sent: %r", self.peer, exc)
         finally:
@@ -236,16 +236,20 @@ class Connection:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send_error(self, correlation_id: int, error: KaskaError) -> None:
+    # Both count the answer once it went out whole (metrics: requests, bytes and records out).
+
+    def _send_error(self, api: int, correlation_id: int, error: KaskaError) -> None:
         log.debug("answering %s to %s: %s", type(error).__name__, self.peer, error)
         body = ErrorBody.from_error(error).encode()
         code = error.code & WIRE_CODE_MASK
         with self._send_lock:
             self._sock.sendall(encode_response_header(correlation_id, code, len(body)) + body)
+        self._ctx.metrics.answered(api, error)
 
-    def _send_reply(self, correlation_id: int, reply: Reply) -> None:
+    def _send_reply(self, api: int, correlation_id: int, reply: Reply) -> None:
         with self._send_lock:
             self._send_reply_locked(correlation_id, reply)
+        self._ctx.metrics.answered(api, None, reply)
 
     def _send_reply_locked(self, correlation_id: int, reply: Reply) -> None:
         head = encode_response_header(correlation_id, 0, reply.nbytes) + reply.body

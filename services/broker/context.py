@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.broker.config import BrokerConfig
+from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.replica_manager import ReplicaManager
@@ -18,3 +19,4 @@ class BrokerContext:
     offsets: CommittedOffsets
     replicas: ReplicaManager
     notifier: DataNotifier
+    metrics: BrokerCounters

@@ -47,6 +47,7 @@ from common.kaska.record_batch import (
     parse_header,
 )
 from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.storage.errors import StorageFullError
 from services.broker.storage.partition import AppendResult, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,12 @@ class CommittedOffsets:
     def _maybe_roll(self) -> None:
         partition = self._partition()
         if partition.active_segment_bytes > self._roll_bytes_min:
-            partition.roll()
+            try:
+                partition.roll()
+            except StorageFullError:
+                # Only compaction waits for the roll (counted and logged by the DiskSpace);
+                # the commit or batch that led here is stored. Tried after the next snapshot.
+                return
 
     # -- reading -----------------------------------------------------------------------------
 

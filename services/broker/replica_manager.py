@@ -28,7 +28,8 @@ from common.kaska.errors import (
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.topic_name import OFFSETS_TOPIC
+from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
+from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
@@ -46,8 +47,9 @@ class PartitionRole:
 
 class ReplicaManager:
     def __init__(self, node: ReplicationNode, advertised: tuple[str, int], log: Log,
-                 ack_timeout_s: float) -> None:
+                 ack_timeout_s: float, counters: BrokerCounters | None = None) -> None:
         self.node = node
+        self._counters = counters or BrokerCounters()
         self._log = log
         self._ack_timeout_s = ack_timeout_s
         self._self = BrokerInfo(node.config.node_id, advertised[0], advertised[1])
@@ -123,6 +125,8 @@ class ReplicaManager:
         result = partition_log.append_from(total_bytes, fill, leader_epoch=epoch,
                                            on_append=journal_it)
         self.node.leader_appended()
+        if not result.duplicate and not is_internal(topic):
+            self._counters.appended(total_bytes, result.record_count)
         end = result.base_offset + result.record_count
 
         def await_acks() -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 class Reply:
     body: bytes = b""
     slices: Sequence = ()  # storage FileSlice(fd, position, nbytes), sent after `body`
+    records: int = 0  # records in the batches of `slices` (metrics: records out)
 
     @property
     def nbytes(self) -> int:

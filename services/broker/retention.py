@@ -20,6 +20,7 @@ from collections.abc import Callable
 from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.offsets import OFFSETS_PARTITION
+from services.broker.storage.errors import StorageFullError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ class RetentionThread:
                     deleted += self._trim(topic, p, now_ms)
                 except UnknownTopicOrPartitionError:
                     break  # deleted while we walked the list
+                except StorageFullError:
+                    # No room for the producer snapshot that must precede the deletion
+                    # (counted and logged by the DiskSpace); the next pass tries again.
+                    continue
                 except OSError:
                     # A disk error on one partition must not stop retention of the others.
                     log.exception("retention of %s/%d failed", topic, p)

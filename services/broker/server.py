@@ -36,6 +36,7 @@ from typing import Protocol
 from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
+from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.replica_manager import ReplicaManager
@@ -95,6 +96,7 @@ class BrokerServer:
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
+        self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -128,10 +130,10 @@ class BrokerServer:
         advertised = (config.advertised_host or self.address[0],
                       config.advertised_port or self.address[1])
         self.replicas = ReplicaManager(self.node, advertised, self.storage,
-                                       config.ack_timeout_s)
+                                       config.ack_timeout_s, counters=self.metrics)
         self.context = BrokerContext(
             config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
-            notifier=notifier)
+            notifier=notifier, metrics=self.metrics)
         self.node.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
                                           safe_offset=self.replicas.retention_safe_offset,
@@ -165,6 +167,12 @@ class BrokerServer:
         self._close_storage()
         self._stopped.set()
         log.info("broker %d stopped", self.config.node_id)
+
+    def status(self) -> str:
+        """What the heartbeats report: "" when healthy, else why writes are refused (a full
+        disk: see storage/disk_space.py)."""
+        storage = getattr(self, "storage", None)
+        return "" if storage is None else storage.space.status()
 
     @property
     def bootstrap(self) -> str:

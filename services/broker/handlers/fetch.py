@@ -14,6 +14,7 @@ from common.kaska.protocol.fetch import FetchRequest, encode_response_prefix
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import led_partition, read_request
+from services.broker.metrics import records_in_slices
 from services.broker.reply import Reply
 
 
@@ -42,4 +43,4 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
     slices = partition_log.read(request.offset, max_bytes, upto_offset=visible_end)
     prefix = encode_response_prefix(visible_end, partition_log.log_start_offset)
-    return Reply(prefix, slices)
+    return Reply(prefix, slices, records=records_in_slices(slices))

@@ -32,7 +32,8 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
             slices.extend(found)
         headers.append(_header(entry, found is not None))
     response = replace(response, entries=tuple(headers))
-    return Reply(response.encode_prefix(), slices)
+    records = sum(header.record_count for header in headers if header.data_bytes)
+    return Reply(response.encode_prefix(), slices, records=records)
 
 
 def _header(entry: JournalEntry, with_bytes: bool) -> EntryHeader:

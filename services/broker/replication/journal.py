@@ -34,6 +34,11 @@ or short for its fields, fails its CRC, has an unknown kind or a non-utf-8 topic
 other than the previous + 1 (the first must be 0), or an epoch below the previous entry's ends
 the journal: the file is cut there (ftruncate + fsync) with a logged warning.
 
+Full disk: the journal is written with `write` (no map), so a full disk is an ordinary error:
+the failed or short write is cut off again and `append` / `append_replica` raise
+StorageFullError (KAFKA_STORAGE_ERROR, retriable; counted in the data directory's DiskSpace)
+with nothing added. The caller retries later.
+
 Durability: an entry is in the page cache (it survives a SIGKILL of the broker) once `append`
 returns; `flush` fsyncs. `truncate` fsyncs at once (it is rare, and a truncation lost to a
 machine crash would bring back entries of an abandoned history).
@@ -74,6 +79,7 @@ from services.broker.replication.errors import (
     JournalEpochError,
     JournalGapError,
 )
+from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.partition import fsync_directory
 
 __all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH"]
@@ -306,15 +312,18 @@ def _epoch_cache(entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
 class Journal:
     """The journal of one broker; opening it recovers the file (created when missing)."""
 
-    def __init__(self, directory: Path | str):
+    def __init__(self, directory: Path | str, space: DiskSpace | None = None):
+        """`space`: the data directory's DiskSpace (the Log's); None makes one (tests)."""
         self.directory = Path(directory)
         self.path = self.directory / JOURNAL_FILE
+        self._space = space or DiskSpace(self.directory)
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._closed = False
         self._leading_epoch: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._fd = _open_file(self.path)
+        with self._space.writing(self.path):
+            self._fd = _open_file(self.path)
         try:
             _check_header(self._fd, self.path)
             scan = self._recover()
@@ -438,16 +447,20 @@ class Journal:
 
     def _write_locked(self, record: bytes) -> None:
         """One write; whatever part of a failed or short one reached the file is cut off, so
-        the file never holds a torn record before a whole one."""
+        the file never holds a torn record before a whole one. StorageFullError on a full
+        disk."""
         try:
-            written = os.write(self._fd, record)
-        except OSError:
+            with self._space.writing(self.path):
+                written = os.write(self._fd, record)
+        except BaseException:
             os.ftruncate(self._fd, self._file_bytes)
             raise
         if written != len(record):
             os.ftruncate(self._fd, self._file_bytes)
-            raise OSError(errno.EIO, f"{self.path}: short write ({written} of {len(record)} "
-                          "bytes)")
+            # A regular file takes part of a write when the rest has no room: a full disk.
+            with self._space.writing(self.path):
+                raise OSError(errno.ENOSPC, f"{self.path}: short write ({written} of "
+                              f"{len(record)} bytes)")
 
     # -- truncation, durability, lifetime ------------------------------------------------
 

@@ -16,6 +16,14 @@ Locks, always taken in this order: `_lock` (the state machine, the high watermar
 applied) → a partition's lock → the journal's lock. Network waits never hold `_lock`.
 `_changed` (a condition on `_lock`) wakes long-polling replica fetches when the journal grows
 and produce requests waiting for their high watermark when a commit or role change happens.
+
+Full disk (StorageFullError, counted and logged once per episode by the Log's DiskSpace): a
+step's writes -- the vote or epoch (`PersistQuorum`), a new leader's NOOP -- are made before the
+step's state is adopted, so a refused write leaves the node as it was (it never answers or
+leads on a vote or a leadership its disk does not hold) and the step is simply taken again
+later. A follower whose apply is refused keeps what it applied so far (each entry whole) and
+fetches again after `storage_full_pause_s`: it stays behind and catches up once there is room.
+The commit index is persisted when there is room (it is only a lower bound).
 """
 
 from __future__ import annotations
@@ -47,11 +55,14 @@ from services.broker.replication import raft
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.quorum_store import CommitStore, QuorumState, QuorumStore
 from services.broker.replication.reconcile import reconcile
+from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
 
 REPLICATION_DIR = "@replication"
+# Actions whose writes a step's new state presupposes (see _step_locked).
+_WRITES_FIRST = (raft.PersistQuorum, raft.AppendNoop)
 _OUTCOME_FROM_WIRE = {
     WireOutcome.ENTRIES: raft.Outcome.ENTRIES,
     WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
@@ -79,6 +90,7 @@ class ReplicationConfig:
     request_timeout_s: float = 1.5  # one fetch round trip, long-poll included
     vote_timeout_s: float = 0.5
     commit_persist_interval_s: float = 0.2
+    storage_full_pause_s: float = 1.0  # a round refused for lack of disk space: wait this long
     token: str | None = None
 
     def raft_config(self) -> raft.RaftConfig:
@@ -122,7 +134,9 @@ class ReplicationNode:
         directory = Path(data_dir) / REPLICATION_DIR
         directory.mkdir(parents=True, exist_ok=True)
         upgrading = not any(directory.iterdir())
-        self.journal = Journal(directory)
+        self._directory = directory
+        self._space = log_store.space
+        self.journal = Journal(directory, log_store.space)
         self._quorum_store = QuorumStore(directory)
         self._commit_store = CommitStore(directory)
         quorum = self._quorum_store.load()
@@ -196,7 +210,10 @@ class ReplicationNode:
     def start(self) -> None:
         # A cluster of one elects itself before the broker listens, so it serves at once.
         if not self._peers:
-            self.tick()
+            try:
+                self.tick()
+            except StorageFullError:
+                pass  # counted and logged; the loop elects it once its vote can be stored
         self._thread.start()
 
     def stop(self) -> None:
@@ -322,10 +339,18 @@ class ReplicationNode:
     # -- carrying out actions (under _lock) ------------------------------------------------
 
     def _step_locked(self, event) -> list:
-        self._state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
-                                         self._rng)
+        state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
+                                   self._rng)
+        # The writes the new state stands on first, and the state adopted only once they are
+        # done: a refused write (a full disk) leaves the node as it was, so it never answers
+        # on an unpersisted vote, nor leads without its NOOP.
         for action in actions:
-            self._execute_locked(action)
+            if isinstance(action, _WRITES_FIRST):
+                self._execute_locked(action)
+        self._state = state
+        for action in actions:
+            if not isinstance(action, _WRITES_FIRST):
+                self._execute_locked(action)
         return actions
 
     @staticmethod
@@ -336,12 +361,17 @@ class ReplicationNode:
 
     def _execute_locked(self, action) -> None:
         if isinstance(action, raft.PersistQuorum):
-            self._quorum_store.save(QuorumState(action.epoch, action.voted_for))
+            with self._space.writing(self._directory):
+                self._quorum_store.save(QuorumState(action.epoch, action.voted_for))
         elif isinstance(action, raft.SendVotes):
             self._votes_to_send.append(action)
         elif isinstance(action, raft.AppendNoop):
             self.journal.set_leading_epoch(action.epoch)
-            self.journal.append(action.epoch, EntryKind.NOOP)
+            try:
+                self.journal.append(action.epoch, EntryKind.NOOP)
+            except BaseException:
+                self.journal.set_leading_epoch(None)  # not leading after all (see _step_locked)
+                raise
             self.counters.elections_won += 1
             self._offsets_reload = True  # the new leader's table: rebuilt from its own log
         elif isinstance(action, raft.CommitAdvanced):
@@ -389,9 +419,13 @@ class ReplicationNode:
             return
         if not force and now - self._persisted_at_s < self.config.commit_persist_interval_s:
             return
-        self._commit_store.save(commit)
-        self._persisted_commit = commit
         self._persisted_at_s = now
+        try:
+            with self._space.writing(self._directory):
+                self._commit_store.save(commit)
+        except StorageFullError:
+            return  # a restart then starts from an older commit, which is safe; tried again
+        self._persisted_commit = commit
 
     def _view(self) -> raft.LogView:
         return raft.LogView(self.journal.end, self.journal.epochs())
@@ -402,8 +436,12 @@ class ReplicationNode:
         while not self._stop.is_set():
             try:
                 self._one_round()
+            except StorageFullError:
+                # Counted and logged once per episode by the DiskSpace; a follower would
+                # otherwise fetch (and drop) up to fetch_bytes_max every tick.
+                self._stop.wait(self.config.storage_full_pause_s)
             except (KaskaError, OSError) as exc:
-                # One bad round (a peer's garbage, a full disk) must not end replication.
+                # One bad round (a peer's garbage, a disk error) must not end replication.
                 log.warning("broker %d: replication round failed: %s", self.config.node_id,
                             exc)
                 self._stop.wait(self.config.tick_interval_s)
@@ -498,8 +536,12 @@ class ReplicationNode:
             if any(isinstance(action, raft.ApplyEntries) for action in actions):
                 # The commit first: a committed delete must go before a later re-create.
                 self._step_locked(raft.LogChanged(self._view(), response.commit))
-                self._apply_entries_locked(response)
-                self._step_locked(raft.LogChanged(self._view(), response.commit))
+                try:
+                    self._apply_entries_locked(response)
+                finally:
+                    # Also after a refused apply (full disk): the entries applied before it
+                    # are in the journal, and the next fetch must start after them.
+                    self._step_locked(raft.LogChanged(self._view(), response.commit))
             for action in actions:
                 if isinstance(action, raft.Truncate):
                     self._truncate_locked(action.end)
@@ -526,9 +568,11 @@ class ReplicationNode:
         if kind is EntryKind.SKIPPED:
             self._skip_to(entry)
         elif kind is EntryKind.CREATE_TOPIC:
-            self.journal.append_replica(entry)
+            # The topic before its entry (like a batch): if the disk refuses the topic, the
+            # entry is not journaled either and comes again with the next fetch.
             if entry.topic not in self._log.topics():
                 self._log.create_topic(entry.topic, entry.partitions)
+            self.journal.append_replica(entry)
             return
         self.journal.append_replica(entry)
 

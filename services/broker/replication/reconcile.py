@@ -21,7 +21,9 @@ applied. `reconcile(journal, log, commit)` repairs every such state, in this ord
    no entry is cut.
 3. Delete topics the replay does not expect (no surviving CREATE_TOPIC, or a committed
    DELETE_TOPIC not applied yet, or another partition count); create (empty) expected topics
-   that are missing (no BATCH entry can reference them after step 2).
+   that are missing (no BATCH entry can reference them after step 2) -- unless the disk is
+   full (StorageFullError): such a topic stays missing, logged, rather than the broker not
+   starting.
 4. Truncate partitions that end past their expected end (data whose journal entry never made
    it). When a truncation lands below the expected end (a batch straddling it went whole), go
    back to step 1.
@@ -49,6 +51,7 @@ from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import HEADER_BYTES, parse_header
 from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import PartitionLog
 
@@ -250,8 +253,14 @@ def _settle_topics(expected: _Expected, log_store: Log, report: ReconcileReport)
     for name, count in sorted(expected.topics.items()):
         if is_internal(name) or name in present or name in referenced:
             continue  # a referenced topic is never missing here: step 2 cut its entries
+        try:
+            log_store.create_topic(name, count)
+        except StorageFullError:
+            # A restart on a full disk must not die of it. Nothing references the topic, so
+            # it is only missing (a client's retried create makes it); counted and logged.
+            log.warning("topic %r: the journal creates it, but there is no room for it", name)
+            continue
         log.warning("topic %r: created (empty), the journal creates it", name)
-        log_store.create_topic(name, count)
         report.topics_created.append(name)
 
 

@@ -27,6 +27,9 @@ class LogConfig:
     batch_bytes_max       largest record batch accepted [message.max.bytes]
     producer_ids_max      producers remembered per partition for deduplication; the least
                           recently seen is forgotten beyond it
+    reserve_ahead_bytes   disk blocks the active segment reserves (posix_fallocate) beyond
+                          the batch being appended, so that most appends reserve nothing; the
+                          unused rest is given back when the segment is sealed (disk_space.py)
     """
 
     segment_bytes_max: int = 64 * 1024 * 1024
@@ -36,6 +39,7 @@ class LogConfig:
     flush_interval_ms: int | None = None
     batch_bytes_max: int = 16 * 1024 * 1024
     producer_ids_max: int = 10_000
+    reserve_ahead_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.batch_bytes_max < HEADER_BYTES:
@@ -53,3 +57,5 @@ class LogConfig:
                 raise ValueError(f"{name} must be None or >= 0")
         if self.producer_ids_max < 1:
             raise ValueError("producer_ids_max must be positive")
+        if self.reserve_ahead_bytes < 0:
+            raise ValueError("reserve_ahead_bytes must be >= 0")

@@ -3,12 +3,16 @@
 Recovery catches CorruptSegmentError, CorruptIndexError and CorruptSnapshotError and repairs
 (quarantine, truncate, rebuild, or ignore the snapshot); they only escape from the classes used
 directly. PartitionClosedError subclasses UnknownTopicOrPartitionError so the server answers a
-request racing a topic deletion with that wire code.
+request racing a topic deletion with that wire code; StorageFullError subclasses
+KaskaStorageError so a write refused for lack of space is answered KAFKA_STORAGE_ERROR (56,
+retriable).
 """
 
 from __future__ import annotations
 
-from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
+from pathlib import Path
+
+from common.kaska.errors import KaskaError, KaskaStorageError, UnknownTopicOrPartitionError
 
 
 class StorageError(KaskaError):
@@ -41,3 +45,18 @@ class PartitionClosedError(UnknownTopicOrPartitionError):
 class ReplicaOffsetMismatchError(StorageError):
     """A replicated batch (or a restart point) that does not continue this partition's log:
     the follower's log and the leader's disagree on where it ends."""
+
+
+class StorageFullError(StorageError, KaskaStorageError):
+    """The file system refused a write for lack of space (ENOSPC) or quota (EDQUOT). Raised
+    before anything of the write became visible; see disk_space.py."""
+
+    path: Path  # the file (or directory) the refused write was for
+    errno: int  # errno.ENOSPC or errno.EDQUOT
+    reason: str  # the operating system's words for it
+
+    def __init__(self, path: Path, cause: OSError):
+        self.path = Path(path)
+        self.errno = cause.errno
+        self.reason = cause.strerror or str(cause)
+        super().__init__(f"storage full: writing {self.path} refused ({self.reason})")

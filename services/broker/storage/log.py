@@ -19,6 +19,11 @@ Recovery on open: every topic directory with valid metadata is opened and every 
 recovered (see PartitionLog) before the Log is returned; directories without valid metadata
 are logged and left alone.
 
+Full disk: the Log owns the `DiskSpace` of its directory (`space`: reservations, the count and
+log of full-disk episodes, the heartbeat's status), shared by every partition. A topic the
+file system has no room for is not created (StorageFullError, nothing left behind); deleting
+needs no room.
+
 Thread-safety: a lock serialises create/delete/close; `partition` and `topics` are lock-free
 reads of a dict that is replaced, never mutated, so request threads never wait on an admin
 operation.
@@ -45,7 +50,12 @@ from common.kaska.errors import (
 )
 from common.kaska.topic_name import validate_topic_name
 from services.broker.storage.config import LogConfig
-from services.broker.storage.errors import DataDirectoryLockedError, PartitionClosedError
+from services.broker.storage.disk_space import DiskSpace
+from services.broker.storage.errors import (
+    DataDirectoryLockedError,
+    PartitionClosedError,
+    StorageFullError,
+)
 from services.broker.storage.partition import PartitionLog, fsync_directory, monotonic_ms
 
 log = logging.getLogger(__name__)
@@ -68,6 +78,7 @@ class Log:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.space = DiskSpace(self.data_dir)
         self._lock_fd = _lock_directory(self.data_dir)
         self._closed = False
         self._topics: dict[str, tuple[PartitionLog, ...]] = {}
@@ -108,11 +119,21 @@ class Log:
             if target.exists():
                 self._discard(target)  # a directory without valid metadata: never a topic
             staging = self.data_dir / STAGING_DIR / uuid.uuid4().hex
-            staging.mkdir(parents=True)
-            _write_metadata(staging, name, partitions)
+            try:
+                with self.space.writing(staging):
+                    staging.mkdir(parents=True)
+                    _write_metadata(staging, name, partitions)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)  # half made: its blocks back now
+                raise
             os.rename(staging, target)
             fsync_directory(self.data_dir)
-            opened = self._open_partitions(target, partitions)
+            try:
+                opened = self._open_partitions(target, partitions)
+            except StorageFullError:
+                # No room for the partitions' first segments: no topic rather than half one.
+                _remove_in_place(target)
+                raise
             self._topics = {**self._topics, name: opened}
         log.info("created topic %r with %d partition(s)", name, partitions)
 
@@ -127,12 +148,20 @@ class Log:
             topics = dict(self._topics)
             partitions = topics.pop(name)
             self._topics = topics
-            trash = self._discard_dir(name)
-            os.rename(self._topic_dir(name), trash)
-            fsync_directory(self.data_dir)
+            try:
+                with self.space.writing(self.data_dir / DELETED_DIR):
+                    trash = self._discard_dir(name)
+            except StorageFullError:
+                trash = None  # no room even for @deleted: delete in place (below)
+            if trash is not None:
+                os.rename(self._topic_dir(name), trash)
+                fsync_directory(self.data_dir)
         for partition in partitions:
             partition.close()
-        shutil.rmtree(trash)
+        if trash is None:
+            _remove_in_place(self._topic_dir(name))
+        else:
+            shutil.rmtree(trash)
         log.info("deleted topic %r", name)
 
     # -- whole-broker operations ---------------------------------------------------------
@@ -209,8 +238,16 @@ class Log:
         return topics
 
     def _open_partitions(self, topic_dir: Path, partitions: int) -> tuple[PartitionLog, ...]:
-        return tuple(PartitionLog(topic_dir / str(p), self.config, self._clock_ms)
-                     for p in range(partitions))
+        opened: list[PartitionLog] = []
+        try:
+            for p in range(partitions):
+                opened.append(PartitionLog(topic_dir / str(p), self.config, self._clock_ms,
+                                           self.space))
+        except BaseException:
+            for partition in opened:
+                partition.close()
+            raise
+        return tuple(opened)
 
 
 def _lock_directory(data_dir: Path) -> int:
@@ -221,6 +258,15 @@ def _lock_directory(data_dir: Path) -> int:
         os.close(fd)
         raise DataDirectoryLockedError(f"{data_dir} is in use by another broker") from None
     return fd
+
+
+def _remove_in_place(topic_dir: Path) -> None:
+    """Delete a topic directory where it is (no room to rename it into @deleted): its metadata
+    first, so a crash part-way leaves a directory that is no topic (ignored on open, discarded
+    by a later create of that name)."""
+    (topic_dir / METADATA_FILE).unlink(missing_ok=True)
+    fsync_directory(topic_dir)
+    shutil.rmtree(topic_dir)
 
 
 def _write_metadata(topic_dir: Path, name: str, partitions: int) -> None:

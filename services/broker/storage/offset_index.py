@@ -8,9 +8,11 @@ The segment adds an entry every `index_interval_bytes` of log, so a lookup lands
 many bytes before the wanted batch and the segment walks batch headers from there.
 
 Invariants: relative offsets and positions are both strictly increasing; every entry names the
-start of a committed batch. The file is derived data: `load` raises CorruptIndexError on a torn
-or unordered file, the segment checks every entry against its log scan on open, and rebuilds the
-file (atomically, by rename) when it is missing, torn or inconsistent.
+start of a committed batch; the file holds exactly the entries in memory. An entry the file
+system has no room for is skipped (`append` returns False): the index stays valid, only
+sparser. The file is derived data: `load` raises CorruptIndexError on a torn or unordered
+file, the segment checks every entry against its log scan on open, and rebuilds the file
+(atomically, by rename) when it is missing, torn or inconsistent.
 
 Thread-safety: `append`, `truncate_to_position`, `rewrite`, `flush` and `close` run under the
 owning partition's lock. `lookup` and `lookup_position` may run concurrently with them without a
@@ -28,6 +30,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from pathlib import Path
 
+from services.broker.storage.disk_space import is_space_error
 from services.broker.storage.errors import CorruptIndexError
 
 ENTRY_BYTES = 8
@@ -75,7 +78,11 @@ class OffsetIndex:
     def rewrite(cls, path: Path, base_offset: int, entries: list[tuple[int, int]]) -> OffsetIndex:
         """A fresh index file holding exactly `entries`, replacing any old one atomically."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(_pack(entries))
+        try:
+            tmp.write_bytes(_pack(entries))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a torn copy: its blocks are better given back now
+            raise
         os.replace(tmp, path)
         return cls(path, base_offset, entries)
 
@@ -114,14 +121,29 @@ class OffsetIndex:
 
     # -- writing (under the partition lock) ----------------------------------------------
 
-    def append(self, offset: int, position: int) -> None:
+    def append(self, offset: int, position: int) -> bool:
+        """Add an entry; False (nothing added) when the file system has no room for it. The
+        index is sparse: a missing entry only makes lookups walk a few more batch headers, so
+        the append of an already stamped batch never fails for it (the segment tries again at
+        its next batch)."""
         rel = offset - self.base_offset
         relatives, positions = self._entries
         assert 0 <= rel <= RELATIVE_OFFSET_MAX, "segment rolls before relative offsets overflow"
         assert not relatives or (rel > relatives[-1] and position > positions[-1])
-        os.write(self._writable_fd(), _ENTRY.pack(rel, position))
+        try:
+            fd = self._writable_fd()
+            written = os.write(fd, _ENTRY.pack(rel, position))
+        except OSError as exc:
+            if not is_space_error(exc):
+                raise
+            return False
+        if written != ENTRY_BYTES:
+            # Part of the entry reached the file: cut it, the file holds whole entries only.
+            os.ftruncate(fd, len(relatives) * ENTRY_BYTES)
+            return False
         positions.append(position)
         relatives.append(rel)
+        return True
 
     def truncate_to_position(self, position: int) -> None:
         """Drop every entry at or beyond file `position` (the log is cut there)."""

@@ -52,6 +52,13 @@ partitions shuts down in well under a second instead of syncing each of them. (A
 partition is not synced either: if a machine crash lost its new segment file, recovery simply
 creates it again.) Snapshot files are fsynced only when `flush_interval_ms` is set; one torn
 by a machine crash fails its CRC and is ignored.
+
+Full disk (disk_space.py): every write that needs new blocks -- the reservation of a batch's
+bytes in the active segment, a roll's snapshot and segment files, the new segment of a restart
+-- raises StorageFullError before anything of it is visible: the append, roll or restart did
+not happen (its partial files are removed) and the partition is as it was, so the next attempt
+simply tries again. Reads never write and go on being served. An offset index entry with no
+room is skipped (the index is sparse), so a stamped batch never fails after the fact.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ from pathlib import Path
 from common.kaska.errors import CorruptBatchError, MessageTooLargeError, OffsetOutOfRangeError
 from common.kaska.record_batch import HEADER_BYTES, BatchHeader, parse_header
 from services.broker.storage.config import LogConfig
+from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.errors import (
     CorruptSegmentError,
     PartitionClosedError,
@@ -77,6 +85,7 @@ from services.broker.storage.producer_state import (
     ProducerSnapshots,
     ProducerStateTable,
     is_snapshot_name,
+    snapshot_path,
 )
 from services.broker.storage.segment import FileSlice, LogSegment, log_path
 
@@ -106,10 +115,13 @@ class PartitionLog:
     """The log of one partition; opening it recovers the directory (created when missing)."""
 
     def __init__(self, directory: Path, config: LogConfig,
-                 clock_ms: Callable[[], int] = monotonic_ms):
+                 clock_ms: Callable[[], int] = monotonic_ms, space: DiskSpace | None = None):
+        """`space`: the Log's DiskSpace (one per data directory, where full-disk episodes are
+        counted); None makes one for this partition alone (tests)."""
         self.directory = Path(directory)
         self.config = config
         self._clock_ms = clock_ms
+        self._space = space or DiskSpace(self.directory)
         self._lock = threading.Lock()
         self._closed = False
         self._producers = ProducerStateTable(config.producer_ids_max)
@@ -264,6 +276,7 @@ class PartitionLog:
         self._producers.record(header, base_offset)
         self._leo = base_offset + header.record_count
         self._note_written(segment)
+        self._space.written()
         return AppendResult(base_offset, header.record_count, duplicate=False)
 
     def _segment_for(self, total_bytes: int) -> LogSegment:
@@ -288,10 +301,10 @@ class PartitionLog:
         segments = list(self._view[0])
         active = segments[-1]
         durable = self.config.flush_interval_ms is not None
-        # The snapshot before the segment: a crash in between leaves a snapshot at the log
-        # end, which is still the table at that offset.
-        self._snapshots.write(self._leo, self._producers, durable)
-        fresh = LogSegment.create(self.directory, self._leo, self.config)
+        # The snapshot before the segment: a crash in between -- or a full disk refusing the
+        # segment -- leaves a snapshot at the log end, which is still the table at that offset.
+        self._write_snapshot_locked(self._leo, self._producers, durable)
+        fresh = LogSegment.create(self.directory, self._leo, self.config, self._space)
         if durable:
             active.flush()  # while its index descriptor is still open
             self._forget(active)
@@ -300,6 +313,11 @@ class PartitionLog:
         segments.append(fresh)
         self._publish(segments)
         return fresh
+
+    def _write_snapshot_locked(self, offset: int, table: ProducerStateTable,
+                               durable: bool) -> None:
+        with self._space.writing(snapshot_path(self.directory, offset)):
+            self._snapshots.write(offset, table, durable)
 
     def _note_written(self, segment: LogSegment) -> None:
         if self.config.flush_interval_ms is None:
@@ -410,13 +428,16 @@ class PartitionLog:
         """Replace every segment by one empty segment at `offset` (order: see the module
         docstring). `offset` lies below every segment or at/after the log end."""
         self._snapshots.delete_all()
-        self._producers.clear()
         last = segments[-1]
         if last.base_offset == offset:  # already an empty active segment there: keep it
             assert last.is_empty
             fresh, doomed = last, segments[:-1]
         else:
-            fresh, doomed = LogSegment.create(self.directory, offset, self.config), segments
+            # May be refused (full disk): the old segments then stay, and so does the table
+            # in memory, which still describes them.
+            fresh = LogSegment.create(self.directory, offset, self.config, self._space)
+            doomed = segments
+        self._producers.clear()
         self._publish([fresh])
         self._leo = offset
         for segment in doomed:
@@ -483,7 +504,7 @@ class PartitionLog:
             for header in segment.iter_headers():
                 table.load(header)
         durable = self.config.flush_interval_ms is not None
-        self._snapshots.write(start, table, durable)
+        self._write_snapshot_locked(start, table, durable)
         if durable:
             fsync_directory(self.directory)
 
@@ -549,14 +570,14 @@ class PartitionLog:
                 self._snapshots.load_into(self._producers, base_offset)
             try:
                 segment = LogSegment.open(self.directory, base_offset, self.config,
-                                          on_batch=self._producers.load)
+                                          on_batch=self._producers.load, space=self._space)
             except CorruptSegmentError as exc:
                 self._quarantine(base_offset, exc)
                 continue
             segments.append(segment)
         if not segments:
             self._producers.clear()
-            segments.append(LogSegment.create(self.directory, 0, self.config))
+            segments.append(LogSegment.create(self.directory, 0, self.config, self._space))
             return segments
         for segment in segments[:-1]:
             segment.seal()

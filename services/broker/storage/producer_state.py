@@ -221,11 +221,15 @@ class ProducerSnapshots:
         machine crash without `durable`, which the CRC then catches)."""
         path = snapshot_path(self.directory, offset)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as out:
-            out.write(table.encode_snapshot(offset))
-            if durable:
-                out.flush()
-                os.fsync(out.fileno())
+        try:
+            with open(tmp, "wb") as out:
+                out.write(table.encode_snapshot(offset))
+                if durable:
+                    out.flush()
+                    os.fsync(out.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk wants the blocks of a torn copy back
+            raise
         os.replace(tmp, path)
 
     def load_into(self, table: ProducerStateTable, offset: int) -> bool:

@@ -11,8 +11,12 @@ File format (`%020d.log`, named by the base offset of its first batch), big-endi
 
 The active (last) segment is preallocated with `ftruncate` to `segment_bytes_max` (a sparse
 file) and mapped read/write with `mmap`; producers' batches are received straight into the map
-(`reserve` → fill → `validate_reservation` → `commit`). A sealed segment has no map and is
-trimmed to its used size. Readers never touch the map: they get `FileSlice`s for
+(`reserve` → fill → `validate_reservation` → `commit`). Storing into a sparse page the file
+system cannot back kills the process with SIGBUS, so `reserve` first backs the batch's bytes
+with real blocks (`posix_fallocate` through disk_space.py, `reserve_ahead_bytes` beyond them so
+most batches reserve nothing): a full disk fails the append with StorageFullError, before
+anything is written. A sealed segment has no map and is trimmed to its used size (which gives
+the unused reservation back). Readers never touch the map: they get `FileSlice`s for
 `os.sendfile` or copy with `os.pread`, both through the file descriptor (one page cache, so
 writes through the map are visible to them).
 
@@ -26,6 +30,7 @@ Invariants:
   offset is overwritten with -1, which recovery never accepts.
 - `(next_offset, end_position)` is published as one tuple, after the batch is stamped and
   indexed, so a lock-free reader sees whole committed batches only.
+- Nothing is stored through the map at or beyond `_reserved_end` (bytes backed by real blocks).
 
 Thread-safety: everything that writes (reserve, validate_reservation, commit, discard,
 truncate_to, activate, seal, flush, close, delete) runs under the owning partition's lock.
@@ -61,7 +66,12 @@ from common.kaska.record_batch import (
     validate,
 )
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
-from services.broker.storage.errors import CorruptIndexError, CorruptSegmentError
+from services.broker.storage.disk_space import DiskSpace
+from services.broker.storage.errors import (
+    CorruptIndexError,
+    CorruptSegmentError,
+    StorageFullError,
+)
 from services.broker.storage.offset_index import (
     ENTRY_BYTES,
     RELATIVE_OFFSET_MAX,
@@ -152,14 +162,16 @@ class LogSegment:
     """One segment; see the module docstring for the file format and invariants."""
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int,
-                 index: OffsetIndex):
+                 index: OffsetIndex, space: DiskSpace | None = None):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
         self.path = log_path(directory, base_offset)
         self._file = SegmentFile(fd)
         self._index = index
+        self._space = space or DiskSpace(directory)
         self._mm: mmap.mmap | None = None
+        self._reserved_end = DATA_START  # bytes of the active file backed by real blocks
         self._committed = (base_offset, DATA_START)
         self._bytes_since_index = 0
         self._reservation: tuple[int, int, memoryview, memoryview] | None = None
@@ -168,29 +180,40 @@ class LogSegment:
     # -- creation and recovery -----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+    def create(cls, directory: Path, base_offset: int, config: LogConfig,
+               space: DiskSpace | None = None) -> LogSegment:
         """A new, empty, active segment. Built under a temporary name and renamed into place,
-        so a `.log` file always carries its header."""
+        so a `.log` file always carries its header. StorageFullError (nothing left behind)
+        when the file system has no room for the files."""
         path = log_path(directory, base_offset)
         tmp = path.with_name(path.name + ".tmp")
-        # The index first: a crash before the rename leaves an orphan index (removed on open)
-        # rather than a log without one.
-        index = OffsetIndex.rewrite(index_path(directory, base_offset), base_offset, [])
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        index_file = index_path(directory, base_offset)
+        space = space or DiskSpace(directory)
+        fd = -1
         try:
-            os.pwrite(fd, _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, 0,
-                                               base_offset), 0)
+            with space.writing(path):
+                # The index first: a crash before the rename leaves an orphan index (removed
+                # on open) rather than a log without one.
+                index = OffsetIndex.rewrite(index_file, base_offset, [])
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.pwrite(fd, _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, 0,
+                                                   base_offset), 0)
             os.replace(tmp, path)
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+            # Nothing names these files yet; on a full disk their blocks are wanted back now.
+            tmp.unlink(missing_ok=True)
+            index_file.unlink(missing_ok=True)
             raise
-        segment = cls(directory, base_offset, config, fd, index)
+        segment = cls(directory, base_offset, config, fd, index, space)
         segment.activate()
         return segment
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, config: LogConfig,
-             on_batch: Callable[[BatchHeader], None] | None = None) -> LogSegment:
+             on_batch: Callable[[BatchHeader], None] | None = None,
+             space: DiskSpace | None = None) -> LogSegment:
         """Recover an existing segment: check the header, scan and CRC-check every batch, stop
         at the first invalid one (the caller activates or seals the result, which cuts the file
         there), and keep, trim or rebuild the index. `on_batch` sees every valid header in
@@ -205,8 +228,9 @@ class LogSegment:
         if scan.stop_reason is not None:
             log.warning("%s: valid data ends at byte %d (%s); the rest is cut", path,
                         scan.end_position, scan.stop_reason)
-        index = _recovered_index(directory, base_offset, scan)
-        segment = cls(directory, base_offset, config, fd, index)
+        space = space or DiskSpace(directory)
+        index = _recovered_index(directory, base_offset, scan, space)
+        segment = cls(directory, base_offset, config, fd, index, space)
         segment._committed = (scan.next_offset, scan.end_position)
         segment._bytes_since_index = scan.bytes_since_index
         segment.max_timestamp_ms = scan.max_timestamp_ms
@@ -240,12 +264,15 @@ class LogSegment:
 
     def activate(self) -> None:
         """Make this the segment appends go to: cut the file at the committed end (zeroing
-        whatever lay beyond), extend it to segment_bytes_max again, and map it."""
+        whatever lay beyond), extend it to segment_bytes_max again, and map it. Only the
+        committed bytes keep their blocks; appends reserve the rest as they go. Needs no new
+        blocks, so it works on a full disk."""
         assert self._mm is None
         end = self.end_position
         size = max(self.config.segment_bytes_max, end)
         os.ftruncate(self.fd, end)
         os.ftruncate(self.fd, size)
+        self._reserved_end = end
         self._mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def seal(self) -> None:
@@ -264,14 +291,27 @@ class LogSegment:
 
     def reserve(self, total_bytes: int) -> memoryview:
         """The writable region of the map where the next batch goes; nothing is visible until
-        commit, and discard wipes it again."""
+        commit, and discard wipes it again. StorageFullError (no reservation open) when the
+        file system cannot back the region with blocks."""
         assert self._mm is not None and self._reservation is None
         position = self.end_position
         assert position + total_bytes <= len(self._mm)
+        self._reserve_blocks(position + total_bytes)
         whole = memoryview(self._mm)
         region = whole[position:position + total_bytes]
         self._reservation = (position, total_bytes, whole, region)
         return region
+
+    def _reserve_blocks(self, end: int) -> None:
+        """Back the map up to `end` with real blocks before anything is stored there (SIGBUS
+        otherwise, on a full disk), reserving up to reserve_ahead_bytes beyond it."""
+        assert self._mm is not None
+        start = self._reserved_end
+        if end <= start:
+            return
+        ahead_bytes = max(0, min(self.config.reserve_ahead_bytes, len(self._mm) - end))
+        self._reserved_end = start + self._space.reserve(self.fd, start, end - start,
+                                                         self.path, ahead_bytes)
 
     def validate_reservation(self) -> BatchHeader:
         """Poison the filled batch's offset field, then check its header, length and CRC in
@@ -297,8 +337,8 @@ class LogSegment:
         position, total_bytes, _, _ = self._reservation
         stamp(self._mm, base_offset, leader_epoch, position)
         self._release_reservation()
-        if self._bytes_since_index >= self.config.index_interval_bytes:
-            self._index.append(base_offset, position)
+        if (self._bytes_since_index >= self.config.index_interval_bytes
+                and self._index.append(base_offset, position)):
             self._bytes_since_index = 0
         self._bytes_since_index += total_bytes
         if self.max_timestamp_ms is None or header.timestamp_ms > self.max_timestamp_ms:
@@ -476,8 +516,19 @@ def _recover(fd: int, path: Path, base_offset: int, config: LogConfig,
     except CorruptIndexError as exc:
         log.warning("%s; rebuilding it", exc)
         stored_index = None
-    with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+    # Scan only up to the first hole: on tmpfs even reading a never-written page through a
+    # map allocates it, which a full disk answers with SIGBUS. Batches are only ever stored
+    # into blocks already reserved, so no valid one lies beyond a hole.
+    with mmap.mmap(fd, _bytes_before_hole(fd, size), mmap.MAP_SHARED, mmap.PROT_READ) as mm:
         return _scan(mm, base_offset, config, stored_index, on_batch)
+
+
+def _bytes_before_hole(fd: int, size: int) -> int:
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:  # no hole support: the file system calls the whole file data
+        return size
+    return max(DATA_START, min(size, hole))
 
 
 def _scan(mm: mmap.mmap, base_offset: int, config: LogConfig,
@@ -560,11 +611,21 @@ class _IndexChecker:
         return self.entries[:self.matched]
 
 
-def _recovered_index(directory: Path, base_offset: int, scan: _Scan) -> OffsetIndex:
+def _recovered_index(directory: Path, base_offset: int, scan: _Scan,
+                     space: DiskSpace) -> OffsetIndex:
     path = index_path(directory, base_offset)
     if scan.kept_index is None:
         log.warning("%s: rebuilt from the log (%d entries)", path, len(scan.rebuilt_index))
-        return OffsetIndex.rewrite(path, base_offset, scan.rebuilt_index)
+        try:
+            with space.writing(path):
+                return OffsetIndex.rewrite(path, base_offset, scan.rebuilt_index)
+        except StorageFullError:
+            # No room for the rebuilt file (a restart on a full disk): start the index empty
+            # rather than not start. It is sparse, so lookups only walk more headers; appends
+            # add entries again once there is room.
+            path.unlink(missing_ok=True)
+            scan.bytes_since_index = scan.end_position - DATA_START
+            return OffsetIndex(path, base_offset, [])
     entries = scan.kept_index
     os.truncate(path, len(entries) * ENTRY_BYTES)  # drops entries past the end of valid data
     scan.bytes_since_index = scan.end_position - (entries[-1][1] if entries else DATA_START)

@@ -48,10 +48,14 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float 
 class LocalCluster:
     """N health checkers (ids 1..N) plus dummy services, all in one registry under `root`."""
 
-    def __init__(self, root: Path, checkers: int, timings: dict[str, str] | None = None):
+    def __init__(self, root: Path, checkers: int, timings: dict[str, str] | None = None,
+                 metrics: bool = False):
         self.root = root
         self.registry = LocalServiceRegistry(root / "registry")
-        self.ports = dict(zip(range(1, checkers + 1), free_ports(checkers), strict=True))
+        ports = free_ports(checkers * (2 if metrics else 1))  # one call: distinct ports
+        self.ports = dict(zip(range(1, checkers + 1), ports[:checkers], strict=True))
+        # node id -> its --metrics-listen port (none without `metrics`)
+        self.metrics_ports = dict(zip(self.ports, ports[checkers:], strict=False))
         self.timings = {**FAST_TIMINGS, **(timings or {})}
         self.children = []
         peers = ",".join(f"{i}=127.0.0.1:{port}" for i, port in self.ports.items())
@@ -64,6 +68,8 @@ class LocalCluster:
             ]
             for flag, value in self.timings.items():
                 argv += [flag, value]
+            if node_id in self.metrics_ports:
+                argv += ["--metrics-listen", f"127.0.0.1:{self.metrics_ports[node_id]}"]
             self.registry.register(self._spec(f"healthchecker-{node_id}", argv))
 
     @property

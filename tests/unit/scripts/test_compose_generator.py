@@ -179,3 +179,11 @@ def test_brokers_form_one_cluster_each_naming_the_others(brokers):
 def test_an_even_number_of_brokers_is_refused_with_a_reason(brokers):
     with pytest.raises(DeploymentShapeError, match=f"brokers must be odd.*got {brokers}"):
         DeploymentShape(brokers=brokers).check()
+
+
+def test_brokers_checkers_and_query_service_serve_prometheus_metrics():
+    services = _services(render(DeploymentShape()))
+    exporters = {name for name, service in services.items()
+                 if "--metrics-listen=0.0.0.0:9100" in service["command"]}
+    assert exporters == {"broker-1", "broker-2", "broker-3", "healthchecker-1",
+                         "healthchecker-2", "healthchecker-3", "query-service"}

@@ -1,0 +1,266 @@
+"""The broker's Prometheus metrics: plain counters fed by the request path, and a collector that
+reads them and the broker's live state (partitions, replication) at scrape time.
+
+Counting stays off the storage: `BrokerCounters` takes one lock per answered request (a few
+integer adds), the replica manager adds each leader append, the fetch handlers say how many
+records their answer carries. Everything else (offsets, high watermarks, the Raft state, the
+replication counters) already exists and is only read when Prometheus scrapes, from the
+scrape's thread: the partitions' offsets and the Raft state are immutable snapshots or single
+reads, so a scrape never takes a partition lock or blocks a produce.
+
+Metric families (names: `kaska_` prefix, `_total` counters, base units):
+- traffic: `kaska_requests_total{api,code,error}`; in: `kaska_produced_bytes_total`,
+  `kaska_produced_records_total` (client batches this broker appended as leader, retries that
+  were dropped as duplicates not counted, internal topics not counted); out:
+  `kaska_fetched_bytes_total{api}` and `kaska_fetched_records_total{api}` (record batches sent
+  by FETCH to consumers and by REPLICA_FETCH to followers); `kaska_connections`;
+- partitions: `kaska_partition_log_start_offset`, `kaska_partition_log_end_offset`,
+  `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
+- replication: `kaska_replication_role{role}` (1 for the current role), `_epoch`, `_leader_id`
+  (-1: none known), `_commit_index`, `_journal_end_index`, and on the leader, per follower,
+  `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
+  follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
+  `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
+  `_requests_refused_total{reason}`.
+Partition labels follow the topics (one per session and kind): a deleted topic's series
+disappear with it, so the count stays what the broker holds.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
+from common.kaska.protocol.frames import Api
+from services.broker.replication.raft import Role
+
+NO_LEADER_ID = -1
+UNKNOWN_API = "unknown"  # an api number the broker does not serve: one label, not 65536
+# The header fields a record count needs: batch_length (after 8 bytes of base offset) and
+# record_count (24 bytes in); see common/kaska/record_batch.py.
+_LENGTH_AND_COUNT = struct.Struct(">8xI12xI")
+_LENGTH_FIELD_END = 12
+
+
+def api_label(api: int) -> str:
+    try:
+        return Api(api).name.lower()
+    except ValueError:
+        return UNKNOWN_API
+
+
+def records_in_slices(slices: Iterable) -> int:
+    """Records in the whole batches of `slices` (storage FileSlices), from their headers.
+
+    One 28-byte pread per batch, from the page cache the sendfile reads anyway: the broker
+    still never parses a record. A slice cut short by a truncation counts what it still holds
+    (the send stops there too)."""
+    records = 0
+    for piece in slices:
+        position, end = piece.position, piece.position + piece.nbytes
+        while position + _LENGTH_AND_COUNT.size <= end:
+            head = os.pread(piece.fd, _LENGTH_AND_COUNT.size, position)
+            if len(head) < _LENGTH_AND_COUNT.size:
+                break
+            batch_length, record_count = _LENGTH_AND_COUNT.unpack(head)
+            records += record_count
+            position += _LENGTH_FIELD_END + batch_length
+    return records
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficSnapshot:
+    requests: dict[tuple[str, str, str], int]  # (api, code, error name) -> answers
+    bytes_in: int
+    records_in: int
+    bytes_out: dict[str, int]  # api -> record batch bytes sent
+    records_out: dict[str, int]
+
+
+class BrokerCounters:
+    """Requests answered, bytes and records in and out. Thread-safe: connection threads, the
+    deferred-reply threads and the replica manager add; the scrape thread snapshots."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: Counter[tuple[str, str, str]] = Counter()
+        self._bytes_in = 0
+        self._records_in = 0
+        self._bytes_out: Counter[str] = Counter()
+        self._records_out: Counter[str] = Counter()
+
+    def answered(self, api: int, error: KaskaError | None, reply=None) -> None:
+        """One request answered: with `error`, or with `reply` (a services.broker.reply.Reply
+        that went out whole; its slices are record batches)."""
+        name = api_label(api)
+        key = (name, "0", "none") if error is None else (
+            name, str(error.code), type(error).__name__)
+        sent_bytes = sum(piece.nbytes for piece in reply.slices) if reply is not None else 0
+        sent_records = reply.records if reply is not None else 0
+        with self._lock:
+            self._requests[key] += 1
+            if sent_bytes:
+                self._bytes_out[name] += sent_bytes
+                self._records_out[name] += sent_records
+
+    def appended(self, batch_bytes: int, records: int) -> None:
+        """A client batch appended by this broker as leader (not a dropped duplicate)."""
+        with self._lock:
+            self._bytes_in += batch_bytes
+            self._records_in += records
+
+    def snapshot(self) -> TrafficSnapshot:
+        with self._lock:
+            return TrafficSnapshot(dict(self._requests), self._bytes_in, self._records_in,
+                                   dict(self._bytes_out), dict(self._records_out))
+
+
+class BrokerCollector(Collector):
+    """Reads the broker at scrape time. `log` is the storage Log (topics(), partition()),
+    `replicas` the ReplicaManager (high_watermark(), node), `connections` the open count."""
+
+    def __init__(self, counters: BrokerCounters, log, replicas,
+                 connections: Callable[[], int] = lambda: 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._counters = counters
+        self._log = log
+        self._replicas = replicas
+        self._connections = connections
+        self._clock = clock  # the replication node's clock: follower fetch times are on it
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._traffic()
+        yield from self._partitions()
+        yield from self._replication()
+
+    # -- traffic -------------------------------------------------------------------------------
+
+    def _traffic(self) -> Iterator[Metric]:
+        counts = self._counters.snapshot()
+        requests = CounterMetricFamily(
+            "kaska_requests", "Requests answered, by api and error code (0, none: success).",
+            labels=["api", "code", "error"])
+        for (api, code, error), value in sorted(counts.requests.items()):
+            requests.add_metric([api, code, error], value)
+        yield requests
+        yield CounterMetricFamily(
+            "kaska_produced_bytes", "Bytes of client record batches appended as leader (duplicates "
+            "and internal topics not counted).", value=counts.bytes_in)
+        yield CounterMetricFamily(
+            "kaska_produced_records", "Records of client batches appended as leader "
+            "(duplicates and internal topics not counted).", value=counts.records_in)
+        bytes_out = CounterMetricFamily(
+            "kaska_fetched_bytes", "Bytes of record batches sent, by api (fetch: consumers, "
+            "replica_fetch: followers).", labels=["api"])
+        records_out = CounterMetricFamily(
+            "kaska_fetched_records", "Records in the batches sent, by api.", labels=["api"])
+        for api in sorted(counts.bytes_out):
+            bytes_out.add_metric([api], counts.bytes_out[api])
+            records_out.add_metric([api], counts.records_out.get(api, 0))
+        yield bytes_out
+        yield records_out
+        yield GaugeMetricFamily("kaska_connections", "Client and peer connections open.",
+                                value=self._connections())
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    def _partitions(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        start = GaugeMetricFamily("kaska_partition_log_start_offset",
+                                  "First offset still held (retention moves it up).", labels=labels)
+        end = GaugeMetricFamily("kaska_partition_log_end_offset",
+                                "Next offset to assign in this broker's log.", labels=labels)
+        high = GaugeMetricFamily("kaska_partition_high_watermark",
+                                 "End of what consumers may read: committed on a majority.",
+                                 labels=labels)
+        size = GaugeMetricFamily("kaska_partition_size_bytes", "Bytes in the partition's "
+                                 "segments.", labels=labels)
+        for topic, count in sorted(self._log.topics().items()):
+            for partition in range(count):
+                try:
+                    plog = self._log.partition(topic, partition)
+                except UnknownTopicOrPartitionError:
+                    continue  # deleted between the two reads
+                values = [topic, str(partition)]
+                start.add_metric(values, plog.log_start_offset)
+                end.add_metric(values, plog.log_end_offset)
+                high.add_metric(values, self._replicas.high_watermark(topic, partition, plog))
+                size.add_metric(values, plog.size_bytes)
+        yield from (start, end, high, size)
+
+    # -- replication ---------------------------------------------------------------------------
+
+    def _replication(self) -> Iterator[Metric]:
+        node = self._replicas.node
+        state = node.state  # one immutable snapshot: every value below agrees with the others
+        role = GaugeMetricFamily("kaska_replication_role",
+                                 "1 for this broker's current Raft role.", labels=["role"])
+        for candidate in Role:
+            role.add_metric([candidate.value], 1 if state.role is candidate else 0)
+        yield role
+        yield GaugeMetricFamily("kaska_replication_epoch", "Current leader epoch (Raft term).",
+                                value=state.epoch)
+        yield GaugeMetricFamily(
+            "kaska_replication_leader_id", "Node id of the leader this broker knows, -1: none.",
+            value=NO_LEADER_ID if state.leader_id is None else state.leader_id)
+        yield GaugeMetricFamily("kaska_replication_commit_index",
+                                "Journal entries committed (on a majority).", value=state.commit)
+        yield GaugeMetricFamily("kaska_replication_journal_end_index",
+                                "Journal entries held by this broker.", value=state.log.end)
+        yield from self._followers(node, state)
+        yield from self._replication_counters(node.counters)
+
+    def _followers(self, node, state) -> Iterator[Metric]:
+        labels = ["follower"]
+        match = GaugeMetricFamily("kaska_replication_follower_match_index",
+                                  "Journal entries the leader knows the follower holds.",
+                                  labels=labels)
+        lag = GaugeMetricFamily("kaska_replication_follower_lag_entries",
+                                "Journal entries the follower does not hold yet.", labels=labels)
+        age = GaugeMetricFamily("kaska_replication_follower_last_fetch_age_seconds",
+                                "Seconds since the follower's last fetch.", labels=labels)
+        if state.role is Role.LEADER:
+            now = self._clock()
+            for follower in sorted(node.raft_config.peers):
+                values = [str(follower)]
+                held = state.match.get(follower, 0)
+                match.add_metric(values, held)
+                lag.add_metric(values, max(state.log.end - held, 0))
+                fetched_at = state.last_fetch_s.get(follower)
+                if fetched_at is not None:
+                    age.add_metric(values, max(now - fetched_at, 0.0))
+        yield from (match, lag, age)
+
+    @staticmethod
+    def _replication_counters(counters) -> Iterator[Metric]:
+        yield CounterMetricFamily("kaska_replication_elections_won",
+                                  "Elections this broker won.", value=counters.elections_won)
+        yield CounterMetricFamily("kaska_replication_truncations",
+                                  "Journal truncations to match a new leader.",
+                                  value=counters.truncations)
+        yield CounterMetricFamily("kaska_replication_entries_applied",
+                                  "Journal entries applied from the leader.",
+                                  value=counters.entries_applied)
+        refused = CounterMetricFamily("kaska_replication_requests_refused",
+                                      "Peer requests refused.", labels=["reason"])
+        refused.add_metric(["unknown_replica"], counters.unknown_replica_requests)
+        refused.add_metric(["stale_epoch"], counters.stale_epoch_requests)
+        yield refused
+
+
+def broker_registry(server) -> CollectorRegistry:
+    """A registry of one started BrokerServer (its own, not the process-wide default)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(server.metrics, server.storage, server.replicas,
+                                      connections=lambda: server.connection_count))
+    return registry

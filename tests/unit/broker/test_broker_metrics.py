@@ -1,0 +1,119 @@
+"""The broker's metrics (services/broker/metrics.py): families, types and values from fake
+inputs, the record count of fetched slices, and the `--metrics-listen` flag."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from common.kaska.record_batch import encode_batch
+from services.broker.__main__ import parse_args
+from services.broker.metrics import api_label, records_in_slices
+from services.broker.replication.raft import Role
+from tests.unit.metrics_fakes import fake_broker_registry, families, leader_state, sample_values
+
+
+def test_traffic_families():
+    found = families(fake_broker_registry())
+    assert found["kaska_requests"].type == "counter"
+    requests = sample_values(found["kaska_requests"])
+    ok = (("api", "produce"), ("code", "0"), ("error", "none"))
+    refused = (("api", "produce"), ("code", "6"), ("error", "NotLeaderError"))
+    assert requests[("kaska_requests_total", ok)] == 1
+    assert requests[("kaska_requests_total", refused)] == 1
+    assert requests[("kaska_requests_total", (("api", "unknown"), ("code", "6"),
+                                              ("error", "NotLeaderError")))] == 1
+    assert sample_values(found["kaska_produced_bytes"]) == {("kaska_produced_bytes_total", ()):
+                                                            1500}
+    assert sample_values(found["kaska_produced_records"])[("kaska_produced_records_total",
+                                                           ())] == 15
+    fetched = sample_values(found["kaska_fetched_bytes"])
+    assert fetched[("kaska_fetched_bytes_total", (("api", "fetch"),))] == 1500
+    assert fetched[("kaska_fetched_bytes_total", (("api", "replica_fetch"),))] == 1500
+    records = sample_values(found["kaska_fetched_records"])
+    assert records[("kaska_fetched_records_total", (("api", "fetch"),))] == 15
+    assert found["kaska_connections"].type == "gauge"
+
+
+def test_partition_families_skip_a_topic_deleted_mid_scrape():
+    found = families(fake_broker_registry())
+    p0 = (("partition", "0"), ("topic", "flights.c1"))
+    assert sample_values(found["kaska_partition_log_end_offset"])[
+        ("kaska_partition_log_end_offset", p0)] == 15
+    assert sample_values(found["kaska_partition_high_watermark"])[
+        ("kaska_partition_high_watermark", p0)] == 12
+    assert sample_values(found["kaska_partition_size_bytes"])[
+        ("kaska_partition_size_bytes", p0)] == 1516
+    assert all(family.type == "gauge" for name, family in found.items()
+               if name.startswith("kaska_partition_"))
+    topics = {s.labels["topic"] for s in found["kaska_partition_log_end_offset"].samples}
+    assert topics == {"flights.c1"}
+
+
+def test_leader_reports_role_epoch_commit_and_follower_lag():
+    found = families(fake_broker_registry())
+    roles = {s.labels["role"]: s.value for s in found["kaska_replication_role"].samples}
+    assert roles == {"leader": 1, "follower": 0, "candidate": 0}
+    assert found["kaska_replication_epoch"].samples[0].value == 7
+    assert found["kaska_replication_commit_index"].samples[0].value == 40
+    assert found["kaska_replication_leader_id"].samples[0].value == 1
+    lag = {s.labels["follower"]: s.value
+           for s in found["kaska_replication_follower_lag_entries"].samples}
+    assert lag == {"2": 10, "3": 50}
+    age = found["kaska_replication_follower_last_fetch_age_seconds"].samples
+    assert [(s.labels["follower"], s.value) for s in age] == [("2", 0.25)]
+    assert found["kaska_replication_elections_won"].type == "counter"
+    refused = sample_values(found["kaska_replication_requests_refused"])
+    assert refused[("kaska_replication_requests_refused_total",
+                    (("reason", "stale_epoch"),))] == 2
+
+
+def test_follower_reports_no_follower_lag_and_no_leader_id():
+    state = replace(leader_state(), role=Role.FOLLOWER, leader_id=None)
+    found = families(fake_broker_registry(state))
+    assert not found["kaska_replication_follower_lag_entries"].samples
+    assert found["kaska_replication_leader_id"].samples[0].value == -1
+    roles = {s.labels["role"]: s.value for s in found["kaska_replication_role"].samples}
+    assert roles["follower"] == 1 and roles["leader"] == 0
+
+
+def test_api_label():
+    assert api_label(0) == "produce"
+    assert api_label(33) == "replica_fetch"
+    assert api_label(12345) == "unknown"
+
+
+def test_records_in_slices_reads_only_batch_headers():
+    batches = [encode_batch([b"x" * n for n in range(1, count + 1)])
+               for count in (3, 1, 7)]
+    with tempfile.TemporaryFile() as file:
+        file.write(b"KASK" * 4 + b"".join(batches))
+        file.flush()
+        fd = file.fileno()
+        first = SimpleNamespace(fd=fd, position=16, nbytes=len(batches[0]) + len(batches[1]))
+        second = SimpleNamespace(fd=fd, position=first.position + first.nbytes,
+                                 nbytes=len(batches[2]))
+        assert records_in_slices([first, second]) == 11
+        assert records_in_slices([]) == 0
+        # A slice past the end of the file (truncated meanwhile) counts what is there.
+        cut = SimpleNamespace(fd=fd, position=second.position, nbytes=second.nbytes + 4096)
+        assert records_in_slices([cut]) == 7
+        assert os.fstat(fd).st_size == 16 + sum(map(len, batches))
+
+
+def test_metrics_listen_flag():
+    base = ["--node-id", "1", "--data-dir", "/tmp/d"]
+    assert parse_args(base).metrics_listen is None
+    assert parse_args([*base, "--metrics-listen", "0.0.0.0:9400"]).metrics_listen == (
+        "0.0.0.0", 9400)
+
+
+def test_bad_metrics_listen_exits_2_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--node-id", "1", "--data-dir", "/tmp/d", "--metrics-listen", "9400"])
+    assert exited.value.code == 2
+    assert "--metrics-listen: MetricsListenError" in capsys.readouterr().err
