@@ -16,6 +16,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   by FETCH to consumers and by REPLICA_FETCH to followers); `kaska_connections`;
 - partitions: `kaska_partition_log_start_offset`, `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
+- storage: `kaska_storage_full` (1 during a full-disk episode),
+  `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
 - replication: `kaska_replication_role{role}` (1 for the current role), `_epoch`, `_leader_id`
   (-1: none known), `_commit_index`, `_journal_end_index`, and on the leader, per follower,
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
@@ -141,6 +143,7 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._traffic()
         yield from self._partitions()
+        yield from self._storage()
         yield from self._replication()
 
     # -- traffic -------------------------------------------------------------------------------
@@ -171,6 +174,18 @@ class BrokerCollector(Collector):
         yield records_out
         yield GaugeMetricFamily("kaska_connections", "Client and peer connections open.",
                                 value=self._connections())
+
+    # -- storage -------------------------------------------------------------------------------
+
+    def _storage(self) -> Iterator[Metric]:
+        space = self._log.space  # storage/disk_space.py
+        yield GaugeMetricFamily("kaska_storage_full", "1 while writes are refused for lack of "
+                                "disk space (a full-disk episode).", value=int(space.full))
+        yield CounterMetricFamily("kaska_storage_refused_writes", "Writes refused for lack of "
+                                  "disk space (answered KAFKA_STORAGE_ERROR).",
+                                  value=space.refusals)
+        yield CounterMetricFamily("kaska_storage_full_episodes", "Full-disk episodes.",
+                                  value=space.episodes)
 
     # -- partitions ----------------------------------------------------------------------------
 

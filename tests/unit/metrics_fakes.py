@@ -31,6 +31,7 @@ from healthchecker.supervision import (
 from services.broker.metrics import BrokerCollector, BrokerCounters
 from services.broker.replication.node import ReplicationCounters
 from services.broker.replication.raft import LogView, RaftConfig, RaftState, Role
+from services.broker.storage.disk_space import DiskSpace
 from spark.metrics import JobMetrics, query_service_registry
 from spark.session_job import JobReport
 
@@ -71,6 +72,7 @@ class FakePartitionLog:
 class FakeLog:
     partitions: dict[str, list[FakePartitionLog]]
     vanished: set[str] = field(default_factory=set)  # listed, then deleted before partition()
+    space: DiskSpace = field(default_factory=lambda: DiskSpace("/nonexistent-data-dir"))
 
     def topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.partitions.items()}
@@ -107,7 +109,8 @@ def leader_state() -> RaftState:
                      last_fetch_s=MappingProxyType({2: NOW_S - 0.25}))
 
 
-def fake_broker_registry(state: RaftState | None = None) -> CollectorRegistry:
+def fake_broker_registry(state: RaftState | None = None,
+                         log: FakeLog | None = None) -> CollectorRegistry:
     counters = BrokerCounters()
     counters.appended(1000, 10)
     counters.appended(500, 5)
@@ -116,8 +119,9 @@ def fake_broker_registry(state: RaftState | None = None) -> CollectorRegistry:
     counters.answered(Api.FETCH, None, FakeReply([600, 900], 15))
     counters.answered(Api.REPLICA_FETCH, None, FakeReply([1500], 15))
     counters.answered(999, NotLeaderError("no such api"))
-    log = FakeLog({"flights.c1": [FakePartitionLog(0, 15, 1516), FakePartitionLog(0, 0, 16)],
-                   "gone": [FakePartitionLog(0, 3, 99)]}, vanished={"gone"})
+    log = log or FakeLog({"flights.c1": [FakePartitionLog(0, 15, 1516),
+                                         FakePartitionLog(0, 0, 16)],
+                          "gone": [FakePartitionLog(0, 3, 99)]}, vanished={"gone"})
     replicas = FakeReplicas(state or leader_state(),
                             {("flights.c1", 0): 12, ("flights.c1", 1): 0})
     registry = CollectorRegistry(auto_describe=False)

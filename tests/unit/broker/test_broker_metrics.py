@@ -3,9 +3,11 @@ inputs, the record count of fetched slices, and the `--metrics-listen` flag."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +16,14 @@ from common.kaska.record_batch import encode_batch
 from services.broker.__main__ import parse_args
 from services.broker.metrics import api_label, records_in_slices
 from services.broker.replication.raft import Role
-from tests.unit.metrics_fakes import fake_broker_registry, families, leader_state, sample_values
+from services.broker.storage.errors import StorageFullError
+from tests.unit.metrics_fakes import (
+    FakeLog,
+    fake_broker_registry,
+    families,
+    leader_state,
+    sample_values,
+)
 
 
 def test_traffic_families():
@@ -52,6 +61,21 @@ def test_partition_families_skip_a_topic_deleted_mid_scrape():
                if name.startswith("kaska_partition_"))
     topics = {s.labels["topic"] for s in found["kaska_partition_log_end_offset"].samples}
     assert topics == {"flights.c1"}
+
+
+def test_storage_families_count_refused_writes_and_episodes():
+    log = FakeLog({})
+    registry = fake_broker_registry(log=log)
+    assert sample_values(families(registry)["kaska_storage_full"]) == {
+        ("kaska_storage_full", ()): 0}
+    for _ in range(3):
+        log.space.refused(StorageFullError(Path("segment.log"), OSError(errno.ENOSPC, "full")))
+    found = families(registry)
+    assert sample_values(found["kaska_storage_full"]) == {("kaska_storage_full", ()): 1}
+    assert sample_values(found["kaska_storage_refused_writes"]) == {
+        ("kaska_storage_refused_writes_total", ()): 3}
+    assert sample_values(found["kaska_storage_full_episodes"]) == {
+        ("kaska_storage_full_episodes_total", ()): 1}
 
 
 def test_leader_reports_role_epoch_commit_and_follower_lag():
