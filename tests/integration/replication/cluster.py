@@ -167,11 +167,14 @@ class BrokerCluster:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> BrokerCluster:
-        """Start every broker at once (each waits for nobody to listen), then wait for all."""
+        """Start every broker at once (each waits for nobody to listen), then wait for all to
+        listen and agree on a leader: a client's first request must not race the election
+        (a client with a short retry budget gave up on NOT_LEADER during it on a busy machine)."""
         for broker in self.brokers.values():
             broker.launch()
         for broker in self.brokers.values():
             broker.wait_ready()
+        self.leader()
         return self
 
     def __enter__(self) -> BrokerCluster:
