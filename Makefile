@@ -85,6 +85,23 @@ chaos: $(STAMP)
 		--spare-last healthchecker- --interval-s $(CHAOS_INTERVAL_S) \
 		--duration-s $(CHAOS_DURATION_S)
 
+# The built-in proof (scripts/chaos_verify): CHAOS_ROUNDS rounds, each a fresh deployment (its
+# own Compose project; CHAOS_LOCAL=1: run_local's processes) running one client session while a
+# random service, nobody spared, is SIGKILLed or paused every CHAOS_INTERVAL_S seconds
+# (CHAOS_PAUSE_RATIO of the faults are pauses; CHAOS_VICTIMS=round-robin hits the service
+# kinds in turn); every result file is checked against the reference, every fault against its
+# heal. Fails if a round is not exact or a fault did not heal. More flags: CHAOS_VERIFY_ARGS.
+CHAOS_ROUNDS ?= 3
+CHAOS_PAUSE_RATIO ?= 0.3
+CHAOS_VICTIMS ?= random
+CHAOS_LOCAL ?=
+CHAOS_VERIFY_ARGS ?=
+.PHONY: chaos-verify
+chaos-verify: $(STAMP) $(if $(CHAOS_LOCAL),,docker-image)
+	$(PY) -m scripts.chaos_verify --rounds $(CHAOS_ROUNDS) --interval-s $(CHAOS_INTERVAL_S) \
+		--pause-ratio $(CHAOS_PAUSE_RATIO) --victims $(CHAOS_VICTIMS) \
+		$(if $(CHAOS_LOCAL),--local) $(CHAOS_VERIFY_ARGS)
+
 # Benchmarks (figures and how to read them: docs/benchmarks.md). BENCH_ROWS sizes the query one.
 BENCH_ROWS ?= 200000
 .PHONY: bench

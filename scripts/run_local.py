@@ -19,9 +19,11 @@
 3. Runs K client sessions at once, each registered too, with a client id chosen here so that a
    restarted client resumes its session. One client writes to DIR; several to DIR/client-<i>.
 4. With `--chaos-interval-s N`, runs the killer's chaos loop (local backend) for at most
-   `--chaos-duration-s`: every N seconds a random live process of the deployment is SIGKILLed,
-   any broker, the health-checker leader and the clients included, but never the last live
-   health checker (nothing would be left to restart anything).
+   `--chaos-duration-s`: every N seconds a live process of the deployment is SIGKILLed (or
+   paused with SIGSTOP: `--chaos-pause-ratio`), any broker, the health-checker leader and the
+   clients included, but never the last live health checker (nothing would be left to restart
+   anything). Victims are random, or the service kinds in turn with `--chaos-victims
+   round-robin` (the client and the leader first).
 5. Waits until every session completed (its summary.json says so) or failed, or `--timeout-s`
    passed; then stops everything it started: health checkers first (so nothing is restarted
    meanwhile), the brokers last, SIGTERM, then SIGKILL after `--stop-timeout-s`.
@@ -74,6 +76,7 @@ from scripts.local.sessions import (
     read_client_summary,
     wait_for_sessions,
 )
+from scripts.victims import PICKERS
 
 __all__ = [
     "BROKERS_DEFAULT", "BROKERS_MAX", "CHECKER_PREFIX", "HEALTHCHECKERS", "REPO", "SERVICE_NAME",
@@ -114,10 +117,12 @@ def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
         runs = plan_clients(args)  # generates samples while Spark starts
         say(f"  query service ready after {platform.wait_for_service():.1f} s")
         if args.chaos_interval_s:
-            say(f"chaos: a SIGKILL every {args.chaos_interval_s:g} s for at most "
-                f"{args.chaos_duration_s:g} s")
+            say(f"chaos: a fault every {args.chaos_interval_s:g} s for at most "
+                f"{args.chaos_duration_s:g} s ({args.chaos_pause_ratio:g} of them pauses, "
+                f"victims {args.chaos_victims})")
             chaos = ChaosThread(killer.LocalBackend(layout.registry_dir), args.chaos_interval_s,
-                                args.chaos_duration_s, args.chaos_seed).start()
+                                args.chaos_duration_s, args.chaos_seed,
+                                args.chaos_pause_ratio, args.chaos_victims).start()
         sessions_started = time.monotonic()
         foreground = len(runs) == 1 and chaos is None and sys.stdout.isatty()
         for client in runs:
@@ -157,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chaos-interval-s", type=float, default=0.0, help="SIGKILL a random process every N s")
     add("--chaos-duration-s", type=float, default=CHAOS_DURATION_S_DEFAULT)
     add("--chaos-seed", type=int)
+    add("--chaos-pause-ratio", type=float, default=0.0,
+        help="fraction of the chaos faults that are pauses (SIGSTOP) instead of SIGKILLs")
+    add("--chaos-victims", choices=sorted(PICKERS), default="random",
+        help="random: any live process; round-robin: the service kinds in turn, the client "
+             "and the health-checker leader first")
     add("--timeout-s", type=float, default=TIMEOUT_S_DEFAULT)
     add("--stop-timeout-s", type=float, default=STOP_TIMEOUT_S_DEFAULT)
     return parser
@@ -171,6 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--clients, --batch-rows and --partitions must be >= 1, --rows >= 0")
     if args.chaos_interval_s < 0 or args.chaos_duration_s < 0:
         parser.error("chaos interval and duration must be >= 0")
+    if not 0 <= args.chaos_pause_ratio <= 1:
+        parser.error(f"--chaos-pause-ratio must lie in [0, 1], got {args.chaos_pause_ratio:g}")
     problem = broker_count_error(args.brokers)
     if problem is not None:
         parser.error(problem)

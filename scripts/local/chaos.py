@@ -1,19 +1,18 @@
-"""The killer's chaos loop (scripts/killer.py) on a thread of run_local: every interval a random
-live process of the run is SIGKILLed (any broker, the health-checker leader and the clients
-included), never the last live health checker (nothing would be left to restart anything)."""
+"""The killer's chaos loop (scripts/killer.py) on a thread of run_local: every interval a live
+process of the run is SIGKILLed or paused (any broker, the health-checker leader and the clients
+included), never the last live health checker (nothing would be left to restart anything).
+Victims are random, or the service kinds in turn (`round-robin`: the client and the leader
+first, so that even a short run hits both)."""
 
 from __future__ import annotations
 
 import random
 import sys
-import threading
-import time
 
 from scripts import killer
 from scripts.local import console
 from scripts.local.layout import CHECKER_PREFIX
-
-STOP_JOIN_S = 10.0
+from scripts.victims import PICKERS
 
 
 class _PrefixedLines:
@@ -33,30 +32,27 @@ class _PrefixedLines:
 
 
 class ChaosThread:
-    """`killer.chaos` on a thread, never killing the last live health checker (nothing would
-    be left to restart anything); `stop()` ends it at its next wake-up."""
+    """`killer.ChaosThread` sparing the last live health checker, its lines prefixed with
+    `[chaos]`; `stop()` ends it at its next wake-up."""
 
     def __init__(self, backend: killer.Backend, interval_s: float, duration_s: float,
-                 seed: int | None) -> None:
-        self.stop_event = threading.Event()
-        self.kills: list[killer.Kill] = []
+                 seed: int | None, pause_ratio: float = 0.0, victims: str = "random") -> None:
+        spared = killer.SpareLastBackend(backend, [CHECKER_PREFIX])
+        self._thread = killer.ChaosThread(
+            spared, interval_s, duration_s, random.Random(seed), _PrefixedLines("[chaos]"),
+            pause_ratio=pause_ratio, picker=PICKERS[victims](), leader=spared.leader)
 
-        def clock() -> float:
-            # Once stopped, time jumps past the duration: the loop ends instead of killing.
-            return time.monotonic() + (duration_s + interval_s if self.stop_event.is_set() else 0)
+    @property
+    def faults(self) -> list[killer.Fault]:
+        return self._thread.faults
 
-        def run() -> None:
-            spared = killer.SpareLastBackend(backend, [CHECKER_PREFIX])
-            self.kills = killer.chaos(spared, interval_s,
-                                      duration_s, rng=random.Random(seed), clock=clock,
-                                      sleep=self.stop_event.wait, out=_PrefixedLines("[chaos]"))
-
-        self.thread = threading.Thread(target=run, name="chaos", daemon=True)
+    @property
+    def thread(self):
+        return self._thread.thread
 
     def start(self) -> ChaosThread:
-        self.thread.start()
+        self._thread.start()
         return self
 
     def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(timeout=STOP_JOIN_S)
+        self._thread.stop()

@@ -83,9 +83,9 @@ def print_report(runs: list[ClientRun], layout: RunLayout, chaos: ChaosThread | 
         for line in describe_session(run):
             console.say(line)
     if chaos is not None:
-        killed = Counter(kill.name for kill in chaos.kills)
+        faults = Counter(f"{fault.action.lower()} {fault.name}" for fault in chaos.faults)
         restarts = restarts_in_logs(layout)
-        console.say(f"chaos: {len(chaos.kills)} kills {dict(sorted(killed.items()))}; "
+        console.say(f"chaos: {len(chaos.faults)} faults {dict(sorted(faults.items()))}; "
                     f"health-checker restarts {dict(sorted(restarts.items()))}")
     console.say(f"logs: {layout.logs_dir}")
     return 0 if completed == len(runs) else 1

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from client.resume import SessionCheckpoint
-from tests.e2e.compose_deployment import EventRecorder
+from scripts.compose_deployment import EventRecorder
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]

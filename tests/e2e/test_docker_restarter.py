@@ -6,9 +6,11 @@ to the test run, so nothing else on the engine can be touched.
 """
 
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
+import docker
 import pytest
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -25,6 +27,7 @@ from scripts.killer import DockerBackend, KillError
 pytestmark = pytest.mark.docker
 
 IMAGE = "flights-optimizer-base:bookworm"
+STOPPED_TIMEOUT_S = 10.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Ryuk reaper image would have to be pulled from a registry; containers are removed here.
 testcontainers_config.ryuk_disabled = True
@@ -138,3 +141,42 @@ def test_killer_docker_backend_sees_only_this_deployment(project, containers):
     assert backend.kill("broker-1").startswith("container=")
     _wait_exited(ours)
     assert ours.attrs["State"]["ExitCode"] == 137
+
+
+def _main_process_state(container) -> str:
+    """The state letter of the container's PID 1 as the host sees it (T: stopped)."""
+    container.reload()
+    host_pid = container.attrs["State"]["Pid"]
+    with open(f"/proc/{host_pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_sigstopped_container_looks_running_and_the_restarter_replaces_it(project, containers):
+    """PID 1 is the service itself here: the killer SIGSTOPs it and Docker still says running."""
+    container = containers(_labels(project, "svc-stopped"))
+    assert DockerBackend(project).pause("svc-stopped").endswith("how=SIGSTOP")
+    assert _status(container) == "running"
+    # Signal delivery is asynchronous: the state letter turns T a moment later.
+    deadline = time.monotonic() + STOPPED_TIMEOUT_S
+    while _main_process_state(container) != "T" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _main_process_state(container) == "T"
+    outcome = DockerRestarter(project).restart("svc-stopped", "silent")
+    assert outcome.action == ACTION_KILLED_AND_STARTED
+    assert _status(container) == "running" and _main_process_state(container) != "T"
+
+
+def test_a_container_under_docker_init_is_frozen_then_replaced(project, image):
+    """Under an init (the project image runs tini), SIGSTOP would stop only the init while its
+    child went on serving: the killer freezes the whole container instead."""
+    client = docker.from_env()
+    container = client.containers.run(image, "sleep infinity", detach=True, init=True,
+                                      labels=_labels(project, "svc-frozen"))
+    try:
+        assert DockerBackend(project).pause("svc-frozen").endswith("how=freeze")
+        assert _status(container) == "paused"
+        outcome = DockerRestarter(project).restart("svc-frozen", "silent while frozen")
+        assert outcome.action == ACTION_KILLED_AND_STARTED
+        assert _status(container) == "running"
+    finally:
+        container.remove(force=True)

@@ -22,6 +22,12 @@ class FakeBackend:
         self.killed.append(name)
         return "pid=1"
 
+    def pause(self, name):
+        return "pid=1 how=SIGSTOP"
+
+    def leader(self):
+        return None
+
 
 def test_the_last_running_service_of_a_prefix_is_never_offered():
     backend = FakeBackend(["broker-1", "healthchecker-1", "healthchecker-2", "spark-master"])

@@ -90,6 +90,12 @@ class FakeBackend:
         self.killed.append(name)
         return "pid=1"
 
+    def pause(self, name):
+        raise AssertionError("no pauses without --chaos-pause-ratio")
+
+    def leader(self):
+        return None
+
 
 def test_chaos_never_kills_the_last_live_health_checker(capsys):
     backend = FakeBackend(["healthchecker-1", "healthchecker-2", "healthchecker-3"])
@@ -112,7 +118,7 @@ def test_chaos_thread_kills_on_schedule_and_stops_at_once(capsys):
     started = time.monotonic()
     chaos.stop()
     assert time.monotonic() - started < 1.0 and not chaos.thread.is_alive()
-    assert len(chaos.kills) == len(backend.killed) >= 3
+    assert len(chaos.faults) == len(backend.killed) >= 3
     assert "[chaos]" in capsys.readouterr().out
 
 

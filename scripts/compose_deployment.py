@@ -1,13 +1,13 @@
-"""One Compose deployment under test: `docker-compose` v1 through subprocess, the rest through the
-Docker SDK.
+"""One Compose deployment driven from Python (the e2e tests, scripts/chaos_verify):
+`docker-compose` v1 through subprocess, the rest through the Docker SDK.
 
 Why not testcontainers' `DockerCompose`: it runs `docker compose ...` (the v2 CLI plugin) and
 parses `docker compose ps --format json`, which v1 has no notion of. This machine has Docker
 Engine 20.10 and only the `docker-compose` 1.29 CLI (Debian package; no registry reachable
-here offers the v2 plugin), where `docker compose` fails with "unknown command". So the tests
-run `docker-compose -f compose/docker-compose-dev.yaml up -d / down` themselves (the same file
-and commands `make docker-compose-up` uses) and read container states, logs and events, and
-SIGKILL containers, with the `docker` SDK.
+here offers the v2 plugin), where `docker compose` fails with "unknown command". So this module
+runs `docker-compose -f compose/docker-compose-dev.yaml up -d / down` itself (the same file
+and commands `make docker-compose-up` uses) and reads container states, logs and events, and
+SIGKILLs containers, with the `docker` SDK.
 
 Each deployment gets a unique project name (COMPOSE_PROJECT_NAME, which also fills the
 flights.project label and the health checkers' --project), its own data and results
@@ -30,6 +30,13 @@ from pathlib import Path
 import docker
 from docker.models.containers import Container
 
+from scripts.checker_logs import (
+    CHECKER_PREFIX,
+    DECISION_LINE,
+    RESTARTED_LINE,
+    LogLine,
+    agreed_leader,
+)
 from scripts.compose_follow import docker_time
 from scripts.compose_generator import DEV_FILE, IMAGE_DEFAULT
 
@@ -37,20 +44,12 @@ PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 COMPOSE_TIMEOUT_S = 600
 POLL_S = 0.5
-# healthchecker/node.py: "ROLE node=1 role=follower leader=3", "ROLE node=3 role=leader", ...
-ROLE_LINE = re.compile(r"ROLE node=(\d+) role=(leader|follower|electing)(?: leader=(\d+))?")
-RESTARTED_LINE = re.compile(r"RESTARTED service=(\S+) action=(\S+)")
-DECISION_LINE = re.compile(r"RESTART service=(\S+) attempt=(\d+)")  # logged before the start
+EVENTS_JOIN_S = 5.0
 
 
-class DeploymentError(AssertionError):
-    """The deployment did not reach the state a test waits for (message carries the evidence)."""
-
-
-@dataclass(frozen=True)
-class LogLine:
-    at: float  # epoch seconds, from Docker's timestamp of the line
-    text: str
+class DeploymentError(Exception):
+    """The deployment did not reach the state a caller waits for (the message carries the
+    evidence)."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,13 @@ class Restart:
 
 class ComposeDeployment:
     def __init__(self, data_dir: Path, results_dir: Path, project: str | None = None,
-                 compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT) -> None:
-        self.project = project or f"flights-e2e-{uuid.uuid4().hex[:8]}"
+                 compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT,
+                 project_prefix: str = "flights-e2e") -> None:
+        self.project = project or f"{project_prefix}-{uuid.uuid4().hex[:8]}"
         self.compose_file = compose_file
-        self.data_dir = data_dir
-        self.results_dir = results_dir
+        # Absolute: Compose reads a relative path as the name of a volume.
+        self.data_dir = data_dir.resolve()
+        self.results_dir = results_dir.resolve()
         self.image = image
         self.docker = docker.from_env()
 
@@ -138,7 +139,7 @@ class ComposeDeployment:
                          for line in self.log_lines(service)[-tail_lines:])
 
     def checkers(self) -> list[str]:
-        return sorted(name for name in self.containers() if name.startswith("healthchecker-"))
+        return sorted(name for name in self.containers() if name.startswith(CHECKER_PREFIX))
 
     def restarts(self) -> list[Restart]:
         """Every restart any health checker logged (`RESTARTED service=... action=...`)."""
@@ -162,16 +163,10 @@ class ComposeDeployment:
 
     def leader(self) -> str | None:
         """The health checker every running checker last named as leader, or None."""
-        named = set()
-        for checker in self.checkers():
-            if self.container(checker).status != "running":
-                continue
-            roles = [ROLE_LINE.search(line.text) for line in self.log_lines(checker)]
-            last = next((m for m in reversed(roles) if m is not None), None)
-            if last is None or last.group(2) == "electing":
-                return None
-            named.add(last.group(1) if last.group(2) == "leader" else last.group(3))
-        return f"healthchecker-{named.pop()}" if len(named) == 1 else None
+        lines_by_checker = {
+            checker: [line.text for line in self.log_lines(checker)]
+            for checker in self.checkers() if self.container(checker).status == "running"}
+        return agreed_leader(lines_by_checker) if lines_by_checker else None
 
     # --- waiting ----------------------------------------------------------------------------
     def wait_for(self, what: str, condition: Callable[[], object], timeout_s: float) -> object:
@@ -215,7 +210,6 @@ class ComposeDeployment:
         return "\n".join(parts)
 
 
-
 class EventRecorder:
     """Docker events of one project, recorded by a thread from `start()` to `stop()`."""
 
@@ -239,5 +233,5 @@ class EventRecorder:
 
     def stop(self) -> list[dict]:
         self._stream.close()
-        self._thread.join(5.0)
+        self._thread.join(EVENTS_JOIN_S)
         return [e for e in self.events if e.get("timeNano", 0) / 1e9 >= self._since]
