@@ -61,7 +61,8 @@ log = logging.getLogger("healthchecker")
 
 RECEIVE_TIMEOUT_S_MIN = 0.005
 RECEIVE_TIMEOUT_S_MAX = 0.1
-EXPECTED_REFRESH_S = 5.0
+# Also how soon a service killed while starting is known dead (supervision._on_expected).
+EXPECTED_REFRESH_S = 1.0
 RESTARTER_POLL_S = 0.2
 _SHARE_NOW = object()  # queued by the election thread: send our state to the leader now
 
@@ -313,12 +314,13 @@ class HealthCheckerNode:
         self._events.put(RestartDone(decision.name, True, outcome.detail))
 
     def _refresh_expected(self) -> None:
+        observed_at = self.clock()
         try:
-            names = self.restarter.expected_services()
+            listing = self.restarter.listing()
         except RestartError as error:
             log.warning("cannot list expected services: %s", error)
             return
-        self._events.put(Expected(frozenset(names)))
+        self._events.put(Expected(listing.expected, listing.stopped, observed_at))
 
     # --- checkpoints -----------------------------------------------------------------------
     def _restore_records(self) -> dict[str, ServiceRecord]:

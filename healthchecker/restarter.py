@@ -33,6 +33,14 @@ class RestartFailedError(RestartError):
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceListing:
+    expected: frozenset[str]  # supervised services that should be running
+    # Of those, the ones the backend knows are not running (a container that exited or died,
+    # a registered process with no live pid): evidence of death that needs no heartbeat.
+    stopped: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class RestartOutcome:
     name: str
     action: str  # ACTION_STARTED or ACTION_KILLED_AND_STARTED
@@ -47,6 +55,11 @@ class Restarter(ABC):
     @abstractmethod
     def expected_services(self) -> set[str]:
         """Supervised services that should be running (not those that ended on purpose)."""
+
+    def listing(self) -> ServiceListing:
+        """The expected services and which of them are known not to run; raises a
+        `RestartError` when the backend cannot tell."""
+        return ServiceListing(frozenset(self.expected_services()))
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release backend resources."""

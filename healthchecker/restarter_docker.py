@@ -23,6 +23,7 @@ from healthchecker.restarter import (
     Restarter,
     RestartFailedError,
     RestartOutcome,
+    ServiceListing,
     UnknownServiceError,
 )
 
@@ -31,6 +32,7 @@ SERVICE_LABELS = ("flights.service", "com.docker.compose.service")
 SUPERVISED_LABEL = "flights.supervised"
 KILL_WAIT_S_DEFAULT = 10.0
 _HUNG_STATES = ("running", "paused", "restarting")
+_STOPPED_STATES = ("exited", "dead")
 
 
 def service_name(container: Container) -> str:
@@ -107,18 +109,25 @@ class DockerRestarter(Restarter):
 
     def expected_services(self) -> set[str]:
         """Supervised containers that run, or stopped without a clean exit (status 0)."""
+        return set(self.listing().expected)
+
+    def listing(self) -> ServiceListing:
+        """Expected as above; stopped: those that exited (not 0) or died. A container only
+        `created` is not stopped: Compose may be about to start it."""
         try:
             containers = self.project_containers()
         except (DockerException, requests.RequestException) as error:
             raise RestartFailedError(f"cannot list containers: {error}") from error
-        expected = set()
+        expected, stopped = set(), set()
         for container in containers:
             if not is_supervised(container):
                 continue
             state = container.attrs.get("State", {})
             if container.status != "exited" or state.get("ExitCode", 0) != 0:
                 expected.add(service_name(container))
-        return expected
+                if container.status in _STOPPED_STATES:
+                    stopped.add(service_name(container))
+        return ServiceListing(frozenset(expected), frozenset(stopped))
 
     def close(self) -> None:
         self._client.close()

@@ -25,6 +25,7 @@ from healthchecker.restarter import (
     Restarter,
     RestartFailedError,
     RestartOutcome,
+    ServiceListing,
     UnknownServiceError,
 )
 
@@ -58,14 +59,20 @@ class ProcessRestarter(Restarter):
         return RestartOutcome(name, action, detail)
 
     def expected_services(self) -> set[str]:
-        expected = set()
+        return set(self.listing().expected)
+
+    def listing(self) -> ServiceListing:
+        """Expected: supervised and not done; stopped: of those, the ones with no live pid."""
+        expected, stopped = set(), set()
         for name in self.registry.names():
             try:
                 if self.registry.spec(name).supervised and not self.registry.is_done(name):
                     expected.add(name)
+                    if self.registry.live_pid(name) is None:
+                        stopped.add(name)
             except RegistryError as error:
                 log.warning("skipping registry entry %s: %s", name, error)
-        return expected
+        return ServiceListing(frozenset(expected), frozenset(stopped))
 
     def _reap(self, name: str, process: subprocess.Popen) -> None:
         status = process.wait()

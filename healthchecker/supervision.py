@@ -198,9 +198,13 @@ class Lost:
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """The services the restarter says should run (refreshed now and then)."""
+    """The services the restarter says should run (refreshed now and then), and those of
+    them it knows are not running (`stopped`: exited container, no live pid), as listed from
+    `observed_at` on (the caller's clock, taken before the listing began)."""
 
     names: frozenset[str]
+    stopped: frozenset[str] = frozenset()
+    observed_at: float = _NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +268,7 @@ def step(
     if isinstance(event, Leadership):
         return _on_leadership(state, event, now)
     if isinstance(event, Expected):
-        return _on_expected(state, event, now), []
+        return _on_expected(state, event, now)
     if isinstance(event, PeerState):
         return _on_peer_state(state, event, now)
     name = event.name
@@ -379,20 +383,36 @@ def _on_leadership(state: SupervisionState, event: Leadership, now: float):
     return replace(state, records=records), actions
 
 
-def _on_expected(state: SupervisionState, event: Expected, now: float) -> SupervisionState:
+def _on_expected(state: SupervisionState, event: Expected, now: float):
     """Unseen services the restarter lists become due; unlisted ones (ended on purpose, or
-    only restored from a checkpoint) stay dormant, keeping their restart bookkeeping."""
+    only restored from a checkpoint) stay dormant, keeping their restart bookkeeping.
+
+    A STARTING service listed as stopped by a listing begun after its restart completed (with
+    the tolerance of a peer's view of that moment) died
+    before its first heartbeat or answer (killed again while a JVM was starting): it is dead
+    now, not at its start deadline (60 s for a JVM). Not while a restart is in flight (the
+    listing may predate the start), and not for UNKNOWN services (a process registered but
+    not yet spawned looks stopped too)."""
     records = {
         name: replace(record, expected=name in event.names)
         if record.phase is Phase.UNKNOWN else record
         for name, record in state.records.items()
     }
+    actions: list[Action] = []
+    for name in sorted(event.stopped & event.names):
+        record = records.get(name)
+        if (record is not None and record.phase is Phase.STARTING and not record.in_flight
+                and not record.peer_in_flight
+                and record.since + SAME_RESTART_TOLERANCE_S < event.observed_at):
+            cause = "not running (exited) before its first heartbeat or answer"
+            records[name] = replace(record, phase=Phase.DEAD, since=now, cause=cause)
+            actions += _transition(name, record, records[name], cause)
     for name in sorted(event.names):
         if name != state.config.self_name and name not in records and (
             len(records) < SERVICES_MAX
         ):
             records[name] = ServiceRecord(Phase.UNKNOWN, since=now, expected=True)
-    return replace(state, records=records)
+    return replace(state, records=records), actions
 
 
 # --- time passing -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from healthchecker.restarter import (
     ACTION_KILLED_AND_STARTED,
     ACTION_STARTED,
     RefusedServiceError,
+    ServiceListing,
     UnknownServiceError,
 )
 from healthchecker.restarter_docker import DockerRestarter
@@ -85,10 +86,12 @@ def _wait_exited(container, timeout_s: float = 20) -> None:
 def test_starts_a_killed_container_and_expects_it(project, containers):
     container = containers(_labels(project, "svc-a"))
     restarter = DockerRestarter(project)
+    assert restarter.listing() == ServiceListing(frozenset({"svc-a"}), frozenset())
     container.kill()
     _wait_exited(container)
     assert container.attrs["State"]["ExitCode"] == 137
     assert restarter.expected_services() == {"svc-a"}
+    assert restarter.listing().stopped == {"svc-a"}, "exited: known dead without a heartbeat"
     outcome = restarter.restart("svc-a", "no heartbeat for 3.1s")
     assert outcome.action == ACTION_STARTED and outcome.detail == container.short_id
     assert _status(container) == "running"

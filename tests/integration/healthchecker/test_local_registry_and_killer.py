@@ -20,6 +20,7 @@ from healthchecker.restarter import (
     ACTION_KILLED_AND_STARTED,
     ACTION_STARTED,
     RefusedServiceError,
+    ServiceListing,
     UnknownServiceError,
 )
 from healthchecker.restarter_process import ProcessRestarter
@@ -104,7 +105,11 @@ def test_restarter_kills_a_stopped_instance_and_tracks_clean_exits(registry, tmp
     second = restarter.restart("svc", "hung")
     assert second.action == ACTION_KILLED_AND_STARTED and f"killed {old_pid}" in second.detail
     assert registry.live_pid("svc") not in (None, old_pid)
-    assert restarter.expected_services() == {"svc"}
+    assert restarter.listing() == ServiceListing(frozenset({"svc"}), frozenset())
+    os.kill(registry.live_pid("svc"), signal.SIGKILL)
+    wait_until(lambda: registry.live_pid("svc") is None, 5)
+    assert restarter.listing().stopped == {"svc"}, "killed: known not to run, no heartbeat needed"
+    restarter.restart("svc", "killed")
 
     registry.register(ServiceSpec("oneshot", ("true",), cwd="/"))
     restarter.restart("oneshot", "test")

@@ -122,6 +122,49 @@ def test_a_restarted_service_is_starting_until_its_first_heartbeat():
     assert len(machine.restarts()) == 1
 
 
+def _spark_worker_starting(machine: Machine, restarted_at: float = 1.5) -> Machine:
+    """spark-worker-1 (a probed JVM, start deadline 60 s) up, refused, restarted at 1.5 s."""
+    _up(machine, "spark-worker-1", "")
+    machine.at(1.0).on(Lost("spark-worker-1", "", "probe refused 2 times in a row"))
+    machine.on(Tick())
+    machine.at(restarted_at).on(RestartDone("spark-worker-1", ok=True, detail="c1"))
+    assert machine.phase("spark-worker-1") is Phase.STARTING
+    return machine
+
+
+def test_a_service_killed_again_while_starting_is_dead_at_the_next_listing_not_its_deadline():
+    machine = _spark_worker_starting(Machine())
+    names = frozenset({"spark-worker-1"})
+    actions = machine.at(3.2).on(Expected(names, stopped=names, observed_at=3.1))
+    assert machine.phase("spark-worker-1") is Phase.DEAD
+    cause = "not running (exited) before its first heartbeat or answer"
+    assert Transition("spark-worker-1", Phase.STARTING, Phase.DEAD, cause) in actions
+    (restart,) = machine.restarts(machine.at(4.5).on(Tick()))
+    assert restart.attempt == 2 and restart.backoff_s == 1.0, "a flap: back-off still applies"
+
+
+@pytest.mark.parametrize("observed_at", [1.0, 1.5, 1.9])
+def test_a_listing_begun_before_the_restart_completed_proves_nothing(observed_at):
+    machine = _spark_worker_starting(Machine())  # restarted at 1.5 (+0.5 s peer tolerance)
+    names = frozenset({"spark-worker-1"})
+    assert machine.at(3.0).on(Expected(names, stopped=names, observed_at=observed_at)) == []
+    assert machine.phase("spark-worker-1") is Phase.STARTING
+
+
+def test_stopped_in_a_listing_kills_neither_an_up_nor_an_unknown_nor_an_in_flight_service():
+    machine = _up(Machine(), "broker-1")
+    machine.at(1.0).on(Lost("client-1", "c:1"))  # unknown to this node: ignored
+    machine.on(Expected(frozenset({"client-1", "broker-1"})))
+    _up(machine, "broker-2").at(2.0).on(Lost("broker-2", "h:1"))
+    machine.on(Tick())  # restart of broker-2 decided, not done: in flight
+    assert machine.state.records["broker-2"].in_flight
+    names = frozenset({"broker-1", "broker-2", "client-1"})
+    assert machine.at(5.0).on(Expected(names, stopped=names, observed_at=4.9)) == []
+    assert machine.phase("broker-1") is Phase.UP, "an up service dies by its own evidence"
+    assert machine.phase("client-1") is Phase.UNKNOWN, "registered may mean not yet spawned"
+    assert machine.phase("broker-2") is Phase.STARTING
+
+
 def test_connection_closed_without_goodbye_restarts_at_once():
     machine = _up(Machine(), "broker-1")
     machine.at(0.5).on(Lost("broker-1", "h:1"))
