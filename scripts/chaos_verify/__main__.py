@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -104,6 +105,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RoundOptions
     return args, options
 
 
+def fresh_round_dir(work_dir: Path, number: int) -> Path:
+    """The round's directory, emptied: a client that finds its resume state from an earlier run
+    there resumes that session against fresh brokers that never saw it, and waits forever."""
+    directory = work_dir / f"round-{number}"
+    shutil.rmtree(directory, ignore_errors=True)
+    return directory
+
+
 def compose_round(args: argparse.Namespace, data: SessionData, options: RoundOptions,
                   number: int) -> RoundResult:
     """One round on a fresh Compose project, always taken down (its log tails printed when the
@@ -111,7 +120,7 @@ def compose_round(args: argparse.Namespace, data: SessionData, options: RoundOpt
     from scripts.chaos_verify.compose_round import ComposeRound
     from scripts.compose_deployment import ComposeDeployment, DeploymentError
 
-    deployment = ComposeDeployment(data.directory, args.work_dir / f"round-{number}",
+    deployment = ComposeDeployment(data.directory, fresh_round_dir(args.work_dir, number),
                                    compose_file=args.compose_file, image=args.image,
                                    project_prefix="flights-chaos")
     try:
@@ -131,7 +140,7 @@ def local_round(args: argparse.Namespace, data: SessionData, options: RoundOptio
                 number: int) -> RoundResult:
     from scripts.chaos_verify.local_round import LocalRound
 
-    driver: RoundDriver = LocalRound(args.work_dir / f"round-{number}", data)
+    driver: RoundDriver = LocalRound(fresh_round_dir(args.work_dir, number), data)
     return run_round(driver, data, options, number)
 
 

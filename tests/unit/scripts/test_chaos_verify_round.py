@@ -110,3 +110,13 @@ def test_a_round_without_faults_fails(tmp_path):
     options = RoundOptions(interval_s=0.02, chaos_duration_s=0.1, seed=1, heal_wait_s=0.5)
     result = run_round(deployment, None, options, 1, io.StringIO())
     assert "no fault took" in result.error and not result.passed
+
+
+def test_each_round_starts_from_an_empty_directory_no_stale_client_state(tmp_path):
+    from scripts.chaos_verify.__main__ import fresh_round_dir
+
+    stale = tmp_path / "round-1" / "client-1" / "state"
+    stale.mkdir(parents=True)
+    (stale / "session.json").write_text("{}")
+    directory = fresh_round_dir(tmp_path, 1)
+    assert directory == tmp_path / "round-1" and not directory.exists()
