@@ -117,7 +117,8 @@ def test_chaos_thread_kills_on_schedule_and_stops_at_once(capsys):
         time.sleep(0.005)
     started = time.monotonic()
     chaos.stop()
-    assert time.monotonic() - started < 1.0 and not chaos.thread.is_alive()
+    # "At once": far below the 60 s the loop would otherwise run; generous for a busy machine.
+    assert time.monotonic() - started < 10.0 and not chaos.thread.is_alive()
     assert len(chaos.faults) == len(backend.killed) >= 3
     assert "[chaos]" in capsys.readouterr().out
 
