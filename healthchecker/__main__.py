@@ -32,6 +32,7 @@ from healthchecker.metrics import healthchecker_registry
 from healthchecker.monitor import parse_probe
 from healthchecker.node import HealthCheckerNode, NodeConfig
 from healthchecker.restarter import Restarter
+from healthchecker.status import StatusBindError, StatusEndpoint
 from healthchecker.supervision import DEFAULT_START_DEADLINES, SupervisionConfig
 
 SECRET_BYTES_MAX = 4096
@@ -170,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the supervision's tick (default 0.1)")
     add("--metrics-listen", type=metrics_listen_arg,
         help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
+    add("--status-listen", type=_address,
+        help="HOST:PORT to answer the status page's signed, read-only GET /status on "
+             "(absent: off)")
     add("--log-level", type=log_level, default="INFO")
     return parser
 
@@ -263,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    secret = read_secret(args, parser)
     try:
-        config = build_config(args, read_secret(args, parser))
+        config = build_config(args, secret)
     except HealthCheckerConfigError as error:
         parser.error(f"{type(error).__name__}: {error}")
     if args.restart_grace_s is not None:
@@ -282,8 +287,16 @@ def main(argv: list[str] | None = None) -> int:
                                                  lambda: healthchecker_registry(node))
     except MetricsBindError as error:
         parser.error(f"{type(error).__name__}: {error}")
+    status = None
+    if args.status_listen is not None:
+        try:
+            status = StatusEndpoint.for_node(args.status_listen, secret, node).start()
+        except StatusBindError as error:
+            parser.error(f"{type(error).__name__}: {error}")
     node.start()
     node.wait()
+    if status is not None:
+        status.stop()
     if metrics is not None:
         metrics.stop()
     node.stop()

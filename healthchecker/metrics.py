@@ -101,8 +101,9 @@ class NodeMetrics:
             "restart.", buckets=heal_buckets_s, registry=None)
         self._down_since: dict[str, float] = {}
 
-    def on_transition(self, event: object, transition: Transition, now: float) -> None:
-        """A phase change the supervision reported while handling `event` at `now`."""
+    def on_transition(self, event: object, transition: Transition, now: float) -> float | None:
+        """A phase change the supervision reported while handling `event` at `now`; returns the
+        heal seconds when it ended a restart (the status journal shows them too)."""
         name, phase = transition.name, transition.phase
         if phase is Phase.DEAD:
             with self._lock:
@@ -113,9 +114,12 @@ class NodeMetrics:
             down_since = self._down_since.pop(name, None)
             if down_since is not None and transition.previous is Phase.STARTING:
                 # A clock step counts as 0: a histogram's sum must not go down.
-                self.heal_seconds.observe(max(now - down_since, 0.0))
+                heal_s = max(now - down_since, 0.0)
+                self.heal_seconds.observe(heal_s)
+                return heal_s
         elif phase is Phase.DEPARTED:
             self._down_since.pop(name, None)
+        return None
 
     def restarted(self, service: str, ok: bool) -> None:
         with self._lock:

@@ -40,6 +40,7 @@ from common.checkpoint import CheckpointError, CheckpointStore, NoValidCheckpoin
 from common.heartbeat import HeartbeatSender
 from healthchecker import bully, supervision
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
+from healthchecker.journal import KIND_RESTART, KIND_RESTARTED, KIND_ROLE, EventJournal
 from healthchecker.metrics import NodeMetrics
 from healthchecker.monitor import HeartbeatServer, LivenessTable, Probe, ProbeRunner
 from healthchecker.restarter import Restarter, RestartError
@@ -126,6 +127,9 @@ class HealthCheckerNode:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._restarts: queue.SimpleQueue = queue.SimpleQueue()
         self.metrics = NodeMetrics()  # read by healthchecker.metrics at scrape time
+        self.journal = EventJournal()  # read by healthchecker.status for the status page
+        # Wall clock of the last change of the leader this node knows (None: none known yet).
+        self.leader_since_s: float | None = None
         self.peer_names = dict(
             config.peer_names
             if config.peer_names is not None
@@ -195,20 +199,28 @@ class HealthCheckerNode:
     # --- election --------------------------------------------------------------------------
     def _apply(self, event: bully.Event) -> None:
         with self._election_lock:
+            previous = self.election_state.leader_id
             self.election_state, actions = bully.step(self.election_state, event, self.clock())
+            if self.election_state.leader_id != previous:
+                self.leader_since_s = time.time()
         node_id = self.config.node_id
         for action in actions:
             if isinstance(action, bully.Send):
                 self.transport.send(action.to, action.message)
             elif isinstance(action, bully.BecameLeader):
                 log.info("ROLE node=%d role=leader", node_id)
+                self.journal.record(KIND_ROLE, self.config.name, "became the leader")
                 self._events.put(Leadership(True))
             elif isinstance(action, bully.BecameFollower):
                 log.info("ROLE node=%d role=follower leader=%d", node_id, action.leader_id)
+                self.journal.record(KIND_ROLE, self.config.name,
+                                    f"follows leader {action.leader_id}")
                 self._events.put(Leadership(False))
                 self._events.put(_SHARE_NOW)
             elif isinstance(action, bully.LeaderLost):
                 log.info("ROLE node=%d role=electing previous=%d", node_id, action.previous)
+                self.journal.record(KIND_ROLE, self.config.name,
+                                    f"lost leader {action.previous}: electing")
                 self._events.put(Leadership(False))
 
     def _election_loop(self) -> None:
@@ -258,11 +270,14 @@ class HealthCheckerNode:
                     action.name, action.attempt, action.backoff_s, action.cause,
                 )
                 self._restarts.put(action)
+                self.journal.record(KIND_RESTART, action.name,
+                                    f"attempt {action.attempt}: {action.cause}")
                 restarted = True
             elif isinstance(action, supervision.Transition):
                 log.info("PHASE service=%s phase=%s previous=%s reason=%s", action.name,
                          action.phase, action.previous or "none", action.reason)
-                self.metrics.on_transition(event, action, now)
+                heal_s = self.metrics.on_transition(event, action, now)
+                self.journal.record_transition(action, heal_s)
             elif isinstance(action, supervision.ShareState):
                 self._share_state()
             elif isinstance(action, supervision.Stalled):
@@ -306,11 +321,13 @@ class HealthCheckerNode:
                       decision.name, type(error).__name__, error)
             detail = f"{type(error).__name__}: {error}"
             self.metrics.restarted(decision.name, ok=False)
+            self.journal.record(KIND_RESTARTED, decision.name, f"failed: {detail}")
             self._events.put(RestartDone(decision.name, False, detail))
             return
         log.info("RESTARTED service=%s action=%s %s", outcome.name, outcome.action,
                  outcome.detail)
         self.metrics.restarted(decision.name, ok=True)
+        self.journal.record(KIND_RESTARTED, decision.name, f"{outcome.action} {outcome.detail}")
         self._events.put(RestartDone(decision.name, True, outcome.detail))
 
     def _refresh_expected(self) -> None:

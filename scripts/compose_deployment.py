@@ -11,7 +11,9 @@ SIGKILLs containers, with the `docker` SDK.
 
 Each deployment gets a unique project name (COMPOSE_PROJECT_NAME, which also fills the
 flights.project label and the health checkers' --project), its own data and results
-directories, and its own named volumes, removed by `down`.
+directories, its own named volumes, removed by `down`, and its own free host ports for what
+the Compose file publishes (the status page, the Spark UIs), so it runs beside a deployment of
+`make docker-compose-up`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from scripts.checker_logs import (
 )
 from scripts.compose_follow import docker_time
 from scripts.compose_generator import DEV_FILE, IMAGE_DEFAULT
+from scripts.local.ports import free_ports
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
@@ -71,6 +74,15 @@ class ComposeDeployment:
         self.results_dir = results_dir.resolve()
         self.image = image
         self.docker = docker.from_env()
+        status, master_ui, driver_ui = free_ports(3)
+        self.published_ports = {"FLIGHTS_STATUS_PORT": status,
+                                "FLIGHTS_SPARK_MASTER_UI_PORT": master_ui,
+                                "FLIGHTS_SPARK_DRIVER_UI_PORT": driver_ui}
+
+    @property
+    def status_url(self) -> str:
+        """The live status page, as published on this host."""
+        return f"http://127.0.0.1:{self.published_ports['FLIGHTS_STATUS_PORT']}/"
 
     # --- docker-compose ---------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -82,6 +94,8 @@ class ComposeDeployment:
             "FLIGHTS_RESULTS_DIR": str(self.results_dir),
             "FLIGHTS_UID": str(os.getuid()),
             "FLIGHTS_GID": str(os.getgid()),
+            "FLIGHTS_PUBLISH_HOST": "127.0.0.1",
+            **{name: str(port) for name, port in self.published_ports.items()},
         }
 
     def compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> str:

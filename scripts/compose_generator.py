@@ -14,12 +14,20 @@ broker-1..broker-N, each with its own named volume and `--peers` naming the othe
 service and the clients get all of them as their bootstrap list. N brokers survive (N-1)/2
 failures, so an even N (one more broker, no more tolerance) is refused, as are N < 1 and
 N > `BROKERS_MAX`.
+
+Published on the host (everything else stays inside the Compose network): the live status page
+(`services/status`), the Spark master's web UI and the query service's driver UI, bound to
+`--publish-host` (default 127.0.0.1: this machine only) on `--status-port` (8000),
+`--spark-master-ui-port` (8080) and `--spark-driver-ui-port` (4040). These are the defaults of
+the variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT, FLIGHTS_SPARK_MASTER_UI_PORT and
+FLIGHTS_SPARK_DRIVER_UI_PORT, so one rendering can also run beside another deployment.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -43,7 +51,7 @@ CLIENTS_MAX = 32
 ROWS_MAX = 100_000_000
 ASK_ATTEMPTS_MAX = 5
 
-# Fixed ports inside the Compose network (nothing is published on the host).
+# Fixed ports inside the Compose network; `PublishedPorts` says which reach the host.
 PORTS = {
     "broker": 9092,
     "healthchecker": 9500,  # election over UDP and heartbeats over TCP
@@ -54,7 +62,11 @@ PORTS = {
     "spark_driver": 7078,
     "spark_block_manager": 7079,
     "metrics": 9100,  # Prometheus /metrics of the brokers, health checkers, query service
+    "checker_status": 9101,  # the health checkers' signed status request (services/status)
+    "status": 8000,  # the status page
+    "spark_driver_ui": 4040,  # the query service's Spark UI
 }
+PORT_MIN, PORT_MAX = 1, 65535
 # One core each: the reference machine has two. The executor takes the worker's whole memory.
 SPARK_WORKER_CORES = 1
 SPARK_WORKER_MEMORY = "1g"
@@ -66,6 +78,41 @@ SPARK_WORKER_TIMEOUT_S = 10
 
 class DeploymentShapeError(ValueError):
     """A count outside what the template and the platform support (or an even broker count)."""
+
+
+class PublishedPortsError(ValueError):
+    """A host address or host port the published services cannot be bound to."""
+
+
+@dataclass(frozen=True)
+class PublishedPorts:
+    """Where the host reaches the status page and the Spark UIs (module doc)."""
+
+    host: str = "127.0.0.1"
+    status_port: int = 8000
+    spark_master_ui_port: int = 8080
+    spark_driver_ui_port: int = 4040
+
+    def check(self) -> PublishedPorts:
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError as error:
+            raise PublishedPortsError(f"--publish-host must be an IP address, got "
+                                      f"{self.host!r}") from error
+        ports = (self.status_port, self.spark_master_ui_port, self.spark_driver_ui_port)
+        for port in ports:
+            if not PORT_MIN <= port <= PORT_MAX:
+                raise PublishedPortsError(f"host ports must lie in [{PORT_MIN}, {PORT_MAX}], "
+                                          f"got {port}")
+        if len(set(ports)) != len(ports):
+            raise PublishedPortsError(f"the published host ports must differ, got {ports}")
+        return self
+
+    @property
+    def browse_host(self) -> str:
+        """Where a browser on this machine finds them (0.0.0.0 binds everywhere, 127.0.0.1
+        reaches it)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
 
 
 @dataclass(frozen=True)
@@ -109,12 +156,14 @@ def template_environment() -> jinja2.Environment:
     )
 
 
-def render(shape: DeploymentShape, environment: jinja2.Environment | None = None) -> str:
+def render(shape: DeploymentShape, environment: jinja2.Environment | None = None,
+           published: PublishedPorts | None = None) -> str:
     """The Compose file for `shape` (unchecked: tests render shapes the generator refuses)."""
     environment = environment or template_environment()
     return environment.get_template(TEMPLATE_NAME).render(
         **asdict(shape),
         ports=PORTS,
+        published=published or PublishedPorts(),
         project_default=PROJECT_DEFAULT,
         image_default=IMAGE_DEFAULT,
         flights_file=FLIGHTS_FILE,
@@ -126,10 +175,10 @@ def render(shape: DeploymentShape, environment: jinja2.Environment | None = None
     )
 
 
-def write(shape: DeploymentShape, out: Path) -> Path:
+def write(shape: DeploymentShape, out: Path, published: PublishedPorts | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(out.name + ".tmp")
-    temporary.write_text(render(shape.check()))
+    temporary.write_text(render(shape.check(), published=(published or PublishedPorts()).check()))
     temporary.replace(out)
     return out
 
@@ -177,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     for field in fields(DeploymentShape):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=None,
                             help=f"default {field.default}")
+    defaults = PublishedPorts()
+    parser.add_argument("--publish-host", default=defaults.host,
+                        help=f"host address the status page and Spark UIs are published on "
+                             f"(default {defaults.host}; 0.0.0.0: every interface)")
+    for name in ("status_port", "spark_master_ui_port", "spark_driver_ui_port"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int,
+                            default=getattr(defaults, name),
+                            help=f"host port (default {getattr(defaults, name)})")
     parser.add_argument("--defaults", action="store_true",
                         help="no questions: defaults for every count not given")
     parser.add_argument("--out", type=Path, default=OUT_DEFAULT,
@@ -197,11 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         shape = shape_from_args(args, interactive=sys.stdin.isatty()).check()
-        out = write(shape, args.out)
-    except (DeploymentShapeError, EOFError) as error:
+        published = PublishedPorts(args.publish_host, args.status_port,
+                                   args.spark_master_ui_port, args.spark_driver_ui_port).check()
+        out = write(shape, args.out, published)
+    except (DeploymentShapeError, PublishedPortsError, EOFError) as error:
         parser.error(str(error) or "no answer")
     print(f"wrote {out}: {shape.brokers} broker(s), {shape.healthcheckers} health checkers, "
-          f"{shape.spark_workers} Spark worker(s), {shape.clients} client(s), {shape.rows} rows")
+          f"{shape.spark_workers} Spark worker(s), {shape.clients} client(s), {shape.rows} rows; "
+          f"status page on http://{published.browse_host}:{published.status_port}/")
     return 0
 
 

@@ -12,7 +12,8 @@
    checkers (each broker as broker-<i>). The query service and the clients get every broker
    as their bootstrap list. Before the query service starts, every broker must have printed
    its "listening" line and the cluster must have a leader (it must take a topic creation).
-   Logs: DIR/run/logs/<name>.log.
+   Then the live status page (services/status, on `--status-port` or a free port; its URL is
+   printed), supervised like the rest. Logs: DIR/run/logs/<name>.log.
 2. Without --flights/--airports it generates a sample (`--rows`, default 200k, with malformed
    rows) in DIR/sample (reused when present with the same parameters); with `--clients K > 1`
    each client gets its own sample (seed + i), so each session's results are its own.
@@ -102,6 +103,7 @@ def start_platform(platform: LocalPlatform) -> None:
     platform.start_brokers()
     platform.wait_for_brokers()
     platform.start_service()
+    platform.start_status()
 
 
 def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
                        (args.data_dir or args.results_dir / "run" / "broker-data").resolve(),
                        keep_broker_data=args.data_dir is not None)
     layout.prepare()
-    platform = LocalPlatform(layout, args.master, args.brokers)
+    platform = LocalPlatform(layout, args.master, args.brokers, args.status_port)
     chaos = None
     try:
         start_platform(platform)
@@ -159,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-rows", type=int, default=300)
     add("--partitions", type=int, default=4)
     add("--master", default="local[2]")
+    add("--status-port", type=int, default=0,
+        help="port of the live status page on 127.0.0.1 (default: a free one, printed)")
     add("--chaos-interval-s", type=float, default=0.0, help="SIGKILL a random process every N s")
     add("--chaos-duration-s", type=float, default=CHAOS_DURATION_S_DEFAULT)
     add("--chaos-seed", type=int)
@@ -177,6 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.flights is None) != (args.airports is None):
         parser.error("--flights and --airports go together")
+    if not 0 <= args.status_port <= 65535:
+        parser.error(f"--status-port must lie in [0, 65535], got {args.status_port}")
     if args.clients < 1 or args.rows < 0 or args.batch_rows < 1 or args.partitions < 1:
         parser.error("--clients, --batch-rows and --partitions must be >= 1, --rows >= 0")
     if args.chaos_interval_s < 0 or args.chaos_duration_s < 0:

@@ -1,9 +1,10 @@
 """Who a chaos loop hits next: service kinds, and the victim pickers of scripts/killer.py.
 
 A service's kind is its name without a trailing `-<number>` (`broker-2` -> `broker`,
-`spark-worker-1` -> `spark-worker`, `query-service` stays). The health checker that every other
-checker names as leader when it is hit is of kind `healthchecker-leader`: losing the leader is
-a different fault (an election, then a successor that must heal it) from losing a follower.
+`spark-worker-1` -> `spark-worker`, `query-service` and `status` stay). The health checker that
+every other checker names as leader when it is hit is of kind `healthchecker-leader`: losing the
+leader is a different fault (an election, then a successor that must heal it) from losing a
+follower.
 
 Pickers (`choose(candidates, leader, rng) -> name or None`, then `hit(name, leader)` once the
 fault took):
@@ -28,7 +29,7 @@ from typing import Protocol
 LEADER_KIND = "healthchecker-leader"
 # Client and leader first: a round that ends early has hit them anyway.
 KIND_ORDER = ("client", LEADER_KIND, "broker", "query-service", "spark-worker", "spark-master",
-              "healthchecker")
+              "healthchecker", "status")
 _NUMBER_SUFFIX = re.compile(r"-\d+$")
 
 

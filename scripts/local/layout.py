@@ -16,6 +16,7 @@ from pathlib import Path
 CHECKER_PREFIX = "healthchecker-"
 BROKER_PREFIX = "broker-"
 SERVICE_NAME = "query-service"  # the name spark.service heartbeats under
+STATUS_NAME = "status"  # the name services.status heartbeats under
 
 
 def broker_name(node_id: int) -> str:

@@ -34,6 +34,7 @@ from scripts.local.layout import (
     BROKER_PREFIX,
     CHECKER_PREFIX,
     SERVICE_NAME,
+    STATUS_NAME,
     RunLayout,
     checker_name,
 )
@@ -50,16 +51,26 @@ REAPER_JOIN_S = 1.0
 
 class LocalPlatform:
     """Registers, spawns, reaps and stops the processes of one run: `HEALTHCHECKERS` health
-    checkers, `broker_count` brokers, the query service and the clients."""
+    checkers, `broker_count` brokers, the query service, the status page and the clients.
+
+    Ports, all on 127.0.0.1: per checker one for election and heartbeats and one for its status
+    request; per broker one for Kaska and one for /metrics (the status page reads both); the
+    page itself (`status_port`, 0: a free one) and the query service's Spark UI."""
 
     def __init__(self, layout: RunLayout, master: str,
-                 broker_count: int = BROKERS_DEFAULT) -> None:
+                 broker_count: int = BROKERS_DEFAULT, status_port: int = 0) -> None:
         self.layout = layout
         self.master = master
         self.registry = LocalServiceRegistry(layout.registry_dir)
-        ports = free_ports(HEALTHCHECKERS + broker_count)  # one call: distinct ports
+        # One call: distinct ports.
+        ports = free_ports(2 * HEALTHCHECKERS + 2 * broker_count + 2)
         self.checker_ports = ports[:HEALTHCHECKERS]
-        self.broker_nodes = plan_brokers(ports[HEALTHCHECKERS:], layout)
+        self.checker_status_ports = ports[HEALTHCHECKERS:2 * HEALTHCHECKERS]
+        broker_ports = ports[2 * HEALTHCHECKERS:2 * HEALTHCHECKERS + broker_count]
+        self.broker_metrics_ports = ports[2 * HEALTHCHECKERS + broker_count:-2]
+        self.broker_nodes = plan_brokers(broker_ports, layout)
+        self.status_port = status_port or ports[-2]
+        self.spark_ui_port = ports[-1]
         self.secret_file = layout.run_dir / "secret"
         self.started: list[str] = []
         self.exit_statuses: dict[str, int] = {}  # of the processes this platform spawned
@@ -122,6 +133,7 @@ class LocalPlatform:
             self.register(name, [
                 "-m", "healthchecker", "--node-id", str(node_id), "--peers", peers,
                 "--listen", f"127.0.0.1:{port}", "--secret-file", str(self.secret_file),
+                "--status-listen", f"127.0.0.1:{self.checker_status_ports[node_id - 1]}",
                 "--backend", "process", "--registry", str(self.layout.registry_dir),
                 "--checkpoint-dir", str(self.layout.run_dir / name)])
             pid = self.spawn(name)
@@ -130,8 +142,11 @@ class LocalPlatform:
 
     def start_brokers(self) -> None:
         """Every broker at once (a broker waits for its peers to elect a leader)."""
-        for node in self.broker_nodes:
-            self.register(node.name, broker_argv(node, self.broker_nodes, self.heartbeat_targets))
+        for node, metrics_port in zip(self.broker_nodes, self.broker_metrics_ports,
+                                      strict=True):
+            self.register(node.name, [
+                *broker_argv(node, self.broker_nodes, self.heartbeat_targets),
+                "--metrics-listen", f"127.0.0.1:{metrics_port}"])
             pid = self.spawn(node.name)
             console.say(f"  started {node.name:<16} pid {pid:<7} {node.address}, data in "
                         f"{node.data_dir}")
@@ -139,9 +154,33 @@ class LocalPlatform:
     def start_service(self) -> None:
         self.register(SERVICE_NAME, [
             "-m", "spark.service", "--brokers", self.brokers, "--master", self.master,
-            "--heartbeat-targets", self.heartbeat_targets])
+            "--heartbeat-targets", self.heartbeat_targets,
+            "--ui-port", str(self.spark_ui_port)])
         pid = self.spawn(SERVICE_NAME)
-        console.say(f"  started {SERVICE_NAME:<16} pid {pid:<7} Spark {self.master}")
+        console.say(f"  started {SERVICE_NAME:<16} pid {pid:<7} Spark {self.master}, "
+                    f"its UI on {self.spark_ui_url}")
+
+    @property
+    def status_url(self) -> str:
+        return f"http://127.0.0.1:{self.status_port}/"
+
+    @property
+    def spark_ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.spark_ui_port}/"
+
+    def start_status(self) -> None:
+        """The live status page (services/status), supervised like the rest."""
+        self.register(STATUS_NAME, [
+            "-m", "services.status", "--brokers", self.brokers,
+            "--broker-metrics", ",".join(f"127.0.0.1:{p}" for p in self.broker_metrics_ports),
+            "--checkers", ",".join(f"127.0.0.1:{p}" for p in self.checker_status_ports),
+            "--secret-file", str(self.secret_file),
+            "--listen", f"127.0.0.1:{self.status_port}",
+            "--link", f"Spark driver UI (query service)={self.spark_ui_url}",
+            "--name", STATUS_NAME, "--heartbeat-targets", self.heartbeat_targets])
+        pid = self.spawn(STATUS_NAME)
+        console.say(f"  started {STATUS_NAME:<16} pid {pid:<7} the live status page: "
+                    f"{self.status_url}")
 
     # -- readiness -------------------------------------------------------------------------
 

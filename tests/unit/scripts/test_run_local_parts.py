@@ -77,6 +77,29 @@ def test_a_failed_summary_counts_only_when_written_by_the_last_instance_which_ex
     assert client_outcome(run, registry) == "failed"
 
 
+def test_a_completed_session_still_writing_its_ack_is_not_over_yet(tmp_path, registry):
+    """The client writes summary.json (completed, results_acked false) before its ack; while
+    that instance runs the session is not over (a teardown then would lose the ack)."""
+    registry.register(ServiceSpec("client-2", (sys.executable, "-c",
+                                               "import time; time.sleep(30)"), str(tmp_path)))
+    run = ClientRun("client-2", "cid-2", tmp_path / "r2", InputFiles(tmp_path, tmp_path))
+    acking = registry.spawn("client-2")
+    try:
+        write_summary(run.results_dir, client_id="cid-2", status="completed", pid=acking.pid,
+                      results_acked=False)
+        assert client_outcome(run, registry) is None
+        write_summary(run.results_dir, client_id="cid-2", status="completed", pid=acking.pid,
+                      results_acked=True)
+        assert client_outcome(run, registry) == "completed"
+        write_summary(run.results_dir, client_id="cid-2", status="completed", pid=acking.pid,
+                      results_acked=False)
+    finally:
+        acking.kill()
+        acking.wait()
+    # It exited without acking (broker away): completed all the same, the results are there.
+    assert client_outcome(run, registry) == "completed"
+
+
 class FakeBackend:
     def __init__(self, names):
         self.names = list(names)
@@ -252,17 +275,31 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
     layout.prepare()
     platform = LocalPlatform(layout, "local[2]", broker_count=3)
     monkeypatch.setattr(platform, "spawn", lambda name, foreground=False: 4242)
-    ports = platform.checker_ports + [node.port for node in platform.broker_nodes]
+    ports = (platform.checker_ports + platform.checker_status_ports
+             + [node.port for node in platform.broker_nodes] + platform.broker_metrics_ports
+             + [platform.status_port, platform.spark_ui_port])
     assert len(platform.checker_ports) == HEALTHCHECKERS and len(set(ports)) == len(ports)
     platform.start_brokers()
     platform.start_service()
-    assert platform.registry.names() == ["broker-1", "broker-2", "broker-3", "query-service"]
-    for node in platform.broker_nodes:
+    platform.start_status()
+    assert platform.registry.names() == ["broker-1", "broker-2", "broker-3", "query-service",
+                                         "status"]
+    for node, metrics_port in zip(platform.broker_nodes, platform.broker_metrics_ports,
+                                  strict=True):
         spec = platform.registry.spec(node.name)
         assert spec.argv[0] == sys.executable
-        assert list(spec.argv[1:]) == broker_argv(node, platform.broker_nodes,
-                                                  platform.heartbeat_targets)
+        assert list(spec.argv[1:]) == [
+            *broker_argv(node, platform.broker_nodes, platform.heartbeat_targets),
+            "--metrics-listen", f"127.0.0.1:{metrics_port}"]
         assert spec.log_file == str(layout.log_path(node.name))
+    status = list(platform.registry.spec("status").argv)
+    assert _flag(status, "--broker-metrics") == ",".join(
+        f"127.0.0.1:{port}" for port in platform.broker_metrics_ports)
+    assert _flag(status, "--checkers") == ",".join(
+        f"127.0.0.1:{port}" for port in platform.checker_status_ports)
+    assert _flag(status, "--listen") == f"127.0.0.1:{platform.status_port}"
+    assert _flag(list(platform.registry.spec("query-service").argv),
+                 "--ui-port") == str(platform.spark_ui_port)
     bootstrap = ",".join(node.address for node in platform.broker_nodes)
     assert platform.brokers == bootstrap
     assert _flag(list(platform.registry.spec("query-service").argv), "--brokers") == bootstrap

@@ -16,7 +16,7 @@ from scripts.victims import (
 
 DEPLOYMENT = ["broker-1", "broker-2", "broker-3", "client-1", "healthchecker-1",
               "healthchecker-2", "healthchecker-3", "query-service", "spark-master",
-              "spark-worker-1", "spark-worker-2"]
+              "spark-worker-1", "spark-worker-2", "status"]
 
 
 def test_kinds_drop_the_number_and_set_the_leader_apart():

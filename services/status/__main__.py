@@ -1,0 +1,144 @@
+"""`python -m services.status --brokers H:P,... --checkers H:P,... [--listen 127.0.0.1:8000]`
+
+The live status page of one deployment: every service up, starting or dead (with its last
+heartbeat, restarts and last heal), the health-checker leader, the broker cluster (leader,
+epoch, partitions, follower lag), each session's progress and a timeline of the last deaths,
+restarts, heals and elections. `/` is the page (it reloads itself), `/api/status` the same data
+as JSON.
+
+Sources: `--checkers` are the health checkers' status endpoints (their `--status-listen`; the
+requests are signed with the checkers' election secret, `--secret`/`--secret-file`, default
+$FLIGHTS_ELECTION_SECRET), `--broker-metrics` the brokers' Prometheus endpoints (default: each
+`--brokers` host on port 9100), and the `sessions` and `results.<cid>` topics read through
+`--brokers` (read-only: no consumer group). With `--heartbeat-targets` it heartbeats as
+`--name` (default `status`), so the health checkers restart it like any service. SIGTERM or
+SIGINT: it says goodbye to the checkers and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from common.heartbeat import HeartbeatSender, parse_targets
+from services.status.app import create_app
+from services.status.config import (
+    REFRESH_INTERVAL_S_DEFAULT,
+    REQUEST_TIMEOUT_S_DEFAULT,
+    StatusConfig,
+    StatusConfigError,
+    parse_address,
+    parse_addresses,
+    parse_link,
+)
+from services.status.poller import Poller
+
+SERVICE_NAME = "status"
+LISTEN_DEFAULT = "127.0.0.1:8000"
+BROKER_METRICS_PORT_DEFAULT = 9100
+SECRET_ENV = "FLIGHTS_ELECTION_SECRET"
+TOKEN_ENV = "KASKA_TOKEN"
+SECRET_BYTES_MAX = 4096
+
+log = logging.getLogger("services.status")
+
+
+def _arg(parse):
+    """A config parser as an argparse type: a bad value exits 2 naming the flag."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except StatusConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m services.status", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--brokers", required=True, help="Kaska bootstrap list HOST:PORT[,...]")
+    add("--broker-metrics", type=_arg(parse_addresses),
+        help="the brokers' /metrics HOST:PORT, in broker order (default: each --brokers host, "
+             f"port {BROKER_METRICS_PORT_DEFAULT})")
+    add("--checkers", type=_arg(parse_addresses), required=True,
+        help="the health checkers' status endpoints HOST:PORT, in node-id order")
+    add("--secret", default=os.environ.get(SECRET_ENV),
+        help=f"the health checkers' secret (default ${SECRET_ENV})")
+    add("--secret-file", type=Path, help="file holding the health checkers' secret")
+    add("--token", default=os.environ.get(TOKEN_ENV), help=f"Kaska token (default ${TOKEN_ENV})")
+    add("--listen", type=_arg(parse_address), default=parse_address(LISTEN_DEFAULT),
+        help=f"HOST:PORT of the page (default {LISTEN_DEFAULT}; port 0: any free one)")
+    add("--refresh-interval-s", type=float, default=REFRESH_INTERVAL_S_DEFAULT)
+    add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S_DEFAULT)
+    add("--link", type=_arg(parse_link), action="append", default=[], metavar="NAME=URL",
+        help="a link shown on the page (e.g. 'Spark master=http://127.0.0.1:8080/')")
+    add("--name", default=SERVICE_NAME, help="heartbeat name (default status)")
+    add("--heartbeat-targets", type=parse_targets, default=[],
+        help="health checkers' heartbeat HOST:PORT[,...]")
+    add("--heartbeat-interval-s", type=float, default=1.0)
+    add("--log-level", default="INFO")
+    return parser
+
+
+def read_secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bytes:
+    if args.secret_file is not None:
+        try:
+            secret = args.secret_file.read_bytes().strip()
+        except OSError as error:
+            parser.error(f"cannot read --secret-file: {error}")
+    elif args.secret:
+        secret = args.secret.encode()
+    else:
+        parser.error(f"--secret, --secret-file or ${SECRET_ENV} is required")
+    if not 0 < len(secret) <= SECRET_BYTES_MAX:
+        parser.error(f"the secret must hold 1..{SECRET_BYTES_MAX} bytes")
+    return secret
+
+
+def build_config(args: argparse.Namespace, secret: bytes) -> StatusConfig:
+    broker_metrics = args.broker_metrics or tuple(
+        (host, BROKER_METRICS_PORT_DEFAULT) for host, _ in parse_addresses(args.brokers))
+    return StatusConfig(
+        brokers=args.brokers, broker_metrics=broker_metrics, checkers=args.checkers,
+        secret=secret, token=args.token, refresh_interval_s=args.refresh_interval_s,
+        request_timeout_s=args.request_timeout_s, links=tuple(args.link))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = build_config(args, read_secret(args, parser))
+    except StatusConfigError as error:
+        parser.error(f"{type(error).__name__}: {error}")
+    heartbeat = None
+    if args.heartbeat_targets:
+        heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
+                                    interval_s=args.heartbeat_interval_s).start()
+    poller = Poller(config).start()
+    host, port = args.listen
+    # uvicorn handles SIGTERM and SIGINT itself: run() returns once open requests finished.
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(lambda: poller.document), host=host, port=port, log_level="warning",
+        access_log=False, timeout_graceful_shutdown=3))
+    log.info("status page on http://%s:%d/ (JSON: /api/status)", host, port)
+    try:
+        server.run()
+    finally:
+        poller.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
+    log.info("status page stopped")
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The web app (Starlette, served by uvicorn): `/` the self-refreshing HTML page, `/api/status`
+the same document as JSON (model.py), `/healthz` whether a first poll has completed.
+
+The app only renders the poller's latest document: a slow or dead service never slows a page
+view, and any number of viewers cost one poll per interval.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from services.status.plot import sparkline_svg
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+NOT_READY = "collecting the first status, retry in a second"
+
+
+def format_age(seconds: float | None) -> str:
+    """'0.4 s', '12 s', '3 min 5 s'; '–' for unknown."""
+    if seconds is None:
+        return "–"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def format_clock(at_s: float | None) -> str:
+    """Local wall-clock time of an epoch-seconds instant, '–' for unknown."""
+    if at_s is None:
+        return "–"
+    return dt.datetime.fromtimestamp(at_s).strftime("%H:%M:%S")
+
+
+def templates() -> Jinja2Templates:
+    found = Jinja2Templates(directory=str(TEMPLATES_DIR))
+    found.env.filters["age"] = format_age
+    found.env.filters["clock"] = format_clock
+    return found
+
+
+def create_app(document: Callable[[], dict | None]) -> Starlette:
+    """`document()`: the latest status document, None before the first poll."""
+    pages = templates()
+
+    async def page(request: Request) -> Response:
+        doc = document()
+        if doc is None:
+            return HTMLResponse(f"<meta http-equiv='refresh' content='1'><p>{NOT_READY}</p>",
+                                status_code=503)
+        plot = sparkline_svg([tuple(point) for point in doc["upload_batches_per_s"]],
+                             "batches uploaded per second")
+        return pages.TemplateResponse(request, "status.html", {
+            "doc": doc, "plot": plot,
+            "refresh_s": max(1, math.ceil(doc["refresh_interval_s"]))})
+
+    async def api(request: Request) -> Response:
+        doc = document()
+        if doc is None:
+            return JSONResponse({"error": NOT_READY}, status_code=503)
+        return JSONResponse(doc)
+
+    async def healthz(request: Request) -> Response:
+        ready = document() is not None
+        return PlainTextResponse("ok" if ready else NOT_READY, status_code=200 if ready else 503)
+
+    return Starlette(routes=[Route("/", page), Route("/api/status", api),
+                             Route("/healthz", healthz)])

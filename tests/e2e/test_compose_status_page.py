@@ -1,0 +1,96 @@
+"""The live status page in a real browser (headless Chromium) on the Compose deployment: a
+broker's container is SIGKILLed, and the page, reloading itself, shows it dead (its row, or the
+death in the timeline) and then healed (up again, the heal in the timeline).
+
+Chromium and its driver are Debian's packages (`chromium`, `chromium-driver`; .ci/run
+installs them), driven through Selenium. Set FLIGHTS_STATUS_SCREENSHOT=PATH to keep the
+screenshot taken once healed (docs/status-page.png comes from such a run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+START_TIMEOUT_S = 300
+HEAL_TIMEOUT_S = 120
+POLL_S = 0.5
+VICTIM = "broker-2"
+
+
+@pytest.fixture
+def browser():
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                 "--window-size=1500,1250"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def state_of(html: str, service: str) -> str | None:
+    match = re.search(rf'data-service="{re.escape(service)}" data-state="(\w+)"', html)
+    return None if match is None else match.group(1)
+
+
+def timeline_has(html: str, kind: str, service: str) -> bool:
+    return f'data-kind="{kind}" data-service="{service}"' in html
+
+
+def watch(driver, what: str, condition, timeout_s: float, seen: list[str]) -> str:
+    """The page's HTML once `condition(html)` holds; every state of the victim seen meanwhile
+    goes to `seen`. The page reloads itself: this only reads what the browser shows."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        html = driver.page_source
+        state = state_of(html, VICTIM)
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+        if condition(html):
+            return html
+        time.sleep(POLL_S)
+    raise AssertionError(f"the page did not show {what} in {timeout_s} s; states seen {seen}")
+
+
+def test_the_page_shows_a_killed_broker_dead_then_healed(deployment, browser, tmp_path):
+    deployment.up()
+    browser.get(deployment.status_url)
+    seen: list[str] = []
+    watch(browser, f"{VICTIM} up and a health-checker leader", lambda html: (
+        state_of(html, VICTIM) == "up" and "health-checker leader:" in html
+        and "none (electing)" not in html and 'data-service="healthchecker-1"' in html),
+        START_TIMEOUT_S, seen)
+    deployment.kill(VICTIM)
+    seen.clear()
+    watch(browser, f"{VICTIM} dead", lambda html: (
+        state_of(html, VICTIM) in ("dead", "starting")
+        or timeline_has(html, "death", VICTIM)), HEAL_TIMEOUT_S, seen)
+    html = watch(browser, f"{VICTIM} healed", lambda html: (
+        state_of(html, VICTIM) == "up" and timeline_has(html, "death", VICTIM)
+        and timeline_has(html, "healed", VICTIM)), HEAL_TIMEOUT_S, seen)
+    assert timeline_has(html, "restart", VICTIM), "the leader's restart decision is shown"
+    assert "Spark master UI" in html and "Spark driver UI" in html
+    screenshot = tmp_path / "status-page.png"
+    assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 10_000
+    if os.environ.get("FLIGHTS_STATUS_SCREENSHOT"):
+        shutil.copyfile(screenshot, Path(os.environ["FLIGHTS_STATUS_SCREENSHOT"]))
+    print(f"states of {VICTIM} seen on the page after the kill: {seen}; screenshot {screenshot}")

@@ -1,0 +1,70 @@
+"""The web app (services/status/app.py): the page and `/api/status` show the same document,
+503 until the first poll; the SVG plot; the command line's checks."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from services.status.__main__ import build_config, build_parser
+from services.status.app import create_app, format_age
+from services.status.config import StatusConfigError
+from services.status.plot import rates, sparkline_svg
+from tests.unit.status.test_model import check_document, document
+
+
+def test_before_the_first_poll_both_say_not_ready():
+    client = TestClient(create_app(lambda: None))
+    assert client.get("/").status_code == 503
+    assert client.get("/api/status").status_code == 503
+    assert client.get("/healthz").status_code == 503
+
+
+def test_the_page_and_the_json_show_the_same_document():
+    doc = document()
+    client = TestClient(create_app(lambda: doc))
+    api = client.get("/api/status")
+    assert api.status_code == 200 and api.json() == doc
+    check_document(api.json())
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert '<meta http-equiv="refresh" content="1">' in html
+    assert 'data-service="broker-2" data-state="dead"' in html
+    assert 'data-service="broker-1" data-state="up"' in html
+    assert "healthchecker-3" in html and "<polyline" in html
+    assert 'href="http://127.0.0.1:8080/"' in html
+    assert client.get("/healthz").text == "ok"
+
+
+def test_service_names_are_escaped_in_the_page():
+    doc = document()
+    doc["services"][0]["name"] = "<script>x</script>"
+    html = TestClient(create_app(lambda: doc)).get("/").text
+    assert "<script>x</script>" not in html and "&lt;script&gt;" in html
+
+
+def test_rates_ignore_a_counter_that_went_down_and_the_plot_scales_to_its_peak():
+    assert rates([(0.0, 10.0), (2.0, 30.0), (3.0, 5.0), (3.0, 9.0)]) == [(2.0, 10.0),
+                                                                         (3.0, 0.0)]
+    svg = sparkline_svg([(0.0, 0.0), (1.0, 10.0)], "x", width_px=108, height_px=58)
+    assert 'points="4.0,54.0 104.0,4.0"' in svg and "peak 10.0/s" in svg
+    assert "collecting" in sparkline_svg([], "x")
+
+
+def test_ages_read_as_people_read_them():
+    assert [format_age(s) for s in (None, 0.44, 12.4, 185.0)] == ["–", "0.4 s", "12 s",
+                                                                  "3 min 5 s"]
+
+
+def test_the_command_line_builds_a_checked_config():
+    args = build_parser().parse_args(["--brokers", "b1:9092,b2:9092", "--checkers",
+                                      "h1:9101", "--link", "Spark=http://x:8080/"])
+    config = build_config(args, b"s")
+    assert config.broker_metrics == (("b1", 9100), ("b2", 9100))
+    assert config.links == (("Spark", "http://x:8080/"),)
+    args.refresh_interval_s = 0
+    with pytest.raises(StatusConfigError, match="refresh_interval_s"):
+        build_config(args, b"s")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--brokers", "b:1", "--checkers", "no-port"])

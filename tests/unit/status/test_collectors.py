@@ -1,0 +1,80 @@
+"""The status page's collectors, on their pure parts: the brokers' metrics text (as the real
+broker collector writes it), the checkers' answers, and the session ledger."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+
+from common.session_records import QueryDone, ResultRows, SessionEnded, SessionStarted
+from healthchecker.status import status_document
+from services.status.brokers import MalformedBrokerMetricsError, broker_report_from_text
+from services.status.checkers import MalformedCheckerStatusError, parse_checker_status
+from services.status.sessions import SessionLedger
+from tests.unit.healthchecker.test_checker_status import status_node
+from tests.unit.metrics_fakes import NOW_S, fake_broker_registry
+
+
+def test_a_broker_report_from_the_brokers_own_metrics_text():
+    text = generate_latest(fake_broker_registry()).decode()
+    report = broker_report_from_text("broker-1", 1, text)
+    assert (report.role, report.epoch, report.leader_id, report.commit_index) == (
+        "leader", 7, 1, 40)
+    assert report.partitions == {("flights.c1", 0): (15, 12), ("flights.c1", 1): (0, 0)}
+    assert report.follower_lag_entries == {2: 10, 3: 50}
+    assert report.produced_records == 15
+
+
+@pytest.mark.parametrize("text", ["# nothing here\n", "kaska_replication_epoch{ 1\n"])
+def test_metrics_without_the_replication_gauges_are_an_error(text):
+    with pytest.raises(MalformedBrokerMetricsError):
+        broker_report_from_text("broker-1", 1, text)
+
+
+def test_a_checkers_answer_parses_and_a_foreign_one_is_an_error():
+    doc = status_document(status_node(), NOW_S, 1010.0)
+    status = parse_checker_status("healthchecker-2", doc)
+    assert (status.node_id, status.role, status.leader_id) == (2, "follower", 3)
+    assert {row["name"] for row in status.services} == {"svc", "spark-master"}
+    for bad in ({**doc, "format": 99}, {**doc, "services": [{"name": 1}]},
+                {**doc, "leader_id": "three"}, [1, 2]):
+        with pytest.raises(MalformedCheckerStatusError):
+            parse_checker_status("healthchecker-2", bad)
+
+
+def test_the_ledger_follows_a_session_from_start_to_done():
+    ledger = SessionLedger(sessions_max=4)
+    ledger.apply_session_record(SessionStarted("c1", 4))
+    ledger.apply_result_record("c1", ResultRows("q1", 0, [["a"], ["b"]]))
+    ledger.apply_result_record("c1", ResultRows("q1", 0, [["a"], ["b"]]))  # a re-run's repeat
+    assert ledger.sessions["c1"].queries["q1"].result_rows == 2
+    ledger.apply_session_record(SessionEnded("c1", {"flights.c1": [3, 4], "airports.c1": [1]},
+                                             {"flights": 900, "airports": 100},
+                                             {"wrong_field_count": 2}))
+    session = ledger.sessions["c1"]
+    assert (session.ended, session.batches_total, session.rows_sent, session.rows_rejected) == (
+        True, 8, 1000, 2)
+    assert not session.done
+    for query in ("q1", "q2", "q3", "q4"):
+        ledger.apply_result_record("c1", QueryDone(query, 5))
+    assert ledger.sessions["c1"].done
+    assert ledger.sessions["c1"].queries["q1"].result_rows == 5
+
+
+def test_an_acknowledged_session_is_done_even_if_its_results_were_never_read():
+    ledger = SessionLedger(sessions_max=4)
+    ledger.apply_session_record(SessionStarted("c1", 4))
+    ledger.apply_result_record("c1", QueryDone("q1", 7))
+    ResultsAcked = type("ResultsAcked", (), {"client_id": "c1"})  # noqa: N806 - a record type
+    ledger.apply_session_record(ResultsAcked())
+    session = ledger.sessions["c1"]
+    assert session.acked and session.done
+    assert session.queries["q1"].result_rows == 7 and session.queries["q2"].done
+
+
+def test_the_ledger_keeps_the_newest_sessions_only():
+    ledger = SessionLedger(sessions_max=2)
+    for cid in ("a", "b", "c"):
+        ledger.apply_session_record(SessionStarted(cid, 1))
+    ledger.apply_result_record("a", QueryDone("q1", 1))  # forgotten: ignored
+    assert list(ledger.sessions) == ["b", "c"]
