@@ -74,6 +74,8 @@ class Summary:
     rows_per_query: dict[str, int] = field(default_factory=dict)
     duplicates_dropped: dict[str, int] = field(default_factory=dict)
     upload: dict[str, dict[str, int]] = field(default_factory=dict)
+    # ResultsAcked stored: the query service may delete the session's topics.
+    results_acked: bool = False
     timings_s: dict[str, float] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str = ""

@@ -6,7 +6,13 @@ common/checkpoint.py) as store `session-<client id>` in the state directory, pay
     {"format": 1, "client_id": "<uuid>", "partitions": P, "batch_rows": B,
      "files": {"airports": {"bytes": size, "messages_acked": n, "rows_sent": null | n,
                             "rows_rejected": null | {kind: n}}, "flights": {...}},
-     "session_started": true, "session_ended": null | {SessionEnded fields}}
+     "session_started": true, "session_ended": null | {SessionEnded fields},
+     "results_saved": false, "results_acked": false}
+
+`results_saved`: q1.csv ... q4.csv, report.html and summary.json are written and fsynced, so a
+restart never reads the results topic again (the query service may delete it once acked);
+`results_acked`: the ResultsAcked record is stored on `sessions`. Both are absent (false) in
+checkpoints written before they existed.
 
 `messages_acked` is the number of leading messages of that file the broker acknowledged: every
 message id below it is stored, so a restart skips them (message ids: client/message_ids.py).
@@ -48,6 +54,10 @@ class CorruptResumeStateError(ResumeError):
     """A checkpoint whose JSON lacks fields or has the wrong types."""
 
 
+class SavedResultsMissingError(ResumeError):
+    """The checkpoint says the results were saved, but the result files are not there."""
+
+
 @dataclass
 class FileProgress:
     bytes: int
@@ -65,6 +75,8 @@ class ResumeState:
     files: dict[str, FileProgress]
     session_started: bool = False
     session_ended: SessionEnded | None = None
+    results_saved: bool = False
+    results_acked: bool = False
     resumed: bool = field(default=False, compare=False)  # loaded from a checkpoint
 
     def to_json(self) -> dict:
@@ -76,6 +88,8 @@ class ResumeState:
             "files": {name: asdict(progress) for name, progress in self.files.items()},
             "session_started": self.session_started,
             "session_ended": None if self.session_ended is None else asdict(self.session_ended),
+            "results_saved": self.results_saved,
+            "results_acked": self.results_acked,
         }
 
     @classmethod
@@ -91,6 +105,8 @@ class ResumeState:
                 files={str(name): _file_progress(p) for name, p in data["files"].items()},
                 session_started=bool(data["session_started"]),
                 session_ended=None if ended is None else SessionEnded(**ended),
+                results_saved=_flag(data, "results_saved"),
+                results_acked=_flag(data, "results_acked"),
                 resumed=True,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -109,6 +125,13 @@ class ResumeState:
             raise ResumeMismatchError(
                 "the saved session (client id, partitions, batch rows, file sizes) "
                 f"{mine} does not match this run's {theirs}")
+
+
+def _flag(data: dict, name: str) -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise CorruptResumeStateError(f"bad client checkpoint: {name} is {value!r}")
+    return value
 
 
 def _file_progress(fields: dict) -> FileProgress:

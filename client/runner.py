@@ -5,10 +5,18 @@
               acknowledged prefix of each (client.resume) every `checkpoint_interval_s`
     end       SessionEnded{end offsets, rows sent, rows rejected by kind}
     results   follow results.<cid> until Q1-Q4 are complete (client.results), printing rows
-    report    q1.csv ... q4.csv, summary.json, report.html (client.report)
+    report    q1.csv ... q4.csv, report.html, summary.json (client.report), fsynced; then the
+              checkpoint says `results_saved`
+    ack       ResultsAcked on `sessions`: the query service may now delete the session's topics
+              (the checkpoint then says `results_acked`)
 
 Resume: a run with the client id of an earlier one loads its checkpoint and skips whatever that
 run had finished; without a checkpoint it re-sends everything and the broker drops the repeats.
+A run resumed once the results are saved touches no session topic (they may be gone): it checks
+that q1.csv ... q4.csv are there, keeps the earlier summary's counts, writes the ack if the
+earlier run did not, and completes. An ack that cannot be written (broker away past
+`stall_timeout_s`, or a stop) leaves the session completed with `results_acked` false in
+summary.json; a run with the same client id writes it.
 `run_session` always leaves a summary.json whose `status` says how it ended; it returns the
 summary, and raises nothing but programmer errors: failures are in `status` and `error`.
 
@@ -31,6 +39,7 @@ from client.csv_reader import (
     CsvReaderError,
     CsvSliceReader,
 )
+from client.partition_producers import PartitionProducers
 from client.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
 from client.progress import UploadProgress
 from client.report import (
@@ -38,6 +47,8 @@ from client.report import (
     STATUS_FAILED,
     STATUS_INTERRUPTED,
     Summary,
+    query_file,
+    read_summary,
     write_query_files,
     write_report,
     write_summary,
@@ -49,7 +60,13 @@ from client.results import (
     ResultsInterruptedError,
     ResultTable,
 )
-from client.resume import FileProgress, ResumeError, ResumeState, SessionCheckpoint
+from client.resume import (
+    FileProgress,
+    ResumeError,
+    ResumeState,
+    SavedResultsMissingError,
+    SessionCheckpoint,
+)
 from client.session import SessionControl, SessionError, data_topics
 from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
 from common.checkpoint import CheckpointError
@@ -62,6 +79,10 @@ CHECKPOINT_INTERVAL_S_DEFAULT = 0.5
 BATCH_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
 STATE_SUBDIR = "state"
+# What a resumed run whose results are saved keeps from the earlier run's summary.json.
+RESTORED_SUMMARY_FIELDS = ("rows_sent", "rows_rejected", "rejected_samples",
+                           "rows_invalid_for_queries", "rows_per_query", "duplicates_dropped",
+                           "upload")
 INTERRUPTIONS = (UploadInterruptedError, ResultsInterruptedError, StoppedWhileWaitingError)
 FAILURES = (CsvReaderError, BrokerWaitError, ResultsError, ResumeError, SessionError,
             CheckpointError, OSError)
@@ -114,6 +135,7 @@ class ClientSession:
         options = {"token": config.token, **config.cluster_options}
         self.admin = Admin(config.brokers, **options)
         self.producer = Producer(config.brokers, config.client_id, **options)
+        self.data_producers = PartitionProducers(config.brokers, config.client_id, **options)
         self.consumer = Consumer(config.brokers, group=f"client-{config.client_id}", **options)
         self.control = SessionControl(self.admin, self.producer, self.consumer,
                                       config.client_id, config.partitions, stop,
@@ -123,7 +145,9 @@ class ClientSession:
         try:
             table = self._run_phases()
             self.summary.status = STATUS_COMPLETED
-            self._report(table)
+            if table is not None:
+                self._report(table)
+            self._acknowledge()
         except INTERRUPTIONS as error:
             self.summary.status, self.summary.error = STATUS_INTERRUPTED, str(error)
             log.warning("session %s interrupted: %s", self.config.client_id, error)
@@ -135,8 +159,12 @@ class ClientSession:
             self._finish()
         return self.summary
 
-    def _run_phases(self) -> ResultTable:
+    def _run_phases(self) -> ResultTable | None:
+        """The results, or None when an earlier run saved them already."""
         self._open()
+        if self.state.results_saved:
+            self._restore_saved_results()
+            return None
         if self.state.session_ended is None:
             self._upload()
             self._end()
@@ -157,6 +185,8 @@ class ClientSession:
                             {name: FileProgress(r.file_bytes) for name, r in self.readers.items()})
         self.state = self.checkpoint.load_or(fresh)
         self.summary.resumed = self.state.resumed
+        if self.state.results_saved:
+            return  # the session's topics may be deleted already: never make them again
         self.control.create_topics()
         if not self.state.session_started:
             self.control.write_started()
@@ -176,7 +206,7 @@ class ClientSession:
     def _upload_file(self, name: str, reader: CsvSliceReader) -> None:
         topics = data_topics(self.config.client_id)
         settings = UploadSettings(stall_timeout_s=self.config.stall_timeout_s)
-        uploader = FileUploader(self.producer, topics[name], self.config.partitions,
+        uploader = FileUploader(self.data_producers, topics[name], self.config.partitions,
                                 self.stop, settings)
         started = time.monotonic()
         self.progress.start_file(name, reader.file_bytes)
@@ -252,9 +282,50 @@ class ClientSession:
         return table
 
     def _report(self, table: ResultTable) -> None:
+        """Every result file, fsynced, then the checkpoint says so."""
         write_query_files(self.config.results_dir, table)
         self._timing("total", self.started_at)
         write_report(self.config.results_dir, table, self.summary)
+        write_summary(self.config.results_dir, self.summary)
+        self.state.results_saved = True
+        self.checkpoint.save(self.state)
+
+    def _restore_saved_results(self) -> None:
+        missing = [query for query in QUERIES
+                   if not query_file(self.config.results_dir, query).is_file()]
+        if missing:
+            raise SavedResultsMissingError(
+                f"an earlier run saved the results, but {', '.join(missing)} (.csv) are not "
+                f"in {self.config.results_dir}; the session's topics may be deleted: start a "
+                "new session")
+        try:
+            previous = read_summary(self.config.results_dir) or {}
+        except ValueError:
+            previous = {}  # never torn (written by rename); a foreign file: counts unknown
+        if previous.get("client_id") == self.config.client_id:
+            for name in RESTORED_SUMMARY_FIELDS:
+                if name in previous:
+                    setattr(self.summary, name, previous[name])
+        else:
+            self._fill_upload_summary()
+        log.info("session %s: results already saved in %s by an earlier run",
+                 self.config.client_id, self.config.results_dir)
+
+    def _acknowledge(self) -> None:
+        """ResultsAcked on `sessions` (once): the results are on disk for good."""
+        assert self.state.results_saved
+        if not self.state.results_acked:
+            try:
+                self.control.write_acked()
+            except BrokerWaitError as error:
+                log.error("session %s: results saved, but not acknowledged (%s); run again with "
+                          "--client-id %s to let the query service delete the session's "
+                          "topics", self.config.client_id, error, self.config.client_id)
+                return
+            self.state.results_acked = True
+            self.checkpoint.save_quietly(self.state)
+            log.info("session %s: results acknowledged", self.config.client_id)
+        self.summary.results_acked = True
 
     # --- bookkeeping ----------------------------------------------------------------------
 
@@ -272,7 +343,7 @@ class ClientSession:
             write_summary(self.config.results_dir, self.summary)
         except OSError as error:
             log.error("cannot write the summary: %s", error)
-        for closable in (self.producer, self.consumer, self.admin):
+        for closable in (self.data_producers, self.producer, self.consumer, self.admin):
             closable.close()
 
 

@@ -1,4 +1,4 @@
-"""A client session's control side: its topics and its two records on the shared `sessions` topic.
+"""A client session's control side: its topics and its records on the shared `sessions` topic.
 
 Opening creates `airports.<cid>` and `flights.<cid>` with P partitions (an existing topic with
 another partition count is refused: the message-id mapping depends on P) and `results.<cid>`
@@ -6,13 +6,15 @@ and `sessions` with one partition each, then writes SessionStarted.
 
 Exactly-once on `sessions`, a topic every client shares: each client writes with producer id =
 its client id (a UUID, unique per session) on partition 0, with fixed sequence numbers,
-SessionStarted = 0 and SessionEnded = 1. The broker keeps a sequence space per (partition,
-producer id), so clients never collide, and a resumed client re-sending either record gets the
-duplicate answer (or DuplicateSequenceError, older than the broker's memory: stored too)
-instead of a second copy. The broker forgets producers only beyond its `producer_ids_max` per
-partition; past that a repeat could be stored again, and it would be byte-identical (same
-end offsets and counts), so a reader keyed by client id still sees one session. The resume
-checkpoint also records that SessionEnded was acknowledged, so a restart does not re-send it.
+SessionStarted = 0, SessionEnded = 1 and, once the results are saved, ResultsAcked = 2. The
+broker keeps a sequence space per (partition, producer id), so clients never collide, and a
+resumed client re-sending any of them gets the duplicate answer (or DuplicateSequenceError,
+older than the broker's memory: stored too) instead of a second copy. The broker forgets
+producers only beyond its `producer_ids_max` per partition; past that a repeat could be stored
+again, and it would be byte-identical (same end offsets and counts), so a reader keyed by
+client id still sees one session. The resume checkpoint also records that SessionEnded and
+ResultsAcked were acknowledged, so a restart does not re-send them. A repeated ResultsAcked is
+harmless anyway: deleting topics that are gone already does nothing.
 
 `end_offsets` asks the broker for the log end of every partition of the session's data topics;
 it is exact because only this client writes them and every batch is acknowledged by then.
@@ -33,6 +35,7 @@ from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import DuplicateSequenceError, TopicAlreadyExistsError
 from common.session_records import (
     SESSIONS_TOPIC,
+    ResultsAcked,
     SessionEnded,
     SessionStarted,
     airports_topic,
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 SESSION_STARTED_SEQUENCE = 0
 SESSION_ENDED_SEQUENCE = 1
+RESULTS_ACKED_SEQUENCE = 2
 SESSIONS_PARTITION = 0
 T = TypeVar("T")
 
@@ -104,6 +108,10 @@ class SessionControl:
     def write_ended(self, ended: SessionEnded) -> None:
         assert ended.client_id == self.client_id
         self._write(encode(ended), SESSION_ENDED_SEQUENCE)
+
+    def write_acked(self) -> None:
+        """The results are on disk: the query service may delete the session's topics."""
+        self._write(encode(ResultsAcked(self.client_id)), RESULTS_ACKED_SEQUENCE)
 
     def _write(self, payload: bytes, sequence: int) -> None:
         def write_once() -> None:

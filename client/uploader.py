@@ -10,20 +10,32 @@ sequence, so the broker stores every message once whatever is re-sent:
   batches it remembers per producer, which here means "already stored" too (the broker never
   stores a sequence out of order, so every sequence below its last one is stored).
 
-One batch is in flight at a time (the producer's rule), so acknowledgements arrive in message
-id order and "acknowledged" is always a prefix of the file. Slices are encoded (Arrow IPC,
-zstd) on a helper thread, up to `prefetch_batches_max` ahead, so compression overlaps the
-round trips to the broker.
+Pipeline (why: a produce with acks=all waits for a majority of brokers, so one message at a
+time leaves the machine idle between round trips): the reader's slices are encoded
+(`common.arrow_rows`) by `encode_workers` threads, up to `prefetch_batches_max` ahead; a sender
+thread per partition (at most `senders_max`, partition p going to sender p % senders) sends its
+partitions' messages in sequence order, one at a time, as the broker's dedup table requires.
+So up to `senders` batches are in flight, each partition's sequence stays dense and ordered, and
+acknowledgements arrive out of message-id order across partitions. `on_ack` is still called
+with the acknowledged *prefix* of the file (every message below it acknowledged), in order:
+that prefix is what a resumed run may skip, and messages above it that were acknowledged too
+are simply re-sent and dropped by the broker as duplicates.
 
 Failures: a message is re-sent (same sequence) through broker restarts by `client.patience`,
 whose errors (`BrokerStalledError`, `BrokerRefusedError`, `StoppedWhileWaitingError`) pass
-through. A set stop event ends the upload between two messages with `UploadInterruptedError`.
-Thread-safety: one `FileUploader` per thread.
+through; the first error of any sender ends the upload, the other senders stop after their
+current message. A set stop event ends the upload between two messages with
+`UploadInterruptedError`; the senders start no message after it is set (those already sent
+by then, at most one per sender, are simply re-sent by the resumed run).
+Thread-safety: one `FileUploader` per thread; `producer.send_batch` is called from several
+threads, never for one partition from two at once.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -35,13 +47,16 @@ import pyarrow as pa
 from client.csv_reader import CsvSliceReader
 from client.message_ids import place
 from client.patience import STALL_TIMEOUT_S_DEFAULT, persist
-from common.arrow_rows import encode_rows
-from common.kaska import Producer
+from common.arrow_rows import COMPRESSION_DEFAULT, encode_rows
 from common.kaska.errors import DuplicateSequenceError
 
 log = logging.getLogger(__name__)
 
-PREFETCH_BATCHES_MAX_DEFAULT = 16
+PREFETCH_BATCHES_MAX_DEFAULT = 32
+ENCODE_WORKERS_DEFAULT = 2
+SENDERS_MAX_DEFAULT = 8
+SENDER_QUEUE_DEPTH = 4  # messages waiting per sender: enough to never leave one idle
+ACK_POLL_S = 0.05
 
 
 class UploadInterruptedError(Exception):
@@ -68,14 +83,99 @@ class FileUploadResult:
 class UploadSettings:
     stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT
     prefetch_batches_max: int = PREFETCH_BATCHES_MAX_DEFAULT
+    encode_workers: int = ENCODE_WORKERS_DEFAULT
+    senders_max: int = SENDERS_MAX_DEFAULT
+    compression: str | None = COMPRESSION_DEFAULT
 
 
 AckCallback = Callable[[int, int], None]  # (messages acknowledged so far, rows in this message)
 
 
+class AckedPrefix:
+    """The acknowledged prefix of a file's message ids, from acknowledgements in any order."""
+
+    def __init__(self, start: int) -> None:
+        self.end = start  # every message id below it is acknowledged
+        self._above: list[tuple[int, int]] = []  # (message id, rows), acknowledged, >= end
+
+    def add(self, message_id: int, rows: int) -> list[tuple[int, int]]:
+        """Record one acknowledgement; for each message the prefix grew by, in order, the
+        prefix's new end and the message's rows."""
+        heapq.heappush(self._above, (message_id, rows))
+        grown = []
+        while self._above and self._above[0][0] == self.end:
+            self.end += 1
+            grown.append((self.end, heapq.heappop(self._above)[1]))
+        return grown
+
+
+class _Senders:
+    """One thread per sender, each sending its partitions' messages in order."""
+
+    def __init__(self, uploader: FileUploader, count: int) -> None:
+        self._uploader = uploader
+        self.acks: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.failure: BaseException | None = None
+        self._halt = threading.Event()
+        self._inboxes = [queue.Queue(SENDER_QUEUE_DEPTH) for _ in range(count)]
+        self._threads = [threading.Thread(target=self._run, args=(inbox,), daemon=True,
+                                          name=f"send-{uploader.topic}-{i}")
+                         for i, inbox in enumerate(self._inboxes)]
+        for thread in self._threads:
+            thread.start()
+
+    def put(self, item: EncodedSlice, partition: int) -> None:
+        inbox = self._inboxes[partition % len(self._inboxes)]
+        while not self._halt.is_set():
+            try:
+                inbox.put(item, timeout=ACK_POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def _run(self, inbox: queue.Queue) -> None:
+        while True:
+            item = inbox.get()
+            if item is None or self._halt.is_set() or self._uploader.stop.is_set():
+                return
+            try:
+                self._uploader.send(item)
+            except BaseException as error:  # noqa: BLE001 - handed to the main thread, re-raised
+                self.failure = self.failure or error
+                self._halt.set()
+                return
+            self.acks.put((item.message_id, item.rows))
+
+    def close(self, wait: bool) -> None:
+        """Let the senders finish what they hold (`wait`) or stop after their current message."""
+        if not wait:
+            self._halt.set()
+        for inbox in self._inboxes:
+            while True:
+                try:
+                    inbox.put(None, timeout=ACK_POLL_S)
+                    break
+                except queue.Full:
+                    if self._halt.is_set():
+                        _drain(inbox)
+        for thread in self._threads:
+            thread.join()
+
+
+def _drain(inbox: queue.Queue) -> None:
+    try:
+        while True:
+            inbox.get_nowait()
+    except queue.Empty:
+        pass
+
+
 class FileUploader:
-    def __init__(self, producer: Producer, topic: str, partitions: int,
+    def __init__(self, producer, topic: str, partitions: int,
                  stop: threading.Event, settings: UploadSettings = UploadSettings()) -> None:
+        """`producer`: anything with `send_batch(topic, partition, payloads, sequence)` that
+        may be called for different partitions from different threads at once
+        (`client.partition_producers.PartitionProducers`)."""
         assert partitions >= 1
         self.producer = producer
         self.topic = topic
@@ -85,29 +185,63 @@ class FileUploader:
 
     def upload(self, reader: CsvSliceReader, messages_acked: int,
                on_ack: AckCallback) -> FileUploadResult:
-        """Send every slice from message id `messages_acked` on; calls `on_ack` after each."""
+        """Send every slice from message id `messages_acked` on; calls `on_ack` as the
+        acknowledged prefix grows, once per message, in message-id order."""
         result = FileUploadResult(messages=0, rows=0, messages_sent=0, messages_skipped=0,
                                   payload_bytes=0)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
-            for item in _prefetched(self._numbered(reader, messages_acked), pool,
-                                    self.settings.prefetch_batches_max):
-                if self.stop.is_set():
-                    raise UploadInterruptedError(f"stopped before {self.topic} message "
-                                                 f"{item.message_id}")
-                self._deliver(item, result, on_ack)
+        prefix = AckedPrefix(0)
+        senders = _Senders(self, min(self.partitions, self.settings.senders_max))
+        finished = False
+        messages = 0
+        try:
+            with ThreadPoolExecutor(max_workers=self.settings.encode_workers,
+                                    thread_name_prefix="encode") as pool:
+                for item in _prefetched(self._numbered(reader, messages_acked), pool,
+                                        self.settings.prefetch_batches_max,
+                                        self.settings.compression):
+                    self._check(senders, item.message_id)
+                    messages = item.message_id + 1
+                    if item.payload is None:
+                        result.messages_skipped += 1
+                        self._acked(prefix, item.message_id, item.rows, result, on_ack)
+                    else:
+                        result.messages_sent += 1
+                        result.payload_bytes += len(item.payload)
+                        senders.put(item, place(item.message_id, self.partitions).partition)
+                    self._absorb(senders, prefix, result, on_ack)
+            senders.close(wait=True)
+            finished = True
+            self._check(senders, messages)
+            self._absorb(senders, prefix, result, on_ack)
+        finally:
+            if not finished:
+                senders.close(wait=False)
+        assert prefix.end == messages, "every message acknowledged"
+        result.messages = messages
         return result
 
-    def _deliver(self, item: EncodedSlice, result: FileUploadResult,
-                 on_ack: AckCallback) -> None:
-        if item.payload is None:
-            result.messages_skipped += 1
-        else:
-            self._send(item)
-            result.messages_sent += 1
-            result.payload_bytes += len(item.payload)
-        result.messages = item.message_id + 1
-        result.rows += item.rows
-        on_ack(result.messages, item.rows)
+    def _check(self, senders: _Senders, message_id: int) -> None:
+        if senders.failure is not None:
+            raise senders.failure
+        if self.stop.is_set():
+            raise UploadInterruptedError(f"stopped before {self.topic} message {message_id}")
+
+    def _absorb(self, senders: _Senders, prefix: AckedPrefix, result: FileUploadResult,
+                on_ack: AckCallback) -> None:
+        """Every acknowledgement the senders reported so far."""
+        while True:
+            try:
+                message_id, rows = senders.acks.get_nowait()
+            except queue.Empty:
+                return
+            self._acked(prefix, message_id, rows, result, on_ack)
+
+    @staticmethod
+    def _acked(prefix: AckedPrefix, message_id: int, rows: int, result: FileUploadResult,
+               on_ack: AckCallback) -> None:
+        for end, grown_rows in prefix.add(message_id, rows):
+            result.rows += grown_rows
+            on_ack(end, grown_rows)
 
     @staticmethod
     def _numbered(reader: CsvSliceReader,
@@ -116,7 +250,8 @@ class FileUploader:
         for message_id, rows in enumerate(reader.slices()):
             yield message_id, rows, message_id < messages_acked
 
-    def _send(self, item: EncodedSlice) -> None:
+    def send(self, item: EncodedSlice) -> None:
+        """Send one message until the broker holds it (called by a sender thread)."""
         placement = place(item.message_id, self.partitions)
 
         def send_once() -> None:
@@ -127,15 +262,15 @@ class FileUploader:
                 log.debug("%s message %d was already stored", self.topic, item.message_id)
 
         persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
-                       self.settings.stall_timeout_s)
+                self.settings.stall_timeout_s)
 
 
 def _prefetched(slices: Iterator[tuple[int, pa.RecordBatch, bool]], pool: ThreadPoolExecutor,
-                depth: int) -> Iterator[EncodedSlice]:
+                depth: int, compression: str | None) -> Iterator[EncodedSlice]:
     """Slices encoded on `pool` (skipped ones are not), at most `depth` ahead, in order."""
     pending: deque[tuple[int, int, Future | None]] = deque()
     for message_id, rows, skipped in slices:
-        future = None if skipped else pool.submit(encode_rows, rows)
+        future = None if skipped else pool.submit(encode_rows, rows, compression)
         pending.append((message_id, rows.num_rows, future))
         if len(pending) >= depth:
             yield _finished(*pending.popleft())

@@ -3,43 +3,84 @@
 A client reads its CSV files with a streaming reader into Arrow record batches whose columns
 are every CSV column, as strings, named by the header, plus `row_id` (int64, the row's
 0-based number in its file). Each slice travels as one Kaska record holding an Arrow IPC
-stream (schema + one record batch) with ZSTD buffer compression. Why Arrow: the Spark `kaska`
-source hands Arrow record batches to Spark as they are, with no per-row Python work, and the
-client sends complete rows (projection is Spark's job) at a few bytes per field.
+stream (schema + one record batch), either as it is or compressed as a whole into one LZ4 or
+Zstandard frame (`compression`). Why Arrow: the Spark `kaska` source hands Arrow record
+batches to Spark as they are, with no per-row Python work, and the client sends complete rows
+(projection is Spark's job) at a few bytes per field.
+
+Why the whole stream in one frame rather than Arrow's per-buffer compression: a 300-row slice
+of 28 columns has ~60 small buffers, and compressing each alone cost 2.3x the CPU of one frame
+for the same size (measured on 2M generated rows: 1.32 vs 0.57 ms per slice with zstd), and the
+client's CPU is what bounds an upload. Readers tell the forms apart by their first four bytes
+(an IPC stream starts with the continuation marker 0xFFFFFFFF, a frame with its codec's magic
+number), so payloads written with per-buffer compression by earlier clients still decode.
 
 Pure functions; thread-safe.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 ROW_ID = "row_id"
-COMPRESSION = "zstd"
+# LZ4: about as cheap to write as Zstandard at level 1 and 3-4x cheaper to read, for 1.4x the
+# bytes; all on one machine, the brokers' and Spark's CPU matter as much as the client's.
+COMPRESSION_DEFAULT = "lz4"
+COMPRESSIONS = (None, "lz4", "zstd")
+# The first four bytes of each codec's frame (LZ4 frame format; Zstandard frame format).
+FRAME_MAGIC = {b"\x04\x22\x4d\x18": "lz4", b"\x28\xb5\x2f\xfd": "zstd"}
+# Level 1: Zstandard's fastest; the payloads are short-lived (until the session is deleted).
+_CODECS = {"lz4": pa.Codec("lz4"), "zstd": pa.Codec("zstd", compression_level=1)}
 
 
 class MalformedRowsPayloadError(ValueError):
     """A record that is not an Arrow IPC stream of one or more record batches."""
 
 
-def encode_rows(batch: pa.RecordBatch, compression: str | None = COMPRESSION) -> bytes:
-    """One Arrow IPC stream holding `batch` (which already carries its `row_id` column)."""
+def encode_rows(batch: pa.RecordBatch, compression: str | None = COMPRESSION_DEFAULT) -> bytes:
+    """One Arrow IPC stream holding `batch` (which already carries its `row_id` column),
+    compressed as one frame unless `compression` is None."""
     assert ROW_ID in batch.schema.names, "rows travel with their row ids"
+    assert compression in COMPRESSIONS, compression
     sink = pa.BufferOutputStream()
-    options = ipc.IpcWriteOptions(compression=compression)
-    with ipc.new_stream(sink, batch.schema, options=options) as writer:
+    with ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    if compression is None:
+        return sink.getvalue().to_pybytes()
+    # One-shot compression of the whole stream into one frame: 30 % less CPU than streaming
+    # the writer through a CompressedOutputStream (LZ4, 300-row slices), same bytes.
+    return _CODECS[compression].compress(sink.getvalue(), asbytes=True)
+
+
+def open_rows(payload: bytes | memoryview,
+              options: ipc.IpcReadOptions | None = None) -> ipc.RecordBatchStreamReader:
+    """An IPC stream reader over one payload, whichever form it has; raises
+    MalformedRowsPayloadError when it is no stream."""
+    source = pa.BufferReader(pa.py_buffer(payload))
+    codec = FRAME_MAGIC.get(bytes(payload[:4]))
+    if codec is not None:
+        source = pa.CompressedInputStream(source, codec)
+    try:
+        return ipc.open_stream(source, options=options)
+    except (pa.ArrowInvalid, pa.ArrowIOError) as err:
+        raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {err}") from err
+
+
+def read_all(reader: ipc.RecordBatchStreamReader) -> pa.Table:
+    """Every batch of an open payload stream; a torn or corrupt one raises
+    MalformedRowsPayloadError."""
+    try:
+        with reader:
+            return reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError) as err:
+        raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {err}") from err
 
 
 def decode_rows(payload: bytes | memoryview) -> pa.Table:
     """The rows of one record; raises MalformedRowsPayloadError for anything else."""
-    try:
-        with ipc.open_stream(pa.py_buffer(payload)) as reader:
-            table = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError) as err:
-        raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {err}") from err
+    table = read_all(open_rows(payload))
     if ROW_ID not in table.schema.names:
         raise MalformedRowsPayloadError("rows payload without a row_id column")
     return table
@@ -47,5 +88,5 @@ def decode_rows(payload: bytes | memoryview) -> pa.Table:
 
 def with_row_ids(batch: pa.RecordBatch, first_row_id: int) -> pa.RecordBatch:
     """`batch` plus a `row_id` column numbering its rows from `first_row_id`."""
-    row_ids = pa.array(range(first_row_id, first_row_id + batch.num_rows), type=pa.int64())
+    row_ids = pa.array(np.arange(first_row_id, first_row_id + batch.num_rows, dtype=np.int64))
     return batch.append_column(ROW_ID, row_ids)

@@ -4,6 +4,8 @@
     SessionStarted{client_id, partitions}
     SessionEnded{client_id, end_offsets: {topic: [end offset per partition]}, rows_sent: {file: n},
                  rows_rejected: {kind: n}}
+    ResultsAcked{client_id}    the client saved every result file durably: the session's
+                               topics (`session_topics`) may go (spark/session_cleanup.py)
 `results.<client_id>` topic (1 partition), written by the query service, read by the client:
     ResultRows{query, first_row, rows: [[field, ...], ...]}   a slice of one query's CSV rows
     QueryDone{query, rows, invalid: {kind: n}}                  the query's last record
@@ -11,6 +13,10 @@
 End offsets make completeness exact: the service reads exactly [0, end) of every partition of
 the session's topics, whatever else may be appended later, and nobody counts EOF markers.
 Result rows are numbered per query (`first_row`), so a reader can drop a repeated slice.
+
+A reader meets records of types it does not know (an older service, a newer client): `decode`
+raises MalformedSessionRecordError for them and the reader skips them. Older logs simply lack
+ResultsAcked and still decode.
 
 Pure functions; thread-safe.
 """
@@ -41,6 +47,11 @@ def results_topic(client_id: str) -> str:
     return f"results.{client_id}"
 
 
+def session_topics(client_id: str) -> tuple[str, str, str]:
+    """Every topic of one session, the input ones first: what its deletion removes."""
+    return airports_topic(client_id), flights_topic(client_id), results_topic(client_id)
+
+
 @dataclass(frozen=True)
 class SessionStarted:
     client_id: str
@@ -69,9 +80,17 @@ class QueryDone:
     invalid: dict[str, int] = field(default_factory=dict)
 
 
-ControlRecord = SessionStarted | SessionEnded | ResultRows | QueryDone
+@dataclass(frozen=True)
+class ResultsAcked:
+    """The client holds every result file on disk (written and fsynced, its checkpoint says
+    so): it will never read the session's topics again."""
+
+    client_id: str
+
+
+ControlRecord = SessionStarted | SessionEnded | ResultsAcked | ResultRows | QueryDone
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (SessionStarted, SessionEnded,
-                                                          ResultRows, QueryDone)}
+                                                          ResultsAcked, ResultRows, QueryDone)}
 
 
 def encode(record: ControlRecord) -> bytes:
@@ -95,4 +114,7 @@ def decode(payload: bytes | memoryview) -> ControlRecord:
         raise MalformedSessionRecordError(f"bad fields for {cls.__name__}: {err}") from err
     if isinstance(record, ResultRows | QueryDone) and record.query not in QUERIES:
         raise MalformedSessionRecordError(f"unknown query {record.query!r}")
+    if isinstance(record, ResultsAcked) and not (isinstance(record.client_id, str)
+                                                 and record.client_id):
+        raise MalformedSessionRecordError(f"bad client_id {record.client_id!r}")
     return record

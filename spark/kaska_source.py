@@ -31,14 +31,13 @@ batch's sequence number) and `row_id` (long: the row's number in its file). (cli
 message_id, row_id) is unique per row, so a duplicate would show.
 
 Payload (the contract with the client, `common/arrow_rows.py`): each Kaska record is one Arrow
-IPC stream (schema + one record batch, ZSTD-compressed buffers) holding a slice of CSV rows
+IPC stream (schema + one record batch; plain, in one LZ4/Zstandard frame, or with compressed
+buffers) holding a slice of CSV rows
 with *all* their columns as strings plus `row_id`. Why: `read()` must hand Spark Arrow record
 batches (about 3x the rows/s of Python tuples on this machine), and an IPC payload becomes one
 with no per-row Python work at all: decode, select, append three constant/row-id columns,
 concatenate. All columns travel because the platform keeps complete data (new queries need no
-client change); the `columns` option still lets a reader decode only what it needs (IPC reads
-skip the other columns' buffers: decoding the 7 of 27 columns the queries use took 2-4x less
-time than decoding all of them, measured on 200k generated rows).
+client change); the `columns` option hands Spark only the columns a query reads.
 Strings keep the CSV text exact (no float rounding, validity rules see the original text).
 
 Exactness: each input partition is one offset range [start, end) of one topic partition, read
@@ -58,7 +57,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -67,7 +65,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common.arrow_rows import ROW_ID, MalformedRowsPayloadError
+from common.arrow_rows import ROW_ID, MalformedRowsPayloadError, open_rows, read_all
 from common.kaska.consumer import Consumer
 from common.kaska.range_reader import (
     FETCH_BYTES_MAX_DEFAULT,
@@ -261,50 +259,34 @@ def payload_columns(payload: bytes) -> tuple[str, ...]:
 
 
 def _read_schema(payload: bytes) -> pa.Schema:
-    try:
-        return ipc.read_schema(pa.py_buffer(payload))
-    except (pa.ArrowInvalid, pa.ArrowIOError) as error:
-        raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {error}") from error
+    with open_rows(payload) as stream:
+        return stream.schema
 
 
 class RowsConverter:
-    """Rows payloads -> columns of the output schema, decoding only the columns asked for.
+    """Rows payloads -> columns of the output schema.
 
-    A column the payload lacks comes out null; a non-string one is cast to string. Keeps one
-    projection per payload schema seen (a client sends one schema per topic). One per task.
+    A column the payload lacks comes out null; a non-string one is cast to string. The whole
+    payload is read (a frame decompresses as a whole; a plain stream is read without copying)
+    and the columns asked for are picked from it. One per task.
     """
 
     def __init__(self, columns: tuple[str, ...]) -> None:
         self.columns = columns
-        self._projections: dict[pa.Schema, tuple[ipc.IpcReadOptions, list[str]]] = {}
 
     def arrays(self, payload: bytes, client_id: str, message_id: int) -> list[pa.Array]:
-        options, present = self._projection(payload)
-        try:
-            with ipc.open_stream(pa.py_buffer(payload), options=options) as stream:
-                table = stream.read_all()
-        except (pa.ArrowInvalid, pa.ArrowIOError) as error:
-            raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {error}") from error
+        table = read_all(open_rows(payload))
+        names = set(table.schema.names)
+        if ROW_ID not in names:
+            raise MalformedRowsPayloadError("rows payload without a row_id column")
         rows = table.num_rows
-        arrays = [_as_type(table.column(name).combine_chunks(), pa.string()) if name in present
+        arrays = [_as_type(table.column(name).combine_chunks(), pa.string()) if name in names
                   else pa.nulls(rows, pa.string()) for name in self.columns]
         row_ids = table.column(ROW_ID).combine_chunks()
         arrays += [pa.repeat(pa.scalar(client_id, pa.string()), rows),
                    pa.repeat(pa.scalar(message_id, pa.int64()), rows),
                    _as_type(row_ids, pa.int64())]
         return arrays
-
-    def _projection(self, payload: bytes) -> tuple[ipc.IpcReadOptions, list[str]]:
-        schema = _read_schema(payload)
-        cached = self._projections.get(schema)
-        if cached is None:
-            if ROW_ID not in schema.names:
-                raise MalformedRowsPayloadError("rows payload without a row_id column")
-            present = [name for name in self.columns if name in schema.names]
-            indices = sorted(schema.get_field_index(name) for name in [*present, ROW_ID])
-            cached = (ipc.IpcReadOptions(included_fields=indices), present)
-            self._projections[schema] = cached
-        return cached
 
 
 def _as_type(array: pa.Array, kind: pa.DataType) -> pa.Array:

@@ -8,6 +8,10 @@ Metric families (`query_service_` prefix):
 - `query_service_sessions_completed_total{outcome}`: done, or given up after every attempt;
 - `query_service_records_skipped_total`, `query_service_records_malformed_total`: `sessions`
   records that start no job (SessionStarted and unknown kinds), and ones that do not parse;
+- `query_service_sessions_acked_total`: ResultsAcked records (clients holding their results);
+- `query_service_sessions_cleaned_total`, `query_service_session_topics_deleted_total`:
+  acknowledged sessions whose topics are gone, and the topics this process deleted (one already
+  gone is not counted);
 - `query_service_job_seconds{outcome}` (histogram): one attempt of a session job, done, failed
   (retried or given up) or interrupted (a stop);
 - `query_service_jobs_running`;
@@ -100,6 +104,12 @@ class QueryServiceCollector(Collector):
             ("records_skipped", "records_skipped",
              "Records of `sessions` that start no job (SessionStarted, unknown kinds)."),
             ("records_malformed", "records_malformed", "Records of `sessions` that do not parse."),
+            ("sessions_acked", "sessions_acked",
+             "ResultsAcked records read: clients that saved their results."),
+            ("sessions_cleaned", "sessions_cleaned",
+             "Acknowledged sessions whose topics are deleted."),
+            ("session_topics_deleted", "session_topics_deleted",
+             "Topics of acknowledged sessions deleted by this process."),
         ):
             yield CounterMetricFamily(f"query_service_{name}", doc, value=counts.get(key, 0))
         completed = CounterMetricFamily("query_service_sessions_completed",

@@ -4,10 +4,13 @@ Every piece is deterministic, so a job re-run after a crash writes the very same
 the broker drops the ones it already has:
 - producer id: uuid5(RESULTS_NAMESPACE, "<client id>/<query>"): one producer per session and
   query, the same in every run and every service process;
-- row order: the formatted rows sorted as text tuples (each query's rows sort the same way
-  in every run: Q4's routes are unique, the other queries' leading fields are exact text);
+- row order: the caller's, which must be the same in every run (session_job sorts each query
+  by all its output columns in Spark: rows equal in every sort key are equal, so the
+  formatted sequence is the same whatever order Spark leaves ties in);
 - slices: rows [i * n, (i + 1) * n) go out as ResultRows{first_row = i * n} with sequence i;
   the QueryDone that closes the query has sequence = the number of slices.
+Rows are taken from an iterable and sent a slice at a time: a writer holds one slice, never a
+query's whole result.
 A re-sent batch the broker remembers is answered with its first offset; one older than what it
 remembers comes back as DuplicateSequenceError, which here means "already stored".
 
@@ -26,7 +29,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from common.kaska import Producer
 from common.kaska.errors import DuplicateSequenceError, KaskaStorageError
@@ -52,15 +55,23 @@ def result_producer_id(client_id: str, query: str) -> uuid.UUID:
     return uuid.uuid5(RESULTS_NAMESPACE, f"{client_id}/{query}")
 
 
-def sorted_rows(rows: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Rows in the deterministic order slices are cut from."""
+def sorted_rows(rows: Iterable[Sequence[str]]) -> list[list[str]]:
+    """Rows sorted as text tuples: a deterministic order for callers that hold them anyway."""
     return sorted((list(row) for row in rows), key=tuple)
 
 
-def slice_bounds(row_count: int, rows_per_slice: int) -> list[tuple[int, int]]:
+def slices_of(rows: Iterable[Sequence[str]], rows_per_slice: int
+              ) -> Iterator[tuple[int, list[list[str]]]]:
+    """(first row number, rows) of each slice of at most `rows_per_slice` rows, in order."""
     assert rows_per_slice > 0
-    return [(first, min(row_count, first + rows_per_slice))
-            for first in range(0, row_count, rows_per_slice)]
+    first, pending = 0, []
+    for row in rows:
+        pending.append(list(row))
+        if len(pending) == rows_per_slice:
+            yield first, pending
+            first, pending = first + rows_per_slice, []
+    if pending:
+        yield first, pending
 
 
 class QueryResultWriter:
@@ -83,20 +94,20 @@ class QueryResultWriter:
         # dedup window); recent ones it simply answers with their first offset, uncounted.
         self.old_duplicates = 0
 
-    def write(self, rows: Sequence[Sequence[str]], invalid: dict[str, int]) -> int:
-        """Every row, then QueryDone; returns the number of slices. `rows` must already be in
-        `sorted_rows` order (the caller sorts once and logs)."""
-        bounds = slice_bounds(len(rows), self._rows_per_slice)
-        for sequence, (first, end) in enumerate(bounds):
+    def write(self, rows: Iterable[Sequence[str]], invalid: dict[str, int]) -> int:
+        """Every row, a slice at a time, then QueryDone; returns the number of rows. `rows` must
+        come in the same order in every run (module doc)."""
+        slices, total = 0, 0
+        for first, chunk in slices_of(rows, self._rows_per_slice):
             if self._stop.is_set():
                 raise ResultWriteInterruptedError(f"{self.topic} {self.query}: stopped at "
-                                                  f"slice {sequence} of {len(bounds)}")
-            record = ResultRows(self.query, first, [list(row) for row in rows[first:end]])
-            self._send(encode(record), sequence)
+                                                  f"slice {slices}")
+            self._send(encode(ResultRows(self.query, first, chunk)), slices)
+            slices, total = slices + 1, first + len(chunk)
             if self._slice_pause_s:
                 self._stop.wait(self._slice_pause_s)
-        self._send(encode(QueryDone(self.query, len(rows), dict(invalid))), len(bounds))
-        return len(bounds)
+        self._send(encode(QueryDone(self.query, total, dict(invalid))), slices)
+        return total
 
     def _send(self, payload: bytes, sequence: int) -> None:
         assert len(payload) <= record_bytes_max, "slices are bounded by rows_per_slice"

@@ -1,7 +1,8 @@
 """The query service: one long-running Spark application that answers every ended session.
 
     python -m spark.service --brokers H:P[,H:P] --master local[2] [--checkpoint-dir DIR]
-        [--heartbeat-targets H:P[,...]] [--sessions-concurrent-max N] ...
+        [--heartbeat-targets H:P[,...]] [--sessions-concurrent-max N]
+        [--finished-session-retention-s S | --keep-finished-sessions] ...
 
 Follows the `sessions` topic. For each SessionEnded it runs `spark.session_job` (Q1-Q4 over
 exactly the session's offset ranges, results and QueryDone records to `results.<cid>`) in a
@@ -20,6 +21,15 @@ killed at any moment redoes the unfinished sessions; their result writes are ide
 (`result_writer`: deterministic producer ids, sequence numbers and row order), so the broker
 drops what the killed run had already written and every result row is stored once.
 
+Finished sessions' topics. A client that saved its results appends ResultsAcked; the service
+then deletes the session's three topics, after `--finished-session-retention-s` (default 0: at
+once; negative, or `--keep-finished-sessions`: never), never while a job for that client runs
+and never before its SessionEnded is committed (rules: spark/session_cleanup.py). The acks'
+places are tracked by a second cursor, group `query-service-cleanup` (or store
+`sessions-cleanup` with `--checkpoint-dir`), committed once the topics are gone, so a service
+killed after an ack deletes them after its restart. Reading starts at the lower cursor; records
+below the job cursor start no job.
+
 A failed job (broker unreachable past the read deadline, executor lost...) is retried with
 backoff up to `--session-attempts-max` times, then logged as given up and skipped.
 
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import queue
 import signal
@@ -50,25 +61,42 @@ from pyspark.errors import PySparkException
 from common.checkpoint import CheckpointError, CheckpointStore
 from common.heartbeat import HeartbeatSender, parse_targets
 from common.kaska import Admin, Consumer, Message
-from common.kaska.errors import KaskaError, OffsetOutOfRangeError, TopicAlreadyExistsError
+from common.kaska.errors import (
+    InvalidTopicError,
+    KaskaError,
+    OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from common.kaska.retry import RetryPolicy
+from common.kaska.topic_name import validate_topic_name
 from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from common.session_records import (
     SESSIONS_TOPIC,
     MalformedSessionRecordError,
+    ResultsAcked,
     SessionEnded,
     SessionStarted,
     decode,
+    session_topics,
 )
 from spark.kaska_source import register
 from spark.metrics import JobMetrics, query_service_registry
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, ResultWriteInterruptedError
+from spark.session_cleanup import SessionCleanup, retention_due_s
 from spark.session_job import JobSettings, run_session_job, validate_session
 from spark.session_progress import SessionProgress
+from spark.warm_up import SAMPLE_ROWS_DEFAULT as WARM_UP_ROWS_DEFAULT
+from spark.warm_up import WarmUpError, warm_up
 
 log = logging.getLogger("spark.service")
 
 SERVICE_NAME = "query-service"
 CONSUMER_GROUP = "query-service"
+CLEANUP_GROUP = "query-service-cleanup"
+CLEANUP_STORE_NAME = "sessions-cleanup"
+# Deletions run in the main loop: a broker that does not answer costs seconds, not minutes.
+CLEANUP_ADMIN_OPTIONS = {"request_timeout_s": 5.0, "retry": RetryPolicy(retries_max=3)}
 REPO = Path(__file__).resolve().parents[1]
 POLL_TIMEOUT_S = 0.5
 BROKER_PAUSE_S_MAX = 5.0
@@ -98,6 +126,16 @@ class ServiceSettings:
     result_slice_pause_s: float = 0.0
     read_retry_deadline_s: float = 60.0
     metrics_listen: tuple[str, int] | None = None  # Prometheus /metrics; None: off
+    warm_up_rows: int = WARM_UP_ROWS_DEFAULT  # 0: serve cold
+    # The driver's Spark UI: None = Spark's default port (4040) on a cluster and off in local
+    # mode (tests start many drivers); 0 = off; a port = on, also in local mode.
+    ui_port: int | None = None
+    # Seconds an acknowledged session's topics are kept; negative: kept for ever.
+    finished_session_retention_s: float = 0.0
+
+    @property
+    def deletes_finished_sessions(self) -> bool:
+        return self.finished_session_retention_s >= 0
 
 
 @dataclass(frozen=True)
@@ -117,7 +155,8 @@ class ServiceStopping(Exception):
 
 
 class BrokerProgressStore:
-    """Committed offsets of group `query-service` on the broker (the `__offsets` topic)."""
+    """Committed offsets of the consumer's group (`query-service`, or `query-service-cleanup`)
+    on the broker (the `__offsets` topic)."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
@@ -132,8 +171,8 @@ class BrokerProgressStore:
 class FileProgressStore:
     """`{"<partition>": offset}` in a CheckpointStore (JSON payload, atomic versioned saves)."""
 
-    def __init__(self, directory: Path) -> None:
-        self._store = CheckpointStore(directory, name="sessions-progress")
+    def __init__(self, directory: Path, name: str = "sessions-progress") -> None:
+        self._store = CheckpointStore(directory, name=name)
         self._offsets: dict[str, int] = self._store.load_json() or {}
 
     def load(self, partition: int) -> int | None:
@@ -149,15 +188,26 @@ class FileProgressStore:
 
 class QueryService:
     def __init__(self, settings: ServiceSettings, spark,
-                 stop_requested: threading.Event | None = None) -> None:
+                 stop_requested: threading.Event | None = None,
+                 clock=time.monotonic, wall_clock=time.time) -> None:
         self.settings = settings
         self.spark = spark
         self.stop_requested = stop_requested or threading.Event()
         self.counts = {"sessions_done": 0, "sessions_given_up": 0, "records_skipped": 0,
-                       "records_malformed": 0, "sessions_started": 0, "sessions_picked_up": 0}
+                       "records_malformed": 0, "sessions_started": 0, "sessions_picked_up": 0,
+                       "sessions_acked": 0, "sessions_cleaned": 0, "session_topics_deleted": 0}
         self.metrics = JobMetrics()  # read by spark.metrics at scrape time
+        self._clock = clock
+        self._wall_clock = wall_clock
         self._progress = SessionProgress()
         self._committed: dict[int, int] = {}
+        self._jobs_from: dict[int, int] = {}  # partition -> first offset that may start a job
+        # Topic deletion of acknowledged sessions (None: kept) and its own cursor.
+        self._cleanup = SessionCleanup(settings.finished_session_retention_s) \
+            if settings.deletes_finished_sessions else None
+        self._cleanup_progress = SessionProgress()
+        self._cleanup_from: dict[int, int] = {}
+        self._cleanup_committed: dict[int, int] = {}
         self._finished: queue.Queue[Finished] = queue.Queue()
         self._jobs: queue.Queue[tuple[int, int, SessionEnded] | None] = queue.Queue()
         self._running_clients: set[str] = set()
@@ -174,13 +224,24 @@ class QueryService:
     def run(self) -> None:
         """Serve until `request_stop`; unfinished sessions stay uncommitted."""
         consumer = Consumer(self.settings.brokers, CONSUMER_GROUP, token=self.settings.token)
+        cleanup_consumer = admin = None
         try:
             store = self._progress_store(consumer)
+            cleanup_store = None
+            if self._cleanup is not None:
+                cleanup_consumer = Consumer(self.settings.brokers, CLEANUP_GROUP,
+                                            token=self.settings.token)
+                cleanup_store = self._progress_store(cleanup_consumer, CLEANUP_STORE_NAME)
+                admin = Admin(self.settings.brokers, token=self.settings.token,
+                              **CLEANUP_ADMIN_OPTIONS)
             self.start_workers()
-            self._assign(consumer, store)
+            self._assign(consumer, store, cleanup_store)
             while not self.stop_requested.is_set():
-                full = self._progress.pending() >= self.settings.sessions_pending_max
+                full = self._progress.pending() >= self.settings.sessions_pending_max or (
+                    self._cleanup is not None and self._cleanup.full())
                 self.absorb_finished(store, wait_s=POLL_TIMEOUT_S if full else 0.0)
+                if admin is not None:
+                    self.clean_up(admin, cleanup_store)
                 if not full:
                     self._poll_once(consumer)
             self.absorb_finished(store, wait_s=0.0)
@@ -188,30 +249,48 @@ class QueryService:
             log.info("stopped while waiting for the broker")
         finally:
             self.stop_workers()
-            consumer.close()
+            for closable in (consumer, cleanup_consumer, admin):
+                if closable is not None:
+                    closable.close()
 
-    def _progress_store(self, consumer: Consumer):
+    def _progress_store(self, consumer: Consumer, file_name: str = "sessions-progress"):
         if self.settings.checkpoint_dir is not None:
-            return FileProgressStore(self.settings.checkpoint_dir)
+            return FileProgressStore(self.settings.checkpoint_dir, file_name)
         return BrokerProgressStore(consumer)
 
-    def _assign(self, consumer: Consumer, store) -> None:
+    def _assign(self, consumer: Consumer, store, cleanup_store) -> None:
         """Start every partition of `sessions` at its checkpoint (or the log start: a session
-        that ended before the service's first start must not be missed)."""
+        that ended before the service's first start must not be missed); with topic deletion
+        on, at the cleanup cursor when that one is lower (module doc)."""
         partitions = self._until_broker_answers(lambda: self._sessions_partitions())
         for partition in range(partitions):
             committed = self._until_broker_answers(lambda p=partition: store.load(p))
             position = committed if committed is not None else self._until_broker_answers(
                 lambda p=partition: consumer.start_offset(SESSIONS_TOPIC, p))
-            consumer.seek(SESSIONS_TOPIC, position, partition)
-            self.assign_partition(partition, position)
-            log.info("following %s/%d from offset %d (%s)", SESSIONS_TOPIC, partition, position,
-                     "checkpoint" if committed is not None else "log start, no checkpoint")
+            cleanup_position = None
+            if cleanup_store is not None:
+                cleanup_position = self._until_broker_answers(
+                    lambda p=partition: cleanup_store.load(p))
+            self.assign_partition(partition, position, cleanup_position)
+            start = min(position, self._cleanup_from.get(partition, position))
+            consumer.seek(SESSIONS_TOPIC, start, partition)
+            log.info("following %s/%d from offset %d (%s; cleanup cursor at %s)",
+                     SESSIONS_TOPIC, partition, start,
+                     "checkpoint" if committed is not None else "log start, no checkpoint",
+                     self._cleanup_from.get(partition, "-"))
 
-    def assign_partition(self, partition: int, position: int) -> None:
-        """Records of `partition` are read from `position`, which is already committed."""
+    def assign_partition(self, partition: int, position: int,
+                         cleanup_position: int | None = None) -> None:
+        """Jobs start from records of `partition` at `position`, which is already committed;
+        acks are taken from `cleanup_position` (None: `position`, as on a first start)."""
         self._progress.start(partition, position)
         self._committed[partition] = position
+        self._jobs_from[partition] = position
+        if self._cleanup is not None:
+            cleanup_from = position if cleanup_position is None else cleanup_position
+            self._cleanup_progress.start(partition, cleanup_from)
+            self._cleanup_from[partition] = cleanup_from
+            self._cleanup_committed[partition] = cleanup_from
 
     def _sessions_partitions(self) -> int:
         with Admin(self.settings.brokers, token=self.settings.token) as admin:
@@ -263,29 +342,69 @@ class QueryService:
                           error)
                 consumer.seek(SESSIONS_TOPIC, start, partition)
                 self._progress.skip_to(partition, start)
+                if self._cleanup is not None:
+                    self._cleanup_progress.skip_to(partition, start)
 
     def handle(self, message: Message) -> None:
-        """Take the next `sessions` record: a SessionEnded goes to a worker, anything else
-        is finished at once (malformed ones counted and logged)."""
-        self._progress.picked(message.partition, message.offset)
+        """Take the next `sessions` record: a SessionEnded goes to a worker, a ResultsAcked to
+        the cleanup, anything else is finished at once (malformed ones counted and logged).
+        A record below the job cursor (read again for the cleanup) starts no job."""
+        partition, offset = message.partition, message.offset
+        for_jobs = offset >= self._jobs_from[partition]
+        for_cleanup = self._cleanup is not None and offset >= self._cleanup_from[partition]
+        if for_jobs:
+            self._progress.picked(partition, offset)
+        if for_cleanup:
+            self._cleanup_progress.picked(partition, offset)
+        record = self._decode(message, counted=for_jobs)
+        self._take_for_cleanup(message, record, for_cleanup)
+        if for_jobs:
+            self._take_for_jobs(message, record)
+
+    def _decode(self, message: Message, counted: bool):
+        """The record, or None when it is malformed (logged, and counted when `counted`)."""
         where = f"{SESSIONS_TOPIC}/{message.partition}@{message.offset}"
         try:
             record = decode(message.value)
             if isinstance(record, SessionEnded):
                 validate_session(record)
+            elif isinstance(record, ResultsAcked):
+                _validate_acked(record)
         except (MalformedSessionRecordError, RecursionError) as error:
             # RecursionError: JSON nested deeper than the parser's stack; just as malformed.
-            self._count("records_malformed")
+            if counted:
+                self._count("records_malformed")
             log.warning("skipping malformed record at %s: %s (%d malformed so far)", where,
                         error, self.counts["records_malformed"])
-            self._progress.finished(message.partition, message.offset)
+            return None
+        return record
+
+    def _take_for_cleanup(self, message: Message, record, for_cleanup: bool) -> None:
+        partition, offset = message.partition, message.offset
+        if self._cleanup is not None and isinstance(record, SessionEnded):
+            self._cleanup.ended(record.client_id, partition, offset)
+        if not for_cleanup:
             return
+        if not isinstance(record, ResultsAcked):
+            self._cleanup_progress.finished(partition, offset)
+            return
+        age_s = self._wall_clock() - message.timestamp_ms / 1000
+        self._cleanup.acked(record.client_id, partition, offset, self._clock(), age_s)
+        log.info("session %s: results acknowledged by the client (%s/%d@%d); its topics go in "
+                 "%.0f s at the earliest", record.client_id, SESSIONS_TOPIC, partition, offset,
+                 retention_due_s(0.0, self._cleanup.retention_s, age_s))
+
+    def _take_for_jobs(self, message: Message, record) -> None:
         if not isinstance(record, SessionEnded):
-            if isinstance(record, SessionStarted):
-                self._count("sessions_started")
-            self._count("records_skipped")
+            if isinstance(record, ResultsAcked):
+                self._count("sessions_acked")
+            elif record is not None:
+                self._count("records_skipped")
+                if isinstance(record, SessionStarted):
+                    self._count("sessions_started")
             self._progress.finished(message.partition, message.offset)
             return
+        where = f"{SESSIONS_TOPIC}/{message.partition}@{message.offset}"
         log.info("session %s picked up at %s: end offsets %s", record.client_id, where,
                  record.end_offsets)
         self._count("sessions_picked_up")
@@ -305,21 +424,46 @@ class QueryService:
                 break
         for item in finished:
             self._progress.finished(item.partition, item.offset)
-        self._commit(store)
+        _commit(store, self._progress, self._committed, "")
 
-    def _commit(self, store) -> None:
-        for partition in self._progress.partitions():
-            position = self._progress.commit_position(partition)
-            if position == self._committed.get(partition):
-                continue
+    # -- deleting the topics of acknowledged sessions ----------------------------------------
+
+    def clean_up(self, admin, store) -> None:
+        """Delete the topics of every acknowledged session that is due (rules:
+        spark/session_cleanup.py), then commit the cleanup cursor (`store` None: not kept)."""
+        if self._cleanup is None:
+            return
+        with self._running_lock:
+            running = set(self._running_clients)
+        for cid in self._cleanup.due(self._clock(), running, self._committed):
+            if self.stop_requested.is_set():
+                break
             try:
-                store.save(partition, position)
-            except (KaskaError, CheckpointError, OSError) as error:
-                log.warning("committing %s/%d at %d failed (%s); will retry", SESSIONS_TOPIC,
-                            partition, position, error)
-                return
-            self._committed[partition] = position
-            log.info("committed %s/%d at offset %d", SESSIONS_TOPIC, partition, position)
+                deleted = self._delete_session_topics(admin, cid)
+            except KaskaError as error:
+                pause_s = self._cleanup.failed(cid, self._clock())
+                log.warning("session %s: deleting its topics failed (%s: %s); retrying in "
+                            "%.0f s", cid, type(error).__name__, error, pause_s)
+                continue
+            for partition, offset in self._cleanup.deleted(cid):
+                self._cleanup_progress.finished(partition, offset)
+            self._count("sessions_cleaned")
+            log.info("session %s: acknowledged, %d topic(s) deleted (%s)", cid, len(deleted),
+                     ", ".join(deleted) or "all were gone already")
+        if store is not None:
+            _commit(store, self._cleanup_progress, self._cleanup_committed, " (cleanup)")
+
+    def _delete_session_topics(self, admin, cid: str) -> list[str]:
+        """The topics that existed and are deleted now; one that is gone already is fine."""
+        deleted = []
+        for topic in session_topics(cid):
+            try:
+                admin.delete_topic(topic)
+            except UnknownTopicOrPartitionError:
+                continue
+            deleted.append(topic)
+            self._count("session_topics_deleted")
+        return deleted
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -416,6 +560,46 @@ class QueryService:
         self.stop_requested.set()
 
 
+def _commit(store, progress: SessionProgress, committed: dict[int, int], what: str) -> None:
+    """Save `progress`'s commit position of every partition that moved; `committed` holds the
+    positions saved."""
+    for partition in progress.partitions():
+        position = progress.commit_position(partition)
+        if position == committed.get(partition):
+            continue
+        try:
+            store.save(partition, position)
+        except (KaskaError, CheckpointError, OSError) as error:
+            log.warning("committing %s/%d at %d%s failed (%s); will retry", SESSIONS_TOPIC,
+                        partition, position, what, error)
+            return
+        committed[partition] = position
+        log.info("committed %s/%d at offset %d%s", SESSIONS_TOPIC, partition, position, what)
+
+
+def _validate_acked(record: ResultsAcked) -> None:
+    """MalformedSessionRecordError unless the client id makes valid topic names."""
+    for topic in session_topics(record.client_id):
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicError as error:
+            raise MalformedSessionRecordError(
+                f"client_id {record.client_id[:60]!r}: {error}") from error
+
+
+def warm_up_quietly(spark, sample_rows: int) -> None:
+    """Pay the first job's cost now (spark/warm_up.py); a failure only leaves Spark cold."""
+    if sample_rows <= 0:
+        return
+    try:
+        seconds = warm_up(spark, sample_rows)
+    except (*JOB_ERRORS, WarmUpError) as error:
+        log.warning("warm-up failed, serving cold: %s: %s", type(error).__name__,
+                    _first_line(error))
+        return
+    log.info("warmed up in %.1f s (Q1-Q4 over %d sample rows)", seconds, sample_rows)
+
+
 def stop_spark_quietly(call, what: str) -> None:
     """`call()` during shutdown, when the JVM may already be gone: a Ctrl-C or a group-wide
     SIGTERM reaches the JVM too, and it stops its SparkContext on its own."""
@@ -452,12 +636,24 @@ def spark_session(settings: ServiceSettings):
                .config("spark.driver.memory", settings.driver_memory)
                .config("spark.driver.host", settings.driver_host))
     if settings.master.startswith("local"):
-        builder = builder.config("spark.driver.bindAddress", settings.driver_host) \
-            .config("spark.ui.enabled", "false")
+        builder = builder.config("spark.driver.bindAddress", settings.driver_host)
+    builder = _ui_config(builder, settings)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
+
+
+def _ui_config(builder, settings: ServiceSettings):
+    """The driver UI per `ServiceSettings.ui_port` (in local mode it binds to SPARK_LOCAL_IP,
+    the driver host, so 127.0.0.1 keeps it off the network)."""
+    if settings.ui_port == 0 or (settings.ui_port is None
+                                 and settings.master.startswith("local")):
+        return builder.config("spark.ui.enabled", "false")
+    builder = builder.config("spark.ui.enabled", "true")
+    if settings.ui_port is not None:
+        builder = builder.config("spark.ui.port", str(settings.ui_port))
+    return builder
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -488,6 +684,17 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--read-retry-deadline-s", type=float, default=60.0)
     parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
                         help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
+    parser.add_argument("--finished-session-retention-s", type=float, default=0.0,
+                        help="seconds a session's topics are kept after its client acknowledged "
+                             "the results (default 0: deleted at once; negative: kept)")
+    parser.add_argument("--keep-finished-sessions", action="store_true",
+                        help="never delete a finished session's topics")
+    parser.add_argument("--ui-port", type=int, default=None,
+                        help="the driver's Spark UI port (0: off; default: 4040 on a cluster, "
+                             "off in local mode)")
+    parser.add_argument("--warm-up-rows", type=int, default=WARM_UP_ROWS_DEFAULT,
+                        help="run Q1-Q4 once over this many sample rows before serving "
+                             "(spark/warm_up.py; 0: serve cold)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -496,6 +703,11 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
                  "shuffle_partitions", "result_rows_per_slice"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.ui_port is not None and not 0 <= args.ui_port <= 65535:
+        parser.error(f"--ui-port must lie in [0, 65535], got {args.ui_port}")
+    if not math.isfinite(args.finished_session_retention_s):
+        parser.error("--finished-session-retention-s must be a finite number")
+    retention_s = -1.0 if args.keep_finished_sessions else args.finished_session_retention_s
     return ServiceSettings(
         brokers=args.brokers, master=args.master, token=args.token,
         checkpoint_dir=args.checkpoint_dir, heartbeat_targets=tuple(args.heartbeat_targets),
@@ -506,7 +718,9 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         shuffle_partitions=args.shuffle_partitions, driver_host=args.driver_host,
         driver_memory=args.driver_memory, rows_per_slice=args.result_rows_per_slice,
         result_slice_pause_s=args.result_slice_pause_s,
-        read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen)
+        read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen,
+        finished_session_retention_s=retention_s, ui_port=args.ui_port,
+        warm_up_rows=max(0, args.warm_up_rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -535,8 +749,12 @@ def main(argv: list[str] | None = None) -> int:
         if heartbeat is not None:
             heartbeat.stop()
         return 2
-    log.info("query service up: brokers %s, master %s, %d concurrent sessions",
-             settings.brokers, settings.master, settings.sessions_concurrent_max)
+    warm_up_quietly(spark, settings.warm_up_rows)
+    log.info("query service up: brokers %s, master %s, %d concurrent sessions, finished "
+             "sessions' topics %s", settings.brokers, settings.master,
+             settings.sessions_concurrent_max,
+             f"deleted {settings.finished_session_retention_s:g} s after the ack"
+             if settings.deletes_finished_sessions else "kept")
     try:
         service.run()
     finally:

@@ -2,8 +2,9 @@
 
 `SessionEnded.end_offsets` names, for `airports.<cid>` and `flights.<cid>`, the end offset of
 every partition; the job reads [0, end) of each through the `kaska` source (only the columns
-the queries use), computes the queries (`spark.queries.compute_all`), collects every query's
-rows to the driver, sorts them, and hands them to `QueryResultWriter`s.
+the queries use), computes the queries (`spark.queries.compute_all`), and streams each query's
+rows, sorted by Spark, through a `QueryResultWriter` (a slice at a time: the driver never holds
+a whole result).
 
 QueryDone.invalid carries the run's invalid-row counts by kind (QUERIES.md "Valid rows", every
 kind, zeros included) for every query, and for q2 also `unknown_airport`: the valid rows Q2
@@ -19,7 +20,10 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from pyspark.sql import functions as F
 
 from common.kaska import Admin
 from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
@@ -35,7 +39,7 @@ from common.session_records import (
 )
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all
-from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter, sorted_rows
+from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +104,9 @@ def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str
                  json.dumps(results.invalid_counts), results.q2_skipped,
                  report.seconds["read_and_prepare"])
         try:
-            rows = _collect(results, report)
+            _write(results, ended, settings, stop, report)
         finally:
             results.release()
-        _write(rows, results, ended, settings, stop, report)
     finally:
         context.setLocalProperty(SCHEDULER_POOL_PROPERTY, None)
     return report
@@ -122,17 +125,15 @@ def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, 
     return reader.load()
 
 
-def _collect(results, report: JobReport) -> dict[str, list[list[str]]]:
-    rows = {}
-    for query, frame in results.frames().items():
-        started = time.monotonic()
-        rows[query] = sorted_rows([format_row(query, row) for row in frame.collect()])
-        report.query_rows[query] = len(rows[query])
-        report.seconds[query] = time.monotonic() - started
-    log.info("session %s: result rows %s, query seconds %s", report.client_id,
-             json.dumps(report.query_rows),
-             json.dumps({q: round(report.seconds[q], 2) for q in QUERIES}))
-    return rows
+def _sorted_rows(query: str, frame) -> Iterator[list[str]]:
+    """The query's formatted rows, sorted by every output column in Spark and streamed to the
+    driver a partition at a time (`toLocalIterator`): a run's order is every run's order
+    (result_writer), and the driver never holds a whole result."""
+    # -0.0 sorts equal to 0.0 but prints apart: each double's text breaks such ties.
+    texts = [F.col(name).cast("string") for name, kind in frame.dtypes if kind == "double"]
+    ordered = frame.orderBy(*frame.columns, *texts)
+    for row in ordered.toLocalIterator(prefetchPartitions=True):
+        yield format_row(query, row)
 
 
 def _ensure_results_topic(settings: JobSettings, client_id: str) -> None:
@@ -145,21 +146,26 @@ def _ensure_results_topic(settings: JobSettings, client_id: str) -> None:
             pass  # the usual case
 
 
-def _write(rows, results, ended: SessionEnded, settings: JobSettings, stop: threading.Event,
+def _write(results, ended: SessionEnded, settings: JobSettings, stop: threading.Event,
            report: JobReport) -> None:
+    """Each query's rows straight from Spark to its result slices, then its QueryDone."""
     started = time.monotonic()
     _ensure_results_topic(settings, ended.client_id)
     old_duplicates = 0
-    for query in QUERIES:
+    for query, frame in results.frames().items():
+        query_started = time.monotonic()
         invalid = dict(results.invalid_counts)
         if query == "q2":
             invalid[UNKNOWN_AIRPORT] = results.q2_skipped
         with QueryResultWriter(settings.brokers, ended.client_id, query, token=settings.token,
                                rows_per_slice=settings.rows_per_slice,
                                slice_pause_s=settings.slice_pause_s, stop=stop) as writer:
-            writer.write(rows[query], invalid)
+            report.query_rows[query] = writer.write(_sorted_rows(query, frame), invalid)
             old_duplicates += writer.old_duplicates
+        report.seconds[query] = time.monotonic() - query_started
     report.seconds["write"] = time.monotonic() - started
     log.info("session %s: results written in %.2f s (%d batches dropped by the broker as "
-             "written by an earlier run)", ended.client_id, report.seconds["write"],
-             old_duplicates)
+             "written by an earlier run); result rows %s, seconds per query (computed and "
+             "written) %s", ended.client_id, report.seconds["write"], old_duplicates,
+             json.dumps(report.query_rows),
+             json.dumps({q: round(report.seconds[q], 2) for q in QUERIES}))

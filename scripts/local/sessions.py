@@ -80,11 +80,14 @@ def client_outcome(run: ClientRun, registry: LocalServiceRegistry) -> str | None
     if summary is None or summary.get("client_id") != run.client_id:
         return None
     run.summary = summary
+    record = registry.read_pid(run.name)
     if summary["status"] == "completed":
+        if summary.get("results_acked") is False and record is not None and \
+                record.pid == summary.get("pid") and registry.live_pid(run.name) is not None:
+            return None  # the results are saved; the client is writing its ack (ms)
         return "completed"
     # A deliberate end (failure, SIGTERM) says goodbye and is not restarted; a summary from
     # an earlier, killed instance is not the end as long as the current one runs.
-    record = registry.read_pid(run.name)
     if record is not None and record.pid == summary.get("pid") and \
             registry.live_pid(run.name) is None:
         return summary["status"]

@@ -11,6 +11,7 @@ from common import session_records as sr
                     rows_sent={"flights": 10}, rows_rejected={"short_row": 1}),
     sr.ResultRows(query="q3", first_row=600, rows=[["a", "ATL-BOS", "DFW||ORD", "PT7H"]]),
     sr.QueryDone(query="q4", rows=12, invalid={"bad_fare": 2}),
+    sr.ResultsAcked(client_id="0b7e6a52-9d1c-4c7e-a3b5-1f0e2d3c4b5a"),
 ])
 def test_round_trip(record):
     assert sr.decode(sr.encode(record)) == record
@@ -20,6 +21,10 @@ def test_round_trip(record):
     b"", b"\xff\xfe", b"[1,2]", b'{"type":"Nope"}', b'{"type":"QueryDone","query":"q1"}',
     b'{"type":"QueryDone","query":"q9","rows":1}',
     b'{"type":"SessionStarted","client_id":"c","partitions":1,"extra":1}',
+    b'{"type":"ResultsAcked"}', b'{"type":"ResultsAcked","client_id":""}',
+    b'{"type":"ResultsAcked","client_id":7}', b'{"type":"ResultsAcked","client_id":null}',
+    b'{"type":"ResultsAcked","client_id":"c","end_offsets":{}}',
+    b'{"type":"SessionArchived","client_id":"c"}',  # a type from a newer writer
 ])
 def test_malformed_records_raise_a_named_error(payload):
     with pytest.raises(sr.MalformedSessionRecordError):
@@ -29,3 +34,17 @@ def test_malformed_records_raise_a_named_error(payload):
 def test_topic_names():
     assert (sr.flights_topic("c"), sr.airports_topic("c"), sr.results_topic("c")) == (
         "flights.c", "airports.c", "results.c")
+
+
+def test_an_ack_is_encoded_as_a_small_fixed_document():
+    assert sr.encode(sr.ResultsAcked("c1")) == b'{"type":"ResultsAcked","client_id":"c1"}'
+
+
+def test_records_written_before_results_acked_existed_still_decode():
+    """A `sessions` log from before: SessionEnded without the later optional fields."""
+    old = b'{"type":"SessionEnded","client_id":"c1","end_offsets":{"flights.c1":[4]}}'
+    assert sr.decode(old) == sr.SessionEnded("c1", {"flights.c1": [4]})
+
+
+def test_session_topics_input_first():
+    assert sr.session_topics("c") == ("airports.c", "flights.c", "results.c")

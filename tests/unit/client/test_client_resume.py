@@ -55,3 +55,26 @@ def test_corrupt_json_fields_raise_a_named_error():
         ResumeState.from_json({"format": 1, "client_id": CID})
     with pytest.raises(CorruptResumeStateError):
         ResumeState.from_json({**fresh().to_json(), "format": 99})
+
+
+def test_results_saved_and_acked_come_back(tmp_path):
+    state = fresh()
+    state.results_saved = True
+    SessionCheckpoint(tmp_path, CID).save(state)
+    loaded = SessionCheckpoint(tmp_path, CID).load_or(fresh())
+    assert (loaded.results_saved, loaded.results_acked) == (True, False)
+    loaded.results_acked = True
+    SessionCheckpoint(tmp_path, CID).save(loaded)
+    assert SessionCheckpoint(tmp_path, CID).load_or(fresh()).results_acked
+
+
+def test_a_checkpoint_from_before_the_ack_loads_as_not_saved():
+    old = fresh().to_json()
+    del old["results_saved"], old["results_acked"]
+    loaded = ResumeState.from_json(old)
+    assert (loaded.results_saved, loaded.results_acked) == (False, False)
+
+
+def test_a_non_boolean_flag_is_corrupt():
+    with pytest.raises(CorruptResumeStateError):
+        ResumeState.from_json({**fresh().to_json(), "results_saved": "yes"})

@@ -99,6 +99,12 @@ def test_collector_families():
     assert sample_values(found["query_service_input_rows"]) == {
         ("query_service_input_rows_total", ()): 100}
     assert found["query_service_jobs_running"].type == "gauge"
+    assert sample_values(found["query_service_session_topics_deleted"]) == {
+        ("query_service_session_topics_deleted_total", ()): 3}
+    assert sample_values(found["query_service_sessions_cleaned"]) == {
+        ("query_service_sessions_cleaned_total", ()): 1}
+    assert sample_values(found["query_service_sessions_acked"]) == {
+        ("query_service_sessions_acked_total", ()): 1}
 
 
 def test_metrics_listen_flag():

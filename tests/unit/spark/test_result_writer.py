@@ -14,7 +14,7 @@ from spark.result_writer import (
     QueryResultWriter,
     ResultWriteInterruptedError,
     result_producer_id,
-    slice_bounds,
+    slices_of,
     sorted_rows,
 )
 
@@ -33,9 +33,33 @@ def test_rows_sort_the_same_whatever_order_spark_returned():
 
 
 def test_slices_cover_every_row_once():
-    assert slice_bounds(0, 3) == []
-    assert slice_bounds(7, 3) == [(0, 3), (3, 6), (6, 7)]
-    assert slice_bounds(6, 3) == [(0, 3), (3, 6)]
+    rows = [[str(i)] for i in range(7)]
+    assert list(slices_of([], 3)) == []
+    assert [(first, len(chunk)) for first, chunk in slices_of(rows, 3)] == [(0, 3), (3, 3), (6, 1)]
+    assert [(first, len(chunk)) for first, chunk in slices_of(rows[:6], 3)] == [(0, 3), (3, 3)]
+    assert [row for _, chunk in slices_of(iter(rows), 3) for row in chunk] == rows
+
+
+def test_the_writer_takes_rows_from_an_iterator_one_slice_at_a_time(recording):
+    pulled = []
+
+    def rows():
+        for i in range(5):
+            pulled.append(i)
+            yield [f"leg{i}", "A-B", "1.0"]
+
+    sent_when_pulled = []
+    with QueryResultWriter("h:1", "c1", "q2", rows_per_slice=2) as writer:
+        original = recording[0].send_batch
+
+        def send(*args, **kwargs):
+            sent_when_pulled.append(len(pulled))
+            return original(*args, **kwargs)
+
+        recording[0].send_batch = send
+        assert writer.write(rows(), {}) == 5
+    # Each slice goes out as soon as it is full: never more than one slice held.
+    assert sent_when_pulled == [2, 4, 5, 5]
 
 
 class RecordingProducer:
@@ -71,7 +95,7 @@ def recording(monkeypatch):
 def test_writer_sends_slice_i_as_sequence_i_then_query_done(recording):
     rows = [[f"leg{i}", "A-B", "1.0", "X||Y||Z"] for i in range(5)]
     with QueryResultWriter("h:1", "c1", "q1", rows_per_slice=2) as writer:
-        assert writer.write(rows, {"bad_fare": 2}) == 3
+        assert writer.write(rows, {"bad_fare": 2}) == 5
     (producer,) = recording
     assert producer.producer_id == result_producer_id("c1", "q1")
     assert producer.sent == [

@@ -1,0 +1,205 @@
+"""Bounded disk: a finished session's topics leave every broker once the client acknowledged
+its results. Real processes: a three-broker replicated cluster, the query service (Spark
+local[2]) and a client session (`python -m client`).
+
+- The default (retention 0): the results are exact, then `airports.<cid>`, `flights.<cid>` and
+  `results.<cid>` are gone from the data directory of every replica (no trash left behind),
+  the disk the brokers use outside their replication journal is back at its baseline, the
+  service counts three topics deleted, and both of its cursors are committed at the end of
+  `sessions`.
+- The fault case: a retention of a few seconds, the service SIGKILLed once it read the ack
+  (the topics are still there), restarted: it reads the ack again and deletes the topics; the
+  session is not redone against its deleted input (no failed or given-up attempt) and nothing
+  makes a topic of the session again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.kaska import Admin, Consumer, Producer
+from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
+from services.broker.storage.log import DELETED_DIR, STAGING_DIR
+from spark.service import CLEANUP_GROUP, CONSUMER_GROUP, ServiceSettings
+from tests.integration.metrics_scrape import scrape
+from tests.integration.replication.cluster import BrokerCluster, free_ports
+from tests.integration.run_local_helpers import assert_results_match_reference, generated
+from tests.integration.spark.service_process import ServiceProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+ROWS = 5_000
+CLIENT_TIMEOUT_S = 300.0
+SERVICE_UP_S = 240.0
+DELETION_WAIT_S = 60.0
+FAULT_RETENTION_S = 8.0  # long enough to kill the service before it deletes
+QUIET_AFTER_DELETION_S = 3.0
+JOURNAL_DIR = "@replication"
+# No warm-up job at start where the service has one: these tests time nothing.
+COLD = ("--warm-up-rows", "0") if "warm_up_rows" in ServiceSettings.__dataclass_fields__ else ()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with BrokerCluster(tmp_path_factory.mktemp("cluster"), size=3) as made:
+        made.start()
+        yield made
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return generated(tmp_path_factory.mktemp("data"), rows=ROWS, seed=12)
+
+
+@pytest.fixture
+def services(tmp_path, cluster):
+    started: list[ServiceProcess] = []
+
+    def start(*extra_args: str) -> ServiceProcess:
+        service = ServiceProcess(cluster.bootstrap, tmp_path / "service.log", *COLD,
+                                 *extra_args).start()
+        started.append(service)
+        wait_until(lambda: service.log_lines("following sessions/0"), "the service following "
+                   "sessions", service, SERVICE_UP_S)
+        return service
+
+    yield start
+    for service in started:
+        service.kill9()
+
+
+def wait_until(condition, what: str, service: ServiceProcess, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert service.alive(), f"the service died waiting for {what}:\n{service.log_tail()}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s:\n{service.log_tail()}"
+        time.sleep(0.2)
+
+
+def run_client(cluster: BrokerCluster, data, results_dir: Path) -> str:
+    command = [sys.executable, "-m", "client", "--flights", str(data.flights_path),
+               "--airports", str(data.airports_path), "--brokers", cluster.bootstrap,
+               "--results-dir", str(results_dir), "--partitions", "3",
+               "--results-timeout-s", str(CLIENT_TIMEOUT_S)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                          timeout=CLIENT_TIMEOUT_S + 30, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return re.search(r"client ([0-9a-f-]{36}):", done.stdout).group(1)
+
+
+def session_dirs(cluster: BrokerCluster, client_id: str) -> dict[int, list[str]]:
+    """Per broker: every entry of its data directory (trash included) of this session."""
+    found = {}
+    for node_id, broker in cluster.brokers.items():
+        entries = [path for path in broker.data_dir.iterdir() if client_id in path.name]
+        for trash in (broker.data_dir / DELETED_DIR, broker.data_dir / STAGING_DIR):
+            entries += list(trash.iterdir()) if trash.is_dir() else []
+        found[node_id] = sorted(str(path) for path in entries)
+    return found
+
+
+def allocated_bytes(data_dir: Path) -> dict[str, int]:
+    """Disk bytes (blocks) of every file of the data directory, outside the replication
+    journal (which keeps one small entry per batch ever written: it has no compaction)."""
+    usage = {}
+    for root, dirs, files in os.walk(data_dir):
+        if Path(root) == data_dir and JOURNAL_DIR in dirs:
+            dirs.remove(JOURNAL_DIR)
+        for name in files:
+            path = Path(root) / name
+            usage[str(path.relative_to(data_dir))] = os.stat(path).st_blocks * 512
+    return usage
+
+
+def broker_usage(cluster: BrokerCluster) -> dict[int, dict[str, int]]:
+    return {i: allocated_bytes(broker.data_dir) for i, broker in cluster.brokers.items()}
+
+
+def usage_changes(before: dict[int, dict[str, int]], after: dict[int, dict[str, int]]):
+    """Per broker: {file: (bytes before, bytes after)} of every file whose usage changed."""
+    return {i: {path: (before[i].get(path), after[i].get(path))
+                for path in sorted(before[i].keys() | after[i].keys())
+                if before[i].get(path) != after[i].get(path)}
+            for i in before}
+
+
+def cursor_at_end(cluster: BrokerCluster, group: str) -> bool:
+    """The group's committed position on `sessions` is its end."""
+    with Consumer(cluster.bootstrap, group=group) as consumer:
+        return consumer.committed(SESSIONS_TOPIC, 0) == consumer.end_offset(SESSIONS_TOPIC, 0)
+
+
+def live_session_topics(cluster: BrokerCluster, client_id: str) -> set[str]:
+    with Admin(cluster.bootstrap) as admin:
+        return set(admin.topics()) & set(session_topics(client_id))
+
+
+def test_an_acknowledged_session_leaves_no_bytes_on_any_broker(cluster, data, services,
+                                                                tmp_path):
+    (metrics_port,) = free_ports(1)
+    service = services("--metrics-listen", f"127.0.0.1:{metrics_port}")
+    # The baseline: the cluster before the session, its shared topics `sessions` and
+    # `__offsets` already written to (each gets its first disk reservation then).
+    with Producer(cluster.bootstrap) as producer:
+        producer.send_msg(SESSIONS_TOPIC, encode(SessionStarted("baseline", 1)))
+    with Consumer(cluster.bootstrap, group="baseline") as consumer:
+        consumer.commit(SESSIONS_TOPIC, 0, 0)
+    baseline = broker_usage(cluster)
+
+    client_id = run_client(cluster, data, tmp_path / "results")
+    assert_results_match_reference(tmp_path / "results", data.flights_path, data.airports_path)
+
+    wait_until(lambda: not any(session_dirs(cluster, client_id).values()),
+               "session directories gone from every broker", service, DELETION_WAIT_S)
+    assert live_session_topics(cluster, client_id) == set()
+    assert usage_changes(baseline, broker_usage(cluster)) == {i: {} for i in cluster.ids}
+    for group in (CLEANUP_GROUP, CONSUMER_GROUP):
+        wait_until(lambda g=group: cursor_at_end(cluster, g), f"{group} at the end of sessions",
+                   service, DELETION_WAIT_S)
+    _, samples = scrape(metrics_port)
+    assert samples[("query_service_session_topics_deleted_total", ())] == 3
+    assert samples[("query_service_sessions_cleaned_total", ())] == 1
+    assert samples[("query_service_sessions_acked_total", ())] == 1
+    assert service.log_lines(f"session {client_id}: acknowledged, 3 topic(s) deleted")
+
+
+def test_a_service_killed_after_the_ack_deletes_the_topics_after_its_restart(cluster, data,
+                                                                              services,
+                                                                              tmp_path):
+    retention = ("--finished-session-retention-s", str(FAULT_RETENTION_S))
+    service = services(*retention)
+    client_id = run_client(cluster, data, tmp_path / "results")
+    assert_results_match_reference(tmp_path / "results", data.flights_path, data.airports_path)
+    wait_until(lambda: service.log_lines(f"session {client_id}: results acknowledged"),
+               "the ack read by the service", service, DELETION_WAIT_S)
+    service.kill9()
+    assert live_session_topics(cluster, client_id) == set(session_topics(client_id))
+    assert all(session_dirs(cluster, client_id).values())  # on every broker still
+    killed_log_lines = len(service.log_path.read_text().splitlines())
+
+    restarted = services(*retention)
+    wait_until(lambda: not any(session_dirs(cluster, client_id).values()),
+               "session directories gone from every broker after the restart", restarted,
+               DELETION_WAIT_S)
+    after_restart = restarted.log_path.read_text().splitlines()[killed_log_lines:]
+    assert any(f"session {client_id}: results acknowledged" in line for line in after_restart)
+    assert not [line for line in after_restart
+                if re.search(r"attempt \d+ of \d+ failed|given up|Traceback", line)]
+    time.sleep(QUIET_AFTER_DELETION_S)  # a wrongly redone job would make results.<cid> again
+    assert live_session_topics(cluster, client_id) == set()
+    assert not any(session_dirs(cluster, client_id).values())
+    wait_until(lambda: cursor_at_end(cluster, CLEANUP_GROUP),
+               "the cleanup cursor at the end of sessions", restarted, DELETION_WAIT_S)
+    assert (tmp_path / "results" / "q1.csv").is_file()
