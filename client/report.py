@@ -6,29 +6,38 @@
     report.html         one page: the summary, Q4's average and maximum fare per route, and
                         the stopover distribution of the Q1 itineraries, as inline SVG
 
-Every file is written to `<name>.tmp` and renamed into place, so a reader (or a restarted
-client) never sees half a file. Only results are reported: the stopover charts describe Q1's
-itineraries (three or more stopovers), the rows the client receives.
+The query files stream: `QueryFiles` (a client.results.ResultSink) opens `<query>.csv.partial`
+afresh for every query when the results are followed (a restarted client truncates what an
+earlier run left), appends each row as the table passes it on, and when the query is complete
+flushes, fsyncs and renames the file to `<query>.csv`. `ChartData`, another sink, gathers what
+the charts need as the rows pass: Q4's fares (one row per route) and counts of Q1's stopovers,
+never the rows themselves. summary.json and report.html are written to `<name>.tmp` and
+renamed into place. So no reader (nor a restarted client) sees half a file under a final name.
+Only results are reported: the stopover charts describe Q1's itineraries (three or more
+stopovers), the rows the client receives.
 
-Thread-safety: plain functions over their arguments.
+Thread-safety: plain functions over their arguments; the sinks are used by one thread.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
+from typing import TextIO
 
 from client.charts import Series, bar_chart
-from client.results import ResultTable
-from common.result_csv import QUERY_HEADERS, csv_text
+from common.result_csv import LINE_END, QUERY_HEADERS
 from common.session_records import QUERIES
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
+PARTIAL_SUFFIX = ".partial"
+QUERY_FILE_BUFFER_BYTES = 1 << 20
 ROUTES_SHOWN_MAX = 40
 STOPOVER_AIRPORTS_SHOWN_MAX = 15
 STOPOVER_SEPARATOR = "||"
@@ -37,6 +46,10 @@ STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED = "completed", "failed", "in
 
 def query_file(results_dir: Path, query: str) -> Path:
     return results_dir / f"{query}.csv"
+
+
+def partial_query_file(results_dir: Path, query: str) -> Path:
+    return results_dir / f"{query}.csv{PARTIAL_SUFFIX}"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -48,14 +61,57 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_query_files(results_dir: Path, table: ResultTable) -> dict[str, Path]:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for query in QUERIES:
-        path = query_file(results_dir, query)
-        write_atomically(path, csv_text(query, table.ordered_rows(query)))
-        written[query] = path
-    return written
+class QueryFiles:
+    """q1.csv ... q4.csv written as their rows pass (module doc); a context manager whose exit
+    closes the files of unfinished queries, leaving their `.partial` files for the next run to
+    truncate."""
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = results_dir
+        self._files: dict[str, TextIO] = {}
+        results_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for query in QUERIES:
+                self._start(query)
+        except OSError:
+            self.close()
+            raise
+
+    def _start(self, query: str) -> None:
+        path = partial_query_file(self.results_dir, query)
+        # Kept open across calls, closed by `finish` or `close`.
+        self._files[query] = open(path, "w", encoding="utf-8", newline="",  # noqa: SIM115
+                                  buffering=QUERY_FILE_BUFFER_BYTES)
+        self.add(query, [list(QUERY_HEADERS[query])])
+
+    def add(self, query: str, rows: list[list[str]]) -> None:
+        # The writer settings of common.result_csv.csv_text: the same bytes.
+        csv.writer(self._files[query], lineterminator=LINE_END).writerows(rows)
+
+    def finish(self, query: str) -> None:
+        file = self._files.pop(query)
+        try:
+            file.flush()
+            os.fsync(file.fileno())
+        finally:
+            file.close()
+        os.replace(partial_query_file(self.results_dir, query),
+                   query_file(self.results_dir, query))
+
+    @property
+    def unfinished(self) -> list[str]:
+        return list(self._files)
+
+    def close(self) -> None:
+        while self._files:
+            _, file = self._files.popitem()
+            file.close()
+
+    def __enter__(self) -> QueryFiles:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 @dataclass
@@ -102,14 +158,43 @@ def read_summary(results_dir: Path) -> dict | None:
 # --- report.html ------------------------------------------------------------------------------
 
 
-def q4_chart(table: ResultTable) -> str:
-    fares = []
-    for route, avg_text, max_text in table.ordered_rows("q4"):
-        try:
-            fares.append((route, float(avg_text), float(max_text)))
-        except ValueError:
-            continue  # a value the chart cannot place; q4.csv still has it
-    fares.sort(key=lambda item: (-item[1], item[0]))
+@dataclass
+class ChartData:
+    """What report.html's charts need, gathered as the rows pass (a client.results.ResultSink,
+    rows in row-number order): Q4's fares per route, bounded by the number of routes, and Q1's
+    stopovers counted by number and by airport, bounded by the number of airports."""
+
+    q4_fares: list[tuple[str, float, float]] = field(default_factory=list)
+    q1_rows: int = 0
+    stopover_counts: Counter[int] = field(default_factory=Counter)
+    stopover_airports: Counter[str] = field(default_factory=Counter)
+
+    def add(self, query: str, rows: list[list[str]]) -> None:
+        if query == "q4":
+            self._add_fares(rows)
+        elif query == "q1":
+            self._add_stopovers(rows)
+
+    def finish(self, query: str) -> None:
+        """Nothing to do: the charts are drawn from what `add` gathered."""
+
+    def _add_fares(self, rows: list[list[str]]) -> None:
+        for route, avg_text, max_text in rows:
+            try:
+                self.q4_fares.append((route, float(avg_text), float(max_text)))
+            except ValueError:
+                continue  # a value the chart cannot place; q4.csv still has it
+
+    def _add_stopovers(self, rows: list[list[str]]) -> None:
+        self.q1_rows += len(rows)
+        for row in rows:
+            codes = row[3].split(STOPOVER_SEPARATOR)
+            self.stopover_counts[len(codes)] += 1
+            self.stopover_airports.update(codes)
+
+
+def q4_chart(charts: ChartData) -> str:
+    fares = sorted(charts.q4_fares, key=lambda item: (-item[1], item[0]))
     shown = fares[:ROUTES_SHOWN_MAX]
     title = "Q4: fares above the overall mean, per route (USD)"
     if len(fares) > len(shown):
@@ -122,14 +207,11 @@ def q4_chart(table: ResultTable) -> str:
     ])
 
 
-def stopover_charts(table: ResultTable) -> str:
-    stopovers = [row[3] for row in table.ordered_rows("q1")]
-    if not stopovers:
+def stopover_charts(charts: ChartData) -> str:
+    if not charts.q1_rows:
         return "<p>Q1 has no rows: no itinerary with three or more stopovers.</p>"
-    counts = Counter(len(text.split(STOPOVER_SEPARATOR)) for text in stopovers)
-    by_count = sorted(counts.items())
-    airports = Counter(code for text in stopovers for code in text.split(STOPOVER_SEPARATOR))
-    top = airports.most_common(STOPOVER_AIRPORTS_SHOWN_MAX)
+    by_count = sorted(charts.stopover_counts.items())
+    top = charts.stopover_airports.most_common(STOPOVER_AIRPORTS_SHOWN_MAX)
     return "\n".join([
         bar_chart("Q1 itineraries by number of stopovers",
                   [f"{count} stopovers" for count, _ in by_count],
@@ -168,7 +250,7 @@ def _summary_table(summary: Summary) -> str:
     return f"<table>\n{cells}\n</table>"
 
 
-def report_html(table: ResultTable, summary: Summary) -> str:
+def report_html(charts: ChartData, summary: Summary) -> str:
     files = " ".join(f'<a href="{q}.csv">{q}.csv</a> ({", ".join(QUERY_HEADERS[q])})'
                      for q in QUERIES)
     return f"""<!DOCTYPE html>
@@ -183,14 +265,14 @@ td{{text-align:right}} svg{{display:block;margin:1.5em 0}}</style></head>
 <h2>Summary</h2>
 {_summary_table(summary)}
 <h2>Q4: average and maximum fare per route</h2>
-{q4_chart(table)}
+{q4_chart(charts)}
 <h2>Stopovers</h2>
-{stopover_charts(table)}
+{stopover_charts(charts)}
 </body></html>
 """
 
 
-def write_report(results_dir: Path, table: ResultTable, summary: Summary) -> Path:
+def write_report(results_dir: Path, charts: ChartData, summary: Summary) -> Path:
     path = results_dir / REPORT_FILE
-    write_atomically(path, report_html(table, summary))
+    write_atomically(path, report_html(charts, summary))
     return path

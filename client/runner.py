@@ -5,8 +5,10 @@
               acknowledged prefix of each (client.resume) every `checkpoint_interval_s`
     end       SessionEnded{end offsets, rows sent, rows rejected by kind}
     results   follow results.<cid> until Q1-Q4 are complete (client.results), printing rows
-    report    q1.csv ... q4.csv, report.html, summary.json (client.report), fsynced; then the
-              checkpoint says `results_saved`
+              and streaming them to q1.csv ... q4.csv, each fsynced and renamed into place when
+              its query is complete (client.report.QueryFiles)
+    report    report.html, summary.json (client.report), fsynced; then the checkpoint says
+              `results_saved`
     ack       ResultsAcked on `sessions`: the query service may now delete the session's topics
               (the checkpoint then says `results_acked`)
 
@@ -46,10 +48,11 @@ from client.report import (
     STATUS_COMPLETED,
     STATUS_FAILED,
     STATUS_INTERRUPTED,
+    ChartData,
+    QueryFiles,
     Summary,
     query_file,
     read_summary,
-    write_query_files,
     write_report,
     write_summary,
 )
@@ -58,7 +61,6 @@ from client.results import (
     ResultsError,
     ResultsFollower,
     ResultsInterruptedError,
-    ResultTable,
 )
 from client.resume import (
     FileProgress,
@@ -143,10 +145,10 @@ class ClientSession:
 
     def run(self) -> Summary:
         try:
-            table = self._run_phases()
+            charts = self._run_phases()
             self.summary.status = STATUS_COMPLETED
-            if table is not None:
-                self._report(table)
+            if charts is not None:
+                self._report(charts)
             self._acknowledge()
         except INTERRUPTIONS as error:
             self.summary.status, self.summary.error = STATUS_INTERRUPTED, str(error)
@@ -159,8 +161,9 @@ class ClientSession:
             self._finish()
         return self.summary
 
-    def _run_phases(self) -> ResultTable | None:
-        """The results, or None when an earlier run saved them already."""
+    def _run_phases(self) -> ChartData | None:
+        """What the report's charts need once q1.csv ... q4.csv are written, or None when an
+        earlier run saved the results already."""
         self._open()
         if self.state.results_saved:
             self._restore_saved_results()
@@ -265,12 +268,18 @@ class ClientSession:
         self.summary.rows_rejected = {name: dict(p.rows_rejected or {})
                                       for name, p in self.state.files.items()}
 
-    def _collect_results(self) -> ResultTable:
+    def _collect_results(self) -> ChartData:
+        """Follow the results into q1.csv ... q4.csv (each fsynced when complete) and the
+        charts' data."""
         waiting_since = time.monotonic()
-        follower = ResultsFollower(self.consumer, self.config.client_id, self.stop,
-                                   self.printer.on_rows, self.printer.on_done,
-                                   self.config.results_timeout_s, self.config.stall_timeout_s)
-        table = follower.follow()
+        charts = ChartData()
+        with QueryFiles(self.config.results_dir) as files:
+            follower = ResultsFollower(self.consumer, self.config.client_id, self.stop,
+                                       self.printer.on_rows, self.printer.on_done,
+                                       self.config.results_timeout_s, self.config.stall_timeout_s,
+                                       sinks=(files, charts))
+            table = follower.follow()
+            assert not files.unfinished, files.unfinished
         if follower.stats.first_record_at is not None:
             self.summary.timings_s["first_result_after_upload"] = round(
                 follower.stats.first_record_at - waiting_since, 3)
@@ -279,13 +288,13 @@ class ClientSession:
                                            "query_done": table.duplicate_done}
         self.summary.rows_per_query = {q: table.done[q].rows for q in QUERIES}
         self.summary.rows_invalid_for_queries = {q: dict(table.done[q].invalid) for q in QUERIES}
-        return table
+        return charts
 
-    def _report(self, table: ResultTable) -> None:
-        """Every result file, fsynced, then the checkpoint says so."""
-        write_query_files(self.config.results_dir, table)
+    def _report(self, charts: ChartData) -> None:
+        """report.html and summary.json (q1.csv ... q4.csv are fsynced already), then the
+        checkpoint says the results are saved."""
         self._timing("total", self.started_at)
-        write_report(self.config.results_dir, table, self.summary)
+        write_report(self.config.results_dir, charts, self.summary)
         write_summary(self.config.results_dir, self.summary)
         self.state.results_saved = True
         self.checkpoint.save(self.state)

@@ -153,6 +153,7 @@ def test_session_results_exact_rejects_counted_batches_stored_once(broker, servi
     assert summary["rows_per_query"] == {q: len(r) for q, r in data[3].by_query().items()}
     assert "q1 | legId,route,totalFare,stopovers" in done.stdout
     assert (tmp_path / "r" / "report.html").read_text().count("<svg") == 3
+    assert not list((tmp_path / "r").glob("*.partial"))  # each renamed to its q*.csv
     check_stored_once(broker, client_id, 300, rows_sent)
     assert session_records(broker, client_id) == {"SessionStarted": 1, "SessionEnded": 1}
 

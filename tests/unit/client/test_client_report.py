@@ -6,10 +6,11 @@ import xml.etree.ElementTree as ET
 from client.charts import Series, bar_chart, nice_ticks
 from client.report import (
     ROUTES_SHOWN_MAX,
+    ChartData,
+    QueryFiles,
     Summary,
     read_summary,
     report_html,
-    write_query_files,
     write_report,
     write_summary,
 )
@@ -18,12 +19,16 @@ from common.result_csv import QUERY_HEADERS
 from common.session_records import QueryDone, ResultRows
 
 
-def table_with(rows_by_query):
-    table = ResultTable()
+def charts_of(rows_by_query, results_dir=None):
+    """The charts' data of these results, their files written to `results_dir` if given."""
+    charts = ChartData()
+    files = QueryFiles(results_dir) if results_dir is not None else None
+    table = ResultTable([sink for sink in (files, charts) if sink is not None])
     for query, rows in rows_by_query.items():
         table.add_rows(ResultRows(query, 0, rows))
         table.add_done(QueryDone(query, len(rows)))
-    return table
+    assert table.complete()
+    return charts
 
 
 SAMPLE = {
@@ -36,7 +41,7 @@ SAMPLE = {
 
 
 def test_query_files_are_exact_text(tmp_path):
-    write_query_files(tmp_path, table_with(SAMPLE))
+    charts_of(SAMPLE, tmp_path)
     assert (tmp_path / "q1.csv").read_bytes() == (
         b"legId,route,totalFare,stopovers\n"
         b'"leg,1",ATL-BOS,1234.5,DFW||ORD||DEN\n'
@@ -46,11 +51,11 @@ def test_query_files_are_exact_text(tmp_path):
         "legId,route,stopovers,travelDuration\nleg2,ATL-LAX,A||B||C||D,P1DT2H5M\n")
     assert (tmp_path / "q4.csv").read_text() == (
         "route,avgFare,maxFare\nATL-BOS,512.3333333333334,900.0\nJFK-LAX,700.5,\"7\"\"01\"\n")
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.partial"))
 
 
 def test_empty_queries_still_get_their_header(tmp_path):
-    write_query_files(tmp_path, table_with({q: [] for q in QUERY_HEADERS}))
+    charts_of({q: [] for q in QUERY_HEADERS}, tmp_path)
     for query, header in QUERY_HEADERS.items():
         assert (tmp_path / f"{query}.csv").read_text() == ",".join(header) + "\n"
 
@@ -74,8 +79,7 @@ def svgs(html: str) -> list[ET.Element]:
 
 
 def test_report_draws_q4_fares_and_stopover_distribution(tmp_path):
-    table = table_with(SAMPLE)
-    path = write_report(tmp_path, table, Summary(client_id="cid", status="completed"))
+    path = write_report(tmp_path, charts_of(SAMPLE), Summary(client_id="cid", status="completed"))
     html = path.read_text()
     charts = svgs(html)  # well-formed XML, escaped labels
     assert len(charts) == 3
@@ -90,7 +94,7 @@ def test_report_draws_q4_fares_and_stopover_distribution(tmp_path):
 
 def test_q4_chart_shows_the_highest_averages_when_routes_are_many():
     rows = [[f"R{i:03d}-X", str(float(i)), str(float(i + 1))] for i in range(100)]
-    html = report_html(table_with({"q1": [], "q2": [], "q3": [], "q4": rows}),
+    html = report_html(charts_of({"q1": [], "q2": [], "q3": [], "q4": rows}),
                        Summary(client_id="c"))
     labels = [t.text for t in svgs(html)[0].iter("{http://www.w3.org/2000/svg}text")]
     assert "R099-X" in labels and "R060-X" in labels and "R059-X" not in labels
@@ -112,9 +116,9 @@ def test_bar_lengths_are_proportional():
 
 def test_summary_table_lists_an_invalid_kind_once_when_every_query_counts_it_alike():
     same = {q: {"bad_fare": 3} for q in ("q1", "q2", "q3", "q4")}
-    html = report_html(table_with(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=same))
+    html = report_html(charts_of(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=same))
     assert html.count("bad_fare") == 1 and "rows invalid for the queries: bad_fare" in html
     differ = {**same, "q2": {"bad_fare": 3, "unknown_airport": 1}, "q4": {"bad_fare": 2}}
-    html = report_html(table_with(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=differ))
+    html = report_html(charts_of(SAMPLE), Summary(client_id="c", rows_invalid_for_queries=differ))
     assert "rows invalid for q2: unknown_airport</th><td>1" in html
     assert html.count("bad_fare") == 4  # counted differently by q4: per query

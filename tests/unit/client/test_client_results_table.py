@@ -1,4 +1,5 @@
-"""Result dedup by (query, row number), completeness, and the follower over a fake consumer."""
+"""Result dedup by (query, row number), ordering into the sinks, completeness, and the
+follower over a fake consumer."""
 
 import threading
 
@@ -16,44 +17,90 @@ from common.kaska.message import Message
 from common.session_records import QueryDone, ResultRows, SessionStarted, encode
 
 
+class MemorySink:
+    """Keeps what a table passes on: the rows per query in the order given, and the finishes."""
+
+    def __init__(self):
+        self.rows = {}
+        self.finished = []
+
+    def add(self, query, rows):
+        self.rows.setdefault(query, []).extend(rows)
+
+    def finish(self, query):
+        self.finished.append(query)
+
+
+def q1(*legs):
+    return [[leg, "A-B", "1.0", "X||Y||Z"] for leg in legs]
+
+
 def test_repeated_slices_and_overlaps_are_dropped_row_by_row():
-    table = ResultTable()
-    assert table.add_rows(ResultRows("q1", 0, [["a"], ["b"]])) == [["a"], ["b"]]
-    assert table.add_rows(ResultRows("q1", 0, [["a"], ["b"]])) == []
-    assert table.add_rows(ResultRows("q1", 1, [["B?"], ["c"]])) == [["c"]]
+    sink = MemorySink()
+    table = ResultTable([sink])
+    assert table.add_rows(ResultRows("q1", 0, q1("a", "b"))) == q1("a", "b")
+    assert table.add_rows(ResultRows("q1", 0, q1("a", "b"))) == []
+    assert table.add_rows(ResultRows("q1", 1, q1("B?", "c"))) == q1("c")
     assert table.duplicate_rows == 3
-    assert table.ordered_rows("q1") == [["a"], ["b"], ["c"]]
+    assert sink.rows["q1"] == q1("a", "b", "c") and table.next_row["q1"] == 3
 
 
 def test_complete_only_with_every_query_done_and_every_row_present():
-    table = ResultTable()
-    table.add_rows(ResultRows("q1", 1, [["second"]]))
+    sink = MemorySink()
+    table = ResultTable([sink])
+    assert table.add_rows(ResultRows("q1", 1, q1("second"))) == q1("second")
+    assert sink.rows == {} and table.rows_held == 1  # waits for row 0
     assert table.add_done(QueryDone("q1", 2)) is True
-    assert not table.is_complete("q1")
-    table.add_rows(ResultRows("q1", 0, [["first"]]))
+    assert not table.is_complete("q1") and sink.finished == []
+    table.add_rows(ResultRows("q1", 0, q1("first")))
     assert table.is_complete("q1") and not table.complete()
+    assert sink.finished == ["q1"] and table.rows_held == 0
     for query in ("q2", "q3", "q4"):
         table.add_done(QueryDone(query, 0))
-    assert table.complete()
-    assert table.ordered_rows("q1") == [["first"], ["second"]]
+    assert table.complete() and sink.finished == ["q1", "q2", "q3", "q4"]
+    assert sink.rows["q1"] == q1("first", "second")
 
 
 def test_repeated_query_done_is_ignored_and_counted():
-    table = ResultTable()
+    sink = MemorySink()
+    table = ResultTable([sink])
     assert table.add_done(QueryDone("q2", 0, {"bad_fare": 3}))
     assert not table.add_done(QueryDone("q2", 0, {"bad_fare": 3}))
     assert table.duplicate_done == 1 and table.done["q2"].invalid == {"bad_fare": 3}
+    assert sink.finished == ["q2"]  # once
 
 
 def test_rows_beyond_the_announced_count_are_inconsistent():
     table = ResultTable()
-    table.add_rows(ResultRows("q4", 0, [["a"], ["b"], ["c"]]))
-    with pytest.raises(InconsistentResultsError):
+    table.add_rows(ResultRows("q4", 0, [["a", "1", "2"], ["b", "1", "2"], ["c", "1", "2"]]))
+    with pytest.raises(InconsistentResultsError, match="q4 row 2 outside the announced 2"):
         table.add_done(QueryDone("q4", 2))
     other = ResultTable()
     other.add_done(QueryDone("q3", 1))
-    with pytest.raises(InconsistentResultsError):
-        other.add_rows(ResultRows("q3", 1, [["late"]]))
+    with pytest.raises(InconsistentResultsError, match="q3 row 1 outside"):
+        other.add_rows(ResultRows("q3", 1, [["late", "A-B", "X", "PT1H"]]))
+
+
+def test_a_held_row_beyond_the_announced_count_is_inconsistent():
+    table = ResultTable()
+    table.add_rows(ResultRows("q1", 5, q1("ahead")))
+    with pytest.raises(InconsistentResultsError, match="q1 row 5 outside the announced 3"):
+        table.add_done(QueryDone("q1", 3))
+
+
+def test_negative_row_numbers_and_wrong_field_counts_are_inconsistent():
+    with pytest.raises(InconsistentResultsError, match="negative"):
+        ResultTable().add_rows(ResultRows("q2", -1, [["a", "A-B", "1"]]))
+    with pytest.raises(InconsistentResultsError, match="q2 row 1 has 2 fields"):
+        ResultTable().add_rows(ResultRows("q2", 0, [["a", "A-B", "1"], ["b", "A-B"]]))
+
+
+def test_rows_far_ahead_of_a_gap_are_bounded():
+    table = ResultTable(rows_ahead_max=3)
+    table.add_rows(ResultRows("q1", 1, q1("b", "c", "d")))
+    assert table.rows_held == 3
+    with pytest.raises(InconsistentResultsError, match="more than 3 rows arrived ahead of row 0"):
+        table.add_rows(ResultRows("q1", 4, q1("e")))
 
 
 class FakeConsumer:
