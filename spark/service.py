@@ -82,6 +82,7 @@ from common.session_records import (
 )
 from spark.kaska_source import register
 from spark.metrics import JobMetrics, query_service_registry
+from spark.queries import SESSION_CONFIG
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, ResultWriteInterruptedError
 from spark.session_cleanup import SessionCleanup, retention_due_s
 from spark.session_job import JobSettings, run_session_job, validate_session
@@ -635,6 +636,8 @@ def spark_session(settings: ServiceSettings):
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", settings.driver_memory)
                .config("spark.driver.host", settings.driver_host))
+    for key, value in SESSION_CONFIG.items():
+        builder = builder.config(key, value)
     if settings.master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", settings.driver_host)
     builder = _ui_config(builder, settings)

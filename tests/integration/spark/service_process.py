@@ -26,7 +26,8 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         command = [sys.executable, "-m", "spark.service", "--brokers", self.brokers,
                    "--master", "local[2]", "--shuffle-partitions", "2", "--driver-memory", "1g",
-                   *self.extra_args]
+                   # No warm-up job (these tests time nothing; run_local's tests keep it on).
+                   "--warm-up-rows", "0", *self.extra_args]
         env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log,

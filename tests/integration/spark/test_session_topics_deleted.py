@@ -27,7 +27,7 @@ import pytest
 from common.kaska import Admin, Consumer, Producer
 from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
-from spark.service import CLEANUP_GROUP, CONSUMER_GROUP, ServiceSettings
+from spark.service import CLEANUP_GROUP, CONSUMER_GROUP
 from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import BrokerCluster, free_ports
 from tests.integration.run_local_helpers import assert_results_match_reference, generated
@@ -43,8 +43,6 @@ DELETION_WAIT_S = 60.0
 FAULT_RETENTION_S = 8.0  # long enough to kill the service before it deletes
 QUIET_AFTER_DELETION_S = 3.0
 JOURNAL_DIR = "@replication"
-# No warm-up job at start where the service has one: these tests time nothing.
-COLD = ("--warm-up-rows", "0") if "warm_up_rows" in ServiceSettings.__dataclass_fields__ else ()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +62,7 @@ def services(tmp_path, cluster):
     started: list[ServiceProcess] = []
 
     def start(*extra_args: str) -> ServiceProcess:
-        service = ServiceProcess(cluster.bootstrap, tmp_path / "service.log", *COLD,
+        service = ServiceProcess(cluster.bootstrap, tmp_path / "service.log",
                                  *extra_args).start()
         started.append(service)
         wait_until(lambda: service.log_lines("following sessions/0"), "the service following "
