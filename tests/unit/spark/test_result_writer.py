@@ -40,6 +40,13 @@ def test_slices_cover_every_row_once():
     assert [row for _, chunk in slices_of(iter(rows), 3) for row in chunk] == rows
 
 
+def test_slices_of_long_fields_end_early_and_the_same_way_every_time():
+    rows = [["x" * 40, "y"], ["z"], ["w" * 50], ["v"], ["u"]]
+    cut = [(first, len(chunk)) for first, chunk in slices_of(rows, 100, slice_text_bytes_max=45)]
+    assert cut == [(0, 3), (3, 2)]  # 41 + 1 + 50 characters reach 45 at the third row
+    assert cut == [(f, len(c)) for f, c in slices_of(iter(rows), 100, slice_text_bytes_max=45)]
+
+
 def test_the_writer_takes_rows_from_an_iterator_one_slice_at_a_time(recording):
     pulled = []
 

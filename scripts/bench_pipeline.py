@@ -1,0 +1,345 @@
+"""The pipeline against Spark and DuckDB reading the CSV themselves, side by side in one run.
+
+    python -m scripts.bench_pipeline [--rows 2000000] [--seed 1] [--invalid-rate 0.01]
+        [--data-dir DIR] [--work-dir DIR] [--warm-sessions 1] [--master local[2]]
+        [--skip-spark-csv] [--skip-duckdb] [--topics-gone-timeout-s 120]
+
+On one machine, one after the other (so each has the machine to itself):
+1. **pipeline**: the embedded default (`scripts.run_local`'s platform: three health checkers,
+   three brokers, the query service on `--master`), started and ready; then the real client
+   (`python -m client`, default settings) runs one session on the fresh query service (its
+   first session) and `--warm-sessions` more on the now warm one, each waiting for the last.
+   Per session, from the client's own summary: upload (open to SessionEnded), query phase
+   (SessionEnded to the last result), total; the CPU seconds and peak RSS of the client; the
+   brokers' disk use before, at the end of the session, and once the finished session's
+   topics are gone (the query service deletes them after the client acknowledged its
+   results). The platform's processes (brokers, query service with its JVM and Python
+   workers, checkers): CPU seconds per session and peak RSS at the end.
+2. **spark-csv**: a fresh Spark application (`local[2]` unless `--master`), started in a child
+   process, reads both CSV files and computes Q1-Q4 with `spark.queries` (every row collected
+   and formatted, as the service does): its start and its first queries, timed apart.
+3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
+Every result count must agree (pipeline sessions, spark-csv, duckdb), or the run fails.
+
+Prints a table and one JSON line (`"bench": "pipeline"`); ratios: a session's total over
+spark-csv's first queries and over DuckDB's load + queries, and upload rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.local.layout import RunLayout
+from scripts.local.platform import REPO, LocalPlatform
+from scripts.local.sample_data import InputFiles, sample_files
+from scripts.process_stats import TreeStats, disk_bytes, tree_stats
+
+ROWS_DEFAULT = 2_000_000
+SESSION_TIMEOUT_S = 3600.0
+TOPICS_GONE_TIMEOUT_S_DEFAULT = 120.0
+POLL_S = 0.5
+DISK_SAMPLE_S = 0.5
+DISK_BASELINE_SLACK_BYTES = 16 * 1024 * 1024  # metadata, offsets and journal grow a little
+STOP_TIMEOUT_S = 20.0
+
+
+class BenchError(RuntimeError):
+    """A run that cannot be counted: a session failed, or two computations disagree."""
+
+
+# --- pipeline ---------------------------------------------------------------------------------
+
+
+def _client_argv(platform: LocalPlatform, flights: Path, airports: Path,
+                 results_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "client", "--flights", str(flights), "--airports",
+            str(airports), "--brokers", platform.brokers, "--results-dir", str(results_dir),
+            "--client-id", str(uuid.uuid4()), "--rows-shown", "0"]
+
+
+def _run_client(argv: list[str], log_path: Path) -> dict:
+    """The client as a child process; its summary plus its CPU seconds and peak RSS."""
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(argv, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONPATH": str(REPO)})
+        _pid, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    results_dir = Path(argv[argv.index("--results-dir") + 1])
+    summary = json.loads((results_dir / "summary.json").read_text())
+    if process.returncode != 0 or summary.get("status") != "completed":
+        raise BenchError(f"client exited {process.returncode} ({summary.get('status')}: "
+                         f"{summary.get('error')}); log {log_path}")
+    summary["client_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+    summary["client_peak_rss_bytes"] = usage.ru_maxrss * 1024
+    return summary
+
+
+class DiskPeak:
+    """The largest disk use of a directory, sampled every DISK_SAMPLE_S while in the block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="disk-peak")
+
+    def _sample(self) -> None:
+        while True:
+            self.peak_bytes = max(self.peak_bytes, disk_bytes(self.directory))
+            if self._stop.wait(DISK_SAMPLE_S):
+                return
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _platform_stats(platform: LocalPlatform) -> dict[str, TreeStats]:
+    stats = {}
+    for name in platform.registry.names():
+        pid = platform.registry.live_pid(name)
+        if pid is not None:
+            stats[name] = tree_stats(pid)
+    return stats
+
+
+def _wait_for_disk(directory: Path, baseline: int, timeout_s: float) -> tuple[int, float]:
+    """Until the brokers' disk use is back near `baseline` (or the timeout): (bytes, seconds)."""
+    started = time.monotonic()
+    while True:
+        used = disk_bytes(directory)
+        waited = time.monotonic() - started
+        if used <= baseline + DISK_BASELINE_SLACK_BYTES or waited > timeout_s:
+            return used, waited
+        time.sleep(POLL_S)
+
+
+def run_pipeline(args: argparse.Namespace, flights: Path, airports: Path,
+                 work_dir: Path) -> dict:
+    from scripts.run_local import start_platform
+
+    layout = RunLayout(work_dir, work_dir / "run" / "broker-data", keep_broker_data=False)
+    layout.prepare()
+    platform = LocalPlatform(layout, args.master)
+    sessions = []
+    try:
+        started = time.monotonic()
+        start_platform(platform)
+        ready_s = platform.wait_for_service()
+        platform_ready_s = time.monotonic() - started
+        for index in range(1 + args.warm_sessions):
+            sessions.append(_one_session(args, platform, layout, flights, airports, work_dir,
+                                         index))
+        processes = {name: stats.__dict__ for name, stats in _platform_stats(platform).items()}
+    finally:
+        platform.stop_all(STOP_TIMEOUT_S)
+    return {"platform_ready_s": round(platform_ready_s, 1),
+            "query_service_ready_s": round(ready_s, 1), "sessions": sessions,
+            "processes_at_end": processes}
+
+
+def _one_session(args, platform: LocalPlatform, layout: RunLayout, flights: Path,
+                 airports: Path, work_dir: Path, index: int) -> dict:
+    results_dir = work_dir / f"session-{index}"
+    disk_before = disk_bytes(layout.brokers_data_dir)
+    cpu_before = _platform_stats(platform)
+    with DiskPeak(layout.brokers_data_dir) as disk_peak:
+        summary = _run_client(_client_argv(platform, flights, airports, results_dir),
+                              work_dir / f"client-{index}.log")
+    cpu_after = _platform_stats(platform)
+    disk_end = disk_bytes(layout.brokers_data_dir)
+    disk_after, waited = _wait_for_disk(layout.brokers_data_dir, disk_before,
+                                        args.topics_gone_timeout_s)
+    timings = summary["timings_s"]
+    rows = sum(summary["rows_sent"].values())
+    upload_s = timings["upload"]
+    return {
+        "service": "fresh" if index == 0 else "warm",
+        "rows": rows,
+        "upload_s": upload_s,
+        "query_phase_s": timings["results_wait"],
+        "session_s": timings["total"],
+        "upload_rows_per_s": round(rows / upload_s) if upload_s else None,
+        "result_rows": summary["rows_per_query"],
+        "client_cpu_s": summary["client_cpu_s"],
+        "client_peak_rss_bytes": summary["client_peak_rss_bytes"],
+        "platform_cpu_s": {name: round(cpu_after[name].cpu_s - cpu_before[name].cpu_s, 2)
+                           for name in cpu_after if name in cpu_before},
+        "broker_disk_bytes": {"before": disk_before, "peak": disk_peak.peak_bytes,
+                              "session_end": disk_end,
+                              "after_cleanup": disk_after,
+                              "cleanup_wait_s": round(waited, 1)},
+    }
+
+
+# --- Spark reading the CSV itself ---------------------------------------------------------------
+
+
+def spark_csv_child(flights: Path, airports: Path, master: str) -> dict:
+    """In a fresh process: start Spark, then Q1-Q4 over the CSV files, timed apart."""
+    started = time.monotonic()
+    from pyspark.sql import SparkSession
+
+    from common.result_csv import format_row
+    from spark.csv_input import read_airports_csv, read_flights_csv
+    from spark.queries import SESSION_CONFIG, compute_all
+
+    spark = (SparkSession.builder.master(master).appName("bench-pipeline-csv")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "2g")
+             # The query service's tuning too: the comparison is of the paths, not settings.
+             .config(map=SESSION_CONFIG).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_start_s = time.monotonic() - started
+    queries_started = time.monotonic()
+    results = compute_all(read_flights_csv(spark, str(flights)),
+                          read_airports_csv(spark, str(airports)))
+    counts = {query: len([format_row(query, row) for row in frame.collect()])
+              for query, frame in results.frames().items()}
+    results.release()
+    queries_s = time.monotonic() - queries_started
+    spark.stop()
+    return {"spark_start_s": round(spark_start_s, 2), "queries_s": round(queries_s, 2),
+            "result_rows": counts}
+
+
+def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
+    started = time.monotonic()
+    output = subprocess.run(
+        [sys.executable, "-m", "scripts.bench_pipeline", "--spark-csv-child", "--flights",
+         str(flights), "--airports", str(airports), "--master", master],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        check=False)
+    if output.returncode != 0:
+        raise BenchError(f"spark-csv child failed: {output.stderr[-2000:]}")
+    result = json.loads(output.stdout.strip().splitlines()[-1])
+    result["process_s"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def run_duckdb(flights: Path, airports: Path) -> dict:
+    from scripts.bench_duckdb import duckdb_queries
+
+    run = duckdb_queries(flights, airports)
+    seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),
+               "total": round(run.total_seconds, 2)}
+    return {"seconds": seconds, "result_rows": run.result_counts()}
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _check_counts(result: dict) -> None:
+    seen = {f"session {i} ({s['service']})": s["result_rows"]
+            for i, s in enumerate(result["pipeline"]["sessions"])}
+    for other in ("spark_csv", "duckdb"):
+        if other in result:
+            seen[other] = result[other]["result_rows"]
+    distinct = {json.dumps(counts, sort_keys=True) for counts in seen.values()}
+    if len(distinct) != 1:
+        raise BenchError(f"result counts disagree: {seen}")
+
+
+def ratios(result: dict) -> dict:
+    sessions = result["pipeline"]["sessions"]
+    fresh = sessions[0]["session_s"]
+    warm = statistics.median(s["session_s"] for s in sessions[1:]) if len(sessions) > 1 \
+        else None
+    out = {"fresh_session_s": fresh, "warm_session_s": warm,
+           "upload_rows_per_s": sessions[0]["upload_rows_per_s"]}
+    if "spark_csv" in result:
+        out["fresh_session_over_spark_csv"] = round(fresh / result["spark_csv"]["queries_s"], 3)
+    if "duckdb" in result:
+        out["fresh_session_over_duckdb"] = round(fresh / result["duckdb"]["seconds"]["total"], 2)
+    return out
+
+
+def print_table(result: dict) -> None:
+    print(f"{'what':<44}{'seconds':>10}  notes")
+    for i, s in enumerate(result["pipeline"]["sessions"]):
+        what = f"pipeline session {i} ({s['service']} query service)"
+        print(f"{what:<44}{s['session_s']:>10.1f}  upload {s['upload_s']:.1f} s "
+              f"({s['upload_rows_per_s']:,} rows/s), query phase {s['query_phase_s']:.1f} s")
+    if "spark_csv" in result:
+        csv = result["spark_csv"]
+        print(f"{'Spark reading the CSV, fresh app: queries':<44}{csv['queries_s']:>10.1f}  "
+              f"+ {csv['spark_start_s']:.1f} s to start Spark")
+    if "duckdb" in result:
+        print(f"{'DuckDB, load + Q1-Q4':<44}{result['duckdb']['seconds']['total']:>10.1f}")
+    for name, value in result["ratios"].items():
+        print(f"  {name}: {value}")
+
+
+def bench(args: argparse.Namespace) -> dict:
+    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"bench-pipeline-{args.rows}"
+    if (data_dir / FLIGHTS_FILE).exists() and (data_dir / AIRPORTS_FILE).exists():
+        files = InputFiles(data_dir / FLIGHTS_FILE, data_dir / AIRPORTS_FILE)  # given data
+    else:
+        files = sample_files(data_dir, args.rows, args.seed, args.invalid_rate)
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    result = {"bench": "pipeline", "rows": args.rows, "master": args.master,
+              "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
+    result["pipeline"] = run_pipeline(args, files.flights, files.airports, work_dir)
+    if not args.skip_spark_csv:
+        result["spark_csv"] = run_spark_csv(files.flights, files.airports, args.master)
+    if not args.skip_duckdb:
+        result["duckdb"] = run_duckdb(files.flights, files.airports)
+    result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    _check_counts(result)
+    result["ratios"] = ratios(result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_pipeline",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=ROWS_DEFAULT)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--invalid-rate", type=float, default=0.01)
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="input files (itineraries.csv, airports.csv; generated if absent)")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--warm-sessions", type=int, default=1)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--skip-spark-csv", action="store_true")
+    parser.add_argument("--skip-duckdb", action="store_true")
+    parser.add_argument("--topics-gone-timeout-s", type=float,
+                        default=TOPICS_GONE_TIMEOUT_S_DEFAULT)
+    parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.spark_csv_child:
+        print(json.dumps(spark_csv_child(args.flights, args.airports, args.master)))
+        return 0
+    if args.rows < 1 or args.warm_sessions < 0:
+        parser.error("--rows must be >= 1 and --warm-sessions >= 0")
+    result = bench(args)
+    print_table(result)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
