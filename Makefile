@@ -104,10 +104,13 @@ chaos-verify: $(STAMP) $(if $(CHAOS_LOCAL),,docker-image)
 		--pause-ratio $(CHAOS_PAUSE_RATIO) --victims $(CHAOS_VICTIMS) \
 		$(if $(CHAOS_LOCAL),--local) $(CHAOS_VERIFY_ARGS)
 
-# Benchmarks (figures and how to read them: docs/benchmarks.md). BENCH_ROWS sizes the query one.
+# Benchmarks (figures and how to read them: docs/benchmarks.md). BENCH_ROWS sizes the query one,
+# PIPELINE_ROWS the pipeline-vs-Spark-vs-DuckDB one (a generated sample, kept in /tmp).
+PIPELINE_ROWS ?= 2000000
 BENCH_ROWS ?= 200000
 .PHONY: bench
 bench: $(STAMP)
 	$(PY) -m scripts.bench_broker
 	$(PY) -m scripts.bench_replication
 	$(PY) -m scripts.bench_queries --rows $(BENCH_ROWS) --repeats 3 --warmups 1
+	$(PY) -m scripts.bench_pipeline --rows $(PIPELINE_ROWS)
