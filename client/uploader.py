@@ -11,11 +11,12 @@ sequence, so the broker stores every message once whatever is re-sent:
   stores a sequence out of order, so every sequence below its last one is stored).
 
 Pipeline (why: a produce with acks=all waits for a majority of brokers, so one message at a
-time leaves the machine idle between round trips): the reader's slices are encoded
-(`common.arrow_rows`) by `encode_workers` threads, up to `prefetch_batches_max` ahead; a sender
-thread per partition (at most `senders_max`, partition p going to sender p % senders) sends its
-partitions' messages in sequence order, one at a time, as the broker's dedup table requires.
-So up to `senders` batches are in flight, each partition's sequence stays dense and ordered, and
+time leaves the machine idle between round trips): the reader's slices go to a sender thread
+per partition (at most `senders_max`, partition p going to sender p % senders), up to
+`SENDER_QUEUE_DEPTH` waiting each; a sender encodes its slice (`common.arrow_rows`: Arrow and
+the codec release the GIL, so senders encode in parallel) and sends its partitions' messages in
+sequence order, one at a time, as the broker's dedup table requires. So up to `senders`
+batches are in flight, each partition's sequence stays dense and ordered, and
 acknowledgements arrive out of message-id order across partitions. `on_ack` is still called
 with the acknowledged *prefix* of the file (every message below it acknowledged), in order:
 that prefix is what a resumed run may skip, and messages above it that were acknowledged too
@@ -37,9 +38,7 @@ import heapq
 import logging
 import queue
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -52,8 +51,6 @@ from common.kaska.errors import DuplicateSequenceError
 
 log = logging.getLogger(__name__)
 
-PREFETCH_BATCHES_MAX_DEFAULT = 32
-ENCODE_WORKERS_DEFAULT = 2
 SENDERS_MAX_DEFAULT = 8
 SENDER_QUEUE_DEPTH = 4  # messages waiting per sender: enough to never leave one idle
 ACK_POLL_S = 0.05
@@ -64,10 +61,9 @@ class UploadInterruptedError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class EncodedSlice:
+class Slice:
     message_id: int
-    rows: int
-    payload: bytes | None  # None for a slice skipped on resume (already acknowledged)
+    rows: pa.RecordBatch
 
 
 @dataclass
@@ -82,8 +78,6 @@ class FileUploadResult:
 @dataclass(frozen=True, slots=True)
 class UploadSettings:
     stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT
-    prefetch_batches_max: int = PREFETCH_BATCHES_MAX_DEFAULT
-    encode_workers: int = ENCODE_WORKERS_DEFAULT
     senders_max: int = SENDERS_MAX_DEFAULT
     compression: str | None = COMPRESSION_DEFAULT
 
@@ -114,7 +108,7 @@ class _Senders:
 
     def __init__(self, uploader: FileUploader, count: int) -> None:
         self._uploader = uploader
-        self.acks: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.acks: queue.Queue[tuple[int, int, int]] = queue.Queue()  # id, rows, bytes
         self.failure: BaseException | None = None
         self._halt = threading.Event()
         self._inboxes = [queue.Queue(SENDER_QUEUE_DEPTH) for _ in range(count)]
@@ -124,7 +118,7 @@ class _Senders:
         for thread in self._threads:
             thread.start()
 
-    def put(self, item: EncodedSlice, partition: int) -> None:
+    def put(self, item: Slice, partition: int) -> None:
         inbox = self._inboxes[partition % len(self._inboxes)]
         while not self._halt.is_set():
             try:
@@ -139,12 +133,12 @@ class _Senders:
             if item is None or self._halt.is_set() or self._uploader.stop.is_set():
                 return
             try:
-                self._uploader.send(item)
+                payload_bytes = self._uploader.send(item)
             except BaseException as error:  # noqa: BLE001 - handed to the main thread, re-raised
                 self.failure = self.failure or error
                 self._halt.set()
                 return
-            self.acks.put((item.message_id, item.rows))
+            self.acks.put((item.message_id, item.rows.num_rows, payload_bytes))
 
     def close(self, wait: bool) -> None:
         """Let the senders finish what they hold (`wait`) or stop after their current message."""
@@ -194,21 +188,17 @@ class FileUploader:
         finished = False
         messages = 0
         try:
-            with ThreadPoolExecutor(max_workers=self.settings.encode_workers,
-                                    thread_name_prefix="encode") as pool:
-                for item in _prefetched(self._numbered(reader, messages_acked), pool,
-                                        self.settings.prefetch_batches_max,
-                                        self.settings.compression):
-                    self._check(senders, item.message_id)
-                    messages = item.message_id + 1
-                    if item.payload is None:
-                        result.messages_skipped += 1
-                        self._acked(prefix, item.message_id, item.rows, result, on_ack)
-                    else:
-                        result.messages_sent += 1
-                        result.payload_bytes += len(item.payload)
-                        senders.put(item, place(item.message_id, self.partitions).partition)
-                    self._absorb(senders, prefix, result, on_ack)
+            for message_id, rows in enumerate(reader.slices()):
+                self._check(senders, message_id)
+                messages = message_id + 1
+                if message_id < messages_acked:  # acknowledged before a restart
+                    result.messages_skipped += 1
+                    self._acked(prefix, message_id, rows.num_rows, result, on_ack)
+                else:
+                    result.messages_sent += 1
+                    senders.put(Slice(message_id, rows),
+                                place(message_id, self.partitions).partition)
+                self._absorb(senders, prefix, result, on_ack)
             senders.close(wait=True)
             finished = True
             self._check(senders, messages)
@@ -231,9 +221,10 @@ class FileUploader:
         """Every acknowledgement the senders reported so far."""
         while True:
             try:
-                message_id, rows = senders.acks.get_nowait()
+                message_id, rows, payload_bytes = senders.acks.get_nowait()
             except queue.Empty:
                 return
+            result.payload_bytes += payload_bytes
             self._acked(prefix, message_id, rows, result, on_ack)
 
     @staticmethod
@@ -243,40 +234,19 @@ class FileUploader:
             result.rows += grown_rows
             on_ack(end, grown_rows)
 
-    @staticmethod
-    def _numbered(reader: CsvSliceReader,
-                  messages_acked: int) -> Iterator[tuple[int, pa.RecordBatch, bool]]:
-        """(message id, rows, acknowledged before a restart) per slice."""
-        for message_id, rows in enumerate(reader.slices()):
-            yield message_id, rows, message_id < messages_acked
-
-    def send(self, item: EncodedSlice) -> None:
-        """Send one message until the broker holds it (called by a sender thread)."""
+    def send(self, item: Slice) -> int:
+        """Encode one message and send it until the broker holds it (called by a sender
+        thread); its payload's bytes."""
         placement = place(item.message_id, self.partitions)
+        payload = encode_rows(item.rows, self.settings.compression)
 
         def send_once() -> None:
             try:
-                self.producer.send_batch(self.topic, placement.partition, [item.payload],
+                self.producer.send_batch(self.topic, placement.partition, [payload],
                                          sequence=placement.sequence)
             except DuplicateSequenceError:
                 log.debug("%s message %d was already stored", self.topic, item.message_id)
 
         persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
                 self.settings.stall_timeout_s)
-
-
-def _prefetched(slices: Iterator[tuple[int, pa.RecordBatch, bool]], pool: ThreadPoolExecutor,
-                depth: int, compression: str | None) -> Iterator[EncodedSlice]:
-    """Slices encoded on `pool` (skipped ones are not), at most `depth` ahead, in order."""
-    pending: deque[tuple[int, int, Future | None]] = deque()
-    for message_id, rows, skipped in slices:
-        future = None if skipped else pool.submit(encode_rows, rows, compression)
-        pending.append((message_id, rows.num_rows, future))
-        if len(pending) >= depth:
-            yield _finished(*pending.popleft())
-    while pending:
-        yield _finished(*pending.popleft())
-
-
-def _finished(message_id: int, rows: int, future: Future | None) -> EncodedSlice:
-    return EncodedSlice(message_id, rows, None if future is None else future.result())
+        return len(payload)

@@ -48,7 +48,7 @@ def reader_of(tmp_path, rows=23, batch_rows=5):
 def upload(producer, reader, messages_acked=0, stop=None, partitions=3):
     acks = []
     uploader = FileUploader(producer, "flights.cid", partitions, stop or threading.Event(),
-                            UploadSettings(stall_timeout_s=5.0, prefetch_batches_max=2))
+                            UploadSettings(stall_timeout_s=5.0))
     result = uploader.upload(reader, messages_acked, lambda n, rows: acks.append((n, rows)))
     return result, acks
 
