@@ -40,6 +40,7 @@ START_DEADLINE_S_DEFAULT = 10.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 log = logging.getLogger("healthchecker")
+SIGNAL_POLL_S = 0.2
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -294,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         except StatusBindError as error:
             parser.error(f"{type(error).__name__}: {error}")
     node.start()
-    node.wait()
+    # As the broker's main loop: a process-directed SIGTERM may land on another thread, and a
+    # main thread blocked in a bare wait() would only run the handler when something woke it
+    # (seen: `docker-compose down` SIGKILLing two checkers after 10 s). Polling wakes it.
+    while not node.wait(SIGNAL_POLL_S):
+        pass
     if status is not None:
         status.stop()
     if metrics is not None:

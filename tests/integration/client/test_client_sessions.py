@@ -207,7 +207,10 @@ def test_sigterm_mid_upload_checkpoints_and_exits_3_then_the_session_resumes(bro
                                                                             data, tmp_path):
     client_id = str(uuid.uuid4())
     batch_rows = 25
-    args = (broker, data, tmp_path / "r", client_id, "--batch-rows", str(batch_rows))
+    # A checkpoint per acknowledgement: the test sees the upload's progress at once, and the
+    # fsync per message keeps the (parallel, fast) upload from ending before the SIGTERM.
+    args = (broker, data, tmp_path / "r", client_id, "--batch-rows", str(batch_rows),
+            "--checkpoint-interval-s", "0")
     first = subprocess.Popen(client_command(*args), cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     checkpoint = SessionCheckpoint(tmp_path / "r" / "state", client_id)
