@@ -50,7 +50,6 @@ SESSION_TIMEOUT_S = 3600.0
 TOPICS_GONE_TIMEOUT_S_DEFAULT = 120.0
 POLL_S = 0.5
 DISK_SAMPLE_S = 0.5
-DISK_BASELINE_SLACK_BYTES = 16 * 1024 * 1024  # metadata, offsets and journal grow a little
 STOP_TIMEOUT_S = 20.0
 
 
@@ -118,15 +117,18 @@ def _platform_stats(platform: LocalPlatform) -> dict[str, TreeStats]:
     return stats
 
 
-def _wait_for_disk(directory: Path, baseline: int, timeout_s: float) -> tuple[int, float]:
-    """Until the brokers' disk use is back near `baseline` (or the timeout): (bytes, seconds)."""
+def _session_dirs(directory: Path, client_id: str) -> list[Path]:
+    """What the brokers still hold of a session: its topics' directories, or their deleted
+    remains (a topic directory is named by the topic; deletion renames it first)."""
+    return [path for path in directory.rglob(f"*{client_id}*")]
+
+
+def _wait_for_cleanup(directory: Path, client_id: str, timeout_s: float) -> tuple[int, float]:
+    """Until no broker holds anything of the session (or the timeout): (bytes left, seconds)."""
     started = time.monotonic()
-    while True:
-        used = disk_bytes(directory)
-        waited = time.monotonic() - started
-        if used <= baseline + DISK_BASELINE_SLACK_BYTES or waited > timeout_s:
-            return used, waited
+    while _session_dirs(directory, client_id) and time.monotonic() - started < timeout_s:
         time.sleep(POLL_S)
+    return disk_bytes(directory), time.monotonic() - started
 
 
 def run_pipeline(args: argparse.Namespace, flights: Path, airports: Path,
@@ -163,8 +165,8 @@ def _one_session(args, platform: LocalPlatform, layout: RunLayout, flights: Path
                               work_dir / f"client-{index}.log")
     cpu_after = _platform_stats(platform)
     disk_end = disk_bytes(layout.brokers_data_dir)
-    disk_after, waited = _wait_for_disk(layout.brokers_data_dir, disk_before,
-                                        args.topics_gone_timeout_s)
+    disk_after, waited = _wait_for_cleanup(layout.brokers_data_dir, summary["client_id"],
+                                           args.topics_gone_timeout_s)
     timings = summary["timings_s"]
     rows = sum(summary["rows_sent"].values())
     upload_s = timings["upload"]
@@ -183,7 +185,9 @@ def _one_session(args, platform: LocalPlatform, layout: RunLayout, flights: Path
         "broker_disk_bytes": {"before": disk_before, "peak": disk_peak.peak_bytes,
                               "session_end": disk_end,
                               "after_cleanup": disk_after,
-                              "cleanup_wait_s": round(waited, 1)},
+                              "cleanup_wait_s": round(waited, 1),
+                              "session_files_left": len(_session_dirs(layout.brokers_data_dir,
+                                                                      summary["client_id"]))},
     }
 
 

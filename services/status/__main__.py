@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -123,12 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.heartbeat_targets:
         heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
                                     interval_s=args.heartbeat_interval_s).start()
-    poller = Poller(config).start()
+    poller = Poller(config)
     host, port = args.listen
-    # uvicorn handles SIGTERM and SIGINT itself: run() returns once open requests finished.
     server = uvicorn.Server(uvicorn.Config(
         create_app(lambda: poller.document), host=host, port=port, log_level="warning",
         access_log=False, timeout_graceful_shutdown=3))
+    # uvicorn handles SIGTERM and SIGINT while it serves, then re-raises the signal to the
+    # handler it found: with Python's default that ends the process by the signal (exit 143
+    # where a clean stop is 0). Ours asks the server to stop, also before it serves.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
+    poller.start()
     log.info("status page on http://%s:%d/ (JSON: /api/status)", host, port)
     try:
         server.run()
