@@ -53,9 +53,10 @@ class LocalPlatform:
     """Registers, spawns, reaps and stops the processes of one run: `HEALTHCHECKERS` health
     checkers, `broker_count` brokers, the query service, the status page and the clients.
 
-    Ports, all on 127.0.0.1: per checker one for election and heartbeats and one for its status
-    request; per broker one for Kaska and one for /metrics (the status page reads both); the
-    page itself (`status_port`, 0: a free one) and the query service's Spark UI."""
+    Ports, all on 127.0.0.1: per checker one for election and heartbeats, one for its status
+    request and one for /metrics; per broker one for Kaska and one for /metrics (the status
+    page reads both); the page itself (`status_port`, 0: a free one), the query service's Spark
+    UI and its /metrics."""
 
     def __init__(self, layout: RunLayout, master: str,
                  broker_count: int = BROKERS_DEFAULT, status_port: int = 0) -> None:
@@ -63,14 +64,16 @@ class LocalPlatform:
         self.master = master
         self.registry = LocalServiceRegistry(layout.registry_dir)
         # One call: distinct ports.
-        ports = free_ports(2 * HEALTHCHECKERS + 2 * broker_count + 2)
+        ports = free_ports(3 * HEALTHCHECKERS + 2 * broker_count + 3)
         self.checker_ports = ports[:HEALTHCHECKERS]
         self.checker_status_ports = ports[HEALTHCHECKERS:2 * HEALTHCHECKERS]
-        broker_ports = ports[2 * HEALTHCHECKERS:2 * HEALTHCHECKERS + broker_count]
-        self.broker_metrics_ports = ports[2 * HEALTHCHECKERS + broker_count:-2]
+        self.checker_metrics_ports = ports[2 * HEALTHCHECKERS:3 * HEALTHCHECKERS]
+        broker_ports = ports[3 * HEALTHCHECKERS:3 * HEALTHCHECKERS + broker_count]
+        self.broker_metrics_ports = ports[3 * HEALTHCHECKERS + broker_count:-3]
         self.broker_nodes = plan_brokers(broker_ports, layout)
-        self.status_port = status_port or ports[-2]
-        self.spark_ui_port = ports[-1]
+        self.status_port = status_port or ports[-3]
+        self.spark_ui_port = ports[-2]
+        self.service_metrics_port = ports[-1]
         self.secret_file = layout.run_dir / "secret"
         self.started: list[str] = []
         self.exit_statuses: dict[str, int] = {}  # of the processes this platform spawned
@@ -134,6 +137,7 @@ class LocalPlatform:
                 "-m", "healthchecker", "--node-id", str(node_id), "--peers", peers,
                 "--listen", f"127.0.0.1:{port}", "--secret-file", str(self.secret_file),
                 "--status-listen", f"127.0.0.1:{self.checker_status_ports[node_id - 1]}",
+                "--metrics-listen", f"127.0.0.1:{self.checker_metrics_ports[node_id - 1]}",
                 "--backend", "process", "--registry", str(self.layout.registry_dir),
                 "--checkpoint-dir", str(self.layout.run_dir / name)])
             pid = self.spawn(name)
@@ -155,10 +159,12 @@ class LocalPlatform:
         self.register(SERVICE_NAME, [
             "-m", "spark.service", "--brokers", self.brokers, "--master", self.master,
             "--heartbeat-targets", self.heartbeat_targets,
-            "--ui-port", str(self.spark_ui_port)])
+            "--ui-port", str(self.spark_ui_port),
+            "--metrics-listen", f"127.0.0.1:{self.service_metrics_port}"])
         pid = self.spawn(SERVICE_NAME)
         console.say(f"  started {SERVICE_NAME:<16} pid {pid:<7} Spark {self.master}, "
-                    f"its UI on {self.spark_ui_url}")
+                    f"its UI on {self.spark_ui_url}, /metrics on 127.0.0.1:"
+                    f"{self.service_metrics_port}")
 
     @property
     def status_url(self) -> str:

@@ -276,8 +276,9 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
     platform = LocalPlatform(layout, "local[2]", broker_count=3)
     monkeypatch.setattr(platform, "spawn", lambda name, foreground=False: 4242)
     ports = (platform.checker_ports + platform.checker_status_ports
+             + platform.checker_metrics_ports
              + [node.port for node in platform.broker_nodes] + platform.broker_metrics_ports
-             + [platform.status_port, platform.spark_ui_port])
+             + [platform.status_port, platform.spark_ui_port, platform.service_metrics_port])
     assert len(platform.checker_ports) == HEALTHCHECKERS and len(set(ports)) == len(ports)
     platform.start_brokers()
     platform.start_service()
@@ -298,6 +299,8 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
     assert _flag(status, "--checkers") == ",".join(
         f"127.0.0.1:{port}" for port in platform.checker_status_ports)
     assert _flag(status, "--listen") == f"127.0.0.1:{platform.status_port}"
+    service = list(platform.registry.spec("query-service").argv)
+    assert _flag(service, "--metrics-listen") == f"127.0.0.1:{platform.service_metrics_port}"
     assert _flag(list(platform.registry.spec("query-service").argv),
                  "--ui-port") == str(platform.spark_ui_port)
     bootstrap = ",".join(node.address for node in platform.broker_nodes)
