@@ -56,6 +56,13 @@ def _bounded_int(low: int, high: int):
     return parse
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _brokers(text: str) -> str:
     try:
         parse_brokers(text)
@@ -90,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--stall-timeout-s", type=float, default=120.0,
         help="give up when the broker is unreachable this long")
     add("--results-timeout-s", type=float, default=3600.0)
+    add("--upload-rows-per-s-max", type=_non_negative_float, default=0.0,
+        help="upload at most this many rows a second, like a producer quota (default 0: as "
+             "fast as the brokers take them)")
     add("--rows-shown", type=int, default=5, help="result rows printed per query")
     add("--log-level", default="INFO")
     return parser
@@ -102,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         batch_rows=args.batch_rows, partitions=args.partitions, state_dir=args.state_dir,
         checkpoint_interval_s=args.checkpoint_interval_s, stall_timeout_s=args.stall_timeout_s,
         results_timeout_s=args.results_timeout_s, rows_shown_max=args.rows_shown,
+        upload_rows_per_s_max=args.upload_rows_per_s_max,
         token=os.environ.get(TOKEN_ENV),
     )
 

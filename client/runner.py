@@ -104,6 +104,7 @@ class ClientConfig:
     stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT
     results_timeout_s: float = RESULTS_TIMEOUT_S_DEFAULT
     rows_shown_max: int = 5
+    upload_rows_per_s_max: float = 0.0  # UploadSettings.rows_per_s_max
     token: str | None = None
     cluster_options: dict = field(default_factory=dict)
 
@@ -208,7 +209,8 @@ class ClientSession:
 
     def _upload_file(self, name: str, reader: CsvSliceReader) -> None:
         topics = data_topics(self.config.client_id)
-        settings = UploadSettings(stall_timeout_s=self.config.stall_timeout_s)
+        settings = UploadSettings(stall_timeout_s=self.config.stall_timeout_s,
+                                  rows_per_s_max=self.config.upload_rows_per_s_max)
         uploader = FileUploader(self.data_producers, topics[name], self.config.partitions,
                                 self.stop, settings)
         started = time.monotonic()

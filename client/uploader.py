@@ -38,6 +38,7 @@ import heapq
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +81,15 @@ class UploadSettings:
     stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT
     senders_max: int = SENDERS_MAX_DEFAULT
     compression: str | None = COMPRESSION_DEFAULT
+    # A ceiling on the upload's pace, like a Kafka producer quota (0: none). Sizes an upload's
+    # duration from below whatever the machine's speed: a fault test that must land its faults
+    # while the upload runs sets it.
+    rows_per_s_max: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rows_per_s_max < 0:
+            raise ValueError(f"rows_per_s_max must be >= 0 (0: no ceiling), got "
+                             f"{self.rows_per_s_max}")
 
 
 AckCallback = Callable[[int, int], None]  # (messages acknowledged so far, rows in this message)
@@ -101,6 +111,25 @@ class AckedPrefix:
             self.end += 1
             grown.append((self.end, heapq.heappop(self._above)[1]))
         return grown
+
+
+class UploadPacer:
+    """Holds the upload back so that rows handed on never run ahead of `rows_per_s_max`
+    since the pacer's start (0: never waits). The clock is injected for tests."""
+
+    def __init__(self, rows_per_s_max: float, clock: Callable[[], float]) -> None:
+        self.rows_per_s_max = rows_per_s_max
+        self._clock = clock
+        self._started_at = clock()
+        self._rows = 0
+
+    def delay_s(self, rows: int) -> float:
+        """Seconds to wait before handing on `rows` more rows (counted as handed on)."""
+        if self.rows_per_s_max <= 0:
+            return 0.0
+        due_at = self._started_at + self._rows / self.rows_per_s_max
+        self._rows += rows
+        return max(0.0, due_at - self._clock())
 
 
 class _Senders:
@@ -185,6 +214,7 @@ class FileUploader:
                                   payload_bytes=0)
         prefix = AckedPrefix(0)
         senders = _Senders(self, min(self.partitions, self.settings.senders_max))
+        pacer = UploadPacer(self.settings.rows_per_s_max, time.monotonic)
         finished = False
         messages = 0
         try:
@@ -196,6 +226,8 @@ class FileUploader:
                     self._acked(prefix, message_id, rows.num_rows, result, on_ack)
                 else:
                     result.messages_sent += 1
+                    self.stop.wait(pacer.delay_s(rows.num_rows))
+                    self._check(senders, message_id)
                     senders.put(Slice(message_id, rows),
                                 place(message_id, self.partitions).partition)
                 self._absorb(senders, prefix, result, on_ack)

@@ -48,6 +48,7 @@ SERVICE_LABEL = "com.docker.compose.service"
 COMPOSE_TIMEOUT_S = 600
 POLL_S = 0.5
 EVENTS_JOIN_S = 5.0
+DECISION_CAUSE = re.compile(r"\bcause=(.*)$")  # the rest of a RESTART decision line
 
 
 class DeploymentError(Exception):
@@ -66,13 +67,17 @@ class Restart:
 class ComposeDeployment:
     def __init__(self, data_dir: Path, results_dir: Path, project: str | None = None,
                  compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT,
-                 project_prefix: str = "flights-e2e") -> None:
+                 project_prefix: str = "flights-e2e",
+                 settings: dict[str, str] | None = None) -> None:
+        """`settings`: more of the Compose file's variables (FLIGHTS_*, its header)."""
         self.project = project or f"{project_prefix}-{uuid.uuid4().hex[:8]}"
         self.compose_file = compose_file
         # Absolute: Compose reads a relative path as the name of a volume.
         self.data_dir = data_dir.resolve()
         self.results_dir = results_dir.resolve()
         self.image = image
+        self.settings = dict(settings or {})
+        self.kills: list[tuple[float, str]] = []  # (when, service) of every kill() it made
         self.docker = docker.from_env()
         status, master_ui, driver_ui = free_ports(3)
         self.published_ports = {"FLIGHTS_STATUS_PORT": status,
@@ -96,6 +101,7 @@ class ComposeDeployment:
             "FLIGHTS_GID": str(os.getgid()),
             "FLIGHTS_PUBLISH_HOST": "127.0.0.1",
             **{name: str(port) for name, port in self.published_ports.items()},
+            **self.settings,
         }
 
     def compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> str:
@@ -134,8 +140,10 @@ class ComposeDeployment:
         return docker_time(self.container(service).attrs["State"]["StartedAt"]).timestamp()
 
     def kill(self, service: str) -> float:
-        """SIGKILL `service`'s container; returns when (epoch seconds)."""
+        """SIGKILL `service`'s container; returns when (epoch seconds), also kept in `kills`."""
+        at = time.time()
         self.container(service).kill()
+        self.kills.append((at, service))
         return time.time()
 
     # --- logs -------------------------------------------------------------------------------
@@ -173,6 +181,17 @@ class ComposeDeployment:
                 match = DECISION_LINE.search(line.text)
                 if match:
                     found.append((line.at, match.group(1)))
+        return sorted(found)
+
+    def restart_causes(self) -> list[tuple[float, str, str]]:
+        """(when, service, cause) of every restart decision a health checker logged."""
+        found = []
+        for checker in self.checkers():
+            for line in self.log_lines(checker):
+                match = DECISION_LINE.search(line.text)
+                cause = DECISION_CAUSE.search(line.text)
+                if match:
+                    found.append((line.at, match.group(1), cause.group(1) if cause else ""))
         return sorted(found)
 
     def leader(self) -> str | None:

@@ -26,11 +26,15 @@
    anything). Victims are random, or the service kinds in turn with `--chaos-victims
    round-robin` (the client and the leader first).
 5. Waits until every session completed (its summary.json says so) or failed, or `--timeout-s`
-   passed; then stops everything it started: health checkers first (so nothing is restarted
-   meanwhile), the brokers last, SIGTERM, then SIGKILL after `--stop-timeout-s`.
+   passed; with chaos, stops the loop and waits (at most `--heal-timeout-s`) until every
+   instance it hit was replaced; with `--keep-running`, leaves the platform (and its status
+   page) up until SIGINT or SIGTERM, as `make docker-compose-up` leaves its deployment; then
+   stops everything it started: health checkers first (so nothing is restarted meanwhile),
+   the brokers last, SIGTERM, then SIGKILL after `--stop-timeout-s`.
 
-Exit status 0 only if every session completed. Output: what started where, upload progress,
-the sessions' outcome and timings, kills and restarts, where the results are.
+Exit status 0 only if every session completed and every chaos fault healed. Output: what
+started where, upload progress, the sessions' outcome and timings, kills and restarts, where
+the results are.
 
 The parts live in scripts/local/ (one module per concern); this module parses the flags and
 wires them together, and re-exports the parts' names.
@@ -55,7 +59,7 @@ from scripts.local.brokers import (
     broker_argv,
     broker_count_error,
 )
-from scripts.local.chaos import ChaosThread
+from scripts.local.chaos import ChaosThread, wait_for_heals
 from scripts.local.console import say
 from scripts.local.errors import RunLocalError
 from scripts.local.layout import CHECKER_PREFIX, SERVICE_NAME, RunLayout, broker_name
@@ -71,6 +75,7 @@ from scripts.local.report import (
 from scripts.local.sample_data import InputFiles, sample_files
 from scripts.local.sessions import (
     ClientRun,
+    ClientSettings,
     client_argv,
     client_outcome,
     plan_clients,
@@ -81,7 +86,8 @@ from scripts.victims import PICKERS
 
 __all__ = [
     "BROKERS_DEFAULT", "BROKERS_MAX", "CHECKER_PREFIX", "HEALTHCHECKERS", "REPO", "SERVICE_NAME",
-    "BrokerNode", "ChaosThread", "ClientRun", "InputFiles", "LocalPlatform", "LogTail",
+    "BrokerNode", "ChaosThread", "ClientRun", "ClientSettings", "InputFiles", "LocalPlatform",
+    "LogTail",
     "RunLayout", "RunLocalError", "broker_argv", "broker_count_error", "broker_name",
     "build_parser", "client_argv", "client_outcome", "describe_session", "describe_timings",
     "free_ports", "install_signal_handlers", "main", "parse_args", "plan_clients",
@@ -95,6 +101,7 @@ INVALID_RATE_DEFAULT = 0.01
 TIMEOUT_S_DEFAULT = 1800.0
 STOP_TIMEOUT_S_DEFAULT = 10.0
 CHAOS_DURATION_S_DEFAULT = 60.0
+HEAL_TIMEOUT_S_DEFAULT = 120.0
 
 
 def start_platform(platform: LocalPlatform) -> None:
@@ -114,6 +121,7 @@ def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
     layout.prepare()
     platform = LocalPlatform(layout, args.master, args.brokers, args.status_port)
     chaos = None
+    unhealed = []
     try:
         start_platform(platform)
         runs = plan_clients(args)  # generates samples while Spark starts
@@ -126,20 +134,28 @@ def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
                                 args.chaos_duration_s, args.chaos_seed,
                                 args.chaos_pause_ratio, args.chaos_victims).start()
         sessions_started = time.monotonic()
+        settings = ClientSettings(args.batch_rows, args.partitions,
+                                  args.client_upload_rows_per_s_max)
         foreground = len(runs) == 1 and chaos is None and sys.stdout.isatty()
         for client in runs:
-            platform.register(client.name, client_argv(client, platform, args))
+            platform.register(client.name, client_argv(client, platform, settings))
             pid = platform.spawn(client.name, foreground=foreground)
             say(f"  started {client.name:<16} pid {pid:<7} session {client.client_id}")
         tail = None if foreground else LogTail({r.name: layout.log_path(r.name) for r in runs})
         wait_for_sessions(runs, platform, args.timeout_s, tail, interrupted)
         sessions_s = time.monotonic() - sessions_started
+        if chaos is not None:
+            chaos.stop()
+            unhealed = wait_for_heals(chaos.faults, platform.registry, args.heal_timeout_s)
+        if args.keep_running and not interrupted.is_set():
+            say("sessions over; the platform keeps running until SIGINT or SIGTERM")
+            interrupted.wait()
     finally:
         if chaos is not None:
             chaos.stop()
         say("stopping everything this run started")
         platform.stop_all(args.stop_timeout_s)
-    return print_report(runs, layout, chaos, sessions_s, time.monotonic() - started)
+    return print_report(runs, layout, chaos, unhealed, sessions_s, time.monotonic() - started)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chaos-victims", choices=sorted(PICKERS), default="random",
         help="random: any live process; round-robin: the service kinds in turn, the client "
              "and the health-checker leader first")
+    add("--heal-timeout-s", type=float, default=HEAL_TIMEOUT_S_DEFAULT,
+        help="after the sessions, wait at most this long for the chaos faults to heal")
+    add("--client-upload-rows-per-s-max", type=float, default=0.0,
+        help="the clients' upload ceiling (client --upload-rows-per-s-max; 0: none)")
+    add("--keep-running", action="store_true",
+        help="after the sessions, keep the platform up until SIGINT or SIGTERM")
     add("--timeout-s", type=float, default=TIMEOUT_S_DEFAULT)
     add("--stop-timeout-s", type=float, default=STOP_TIMEOUT_S_DEFAULT)
     return parser
@@ -185,8 +207,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--status-port must lie in [0, 65535], got {args.status_port}")
     if args.clients < 1 or args.rows < 0 or args.batch_rows < 1 or args.partitions < 1:
         parser.error("--clients, --batch-rows and --partitions must be >= 1, --rows >= 0")
-    if args.chaos_interval_s < 0 or args.chaos_duration_s < 0:
-        parser.error("chaos interval and duration must be >= 0")
+    if args.chaos_interval_s < 0 or args.chaos_duration_s < 0 or args.heal_timeout_s < 0:
+        parser.error("chaos interval, chaos duration and heal timeout must be >= 0")
+    if not args.client_upload_rows_per_s_max >= 0:
+        parser.error("--client-upload-rows-per-s-max must be >= 0")
     if not 0 <= args.chaos_pause_ratio <= 1:
         parser.error(f"--chaos-pause-ratio must lie in [0, 1], got {args.chaos_pause_ratio:g}")
     problem = broker_count_error(args.brokers)

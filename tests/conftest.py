@@ -1,4 +1,6 @@
-"""Suite-wide wiring: Docker-marked tests run wherever a Docker engine answers."""
+"""Suite-wide wiring: Docker-marked tests run wherever a Docker engine answers; in CI (the CI
+variable set, as `.ci/run` runs) they never skip: an engine that does not answer ends the run at
+once, before any test, with the reason."""
 
 import os
 import shutil
@@ -11,20 +13,41 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+DOCKER_INFO_TIMEOUT_S = 30
+CI_VALUES = ("1", "true", "yes")
 
-def _docker_answers() -> bool:
+
+def running_in_ci() -> bool:
+    """CI=true (or 1, yes), as CI and `.ci/run` set it: nothing may be skipped for want of
+    something CI installs or starts."""
+    return os.environ.get("CI", "").strip().lower() in CI_VALUES
+
+
+def docker_problem() -> str | None:
+    """Why no Docker engine answers here, or None when one does."""
     if shutil.which("docker") is None:
-        return False
-    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=False)
-    return probe.returncode == 0
+        return "no `docker` command on PATH"
+    try:
+        probe = subprocess.run(["docker", "info"], capture_output=True, text=True,
+                               timeout=DOCKER_INFO_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"`docker info` did not answer within {DOCKER_INFO_TIMEOUT_S} s"
+    if probe.returncode != 0:
+        return f"`docker info` exited {probe.returncode}: {probe.stderr.strip()[-500:]}"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     if not any(item.get_closest_marker("docker") for item in items):
         return
-    if _docker_answers():
+    problem = docker_problem()
+    if problem is None:
         return
-    skip = pytest.mark.skip(reason="no Docker engine answers on this machine")
+    if running_in_ci():
+        pytest.exit(f"CI run, and Docker-marked tests were collected, but no Docker engine "
+                    f"answers: {problem}. Start the engine (e.g. `service docker start`) and "
+                    f"run again; in CI they never skip.", returncode=3)
+    skip = pytest.mark.skip(reason=f"no Docker engine answers on this machine: {problem}")
     for item in items:
         if item.get_closest_marker("docker"):
             item.add_marker(skip)

@@ -114,6 +114,11 @@ class BrokerConnection:
     def alive(self) -> bool:
         return self._closed_because is None
 
+    @property
+    def local_address(self) -> tuple[str, int]:
+        """This end of the connection (host, port): what the broker sees as its peer."""
+        return self._sock.getsockname()[:2]
+
     def send(self, api: int, parts: list) -> Future:
         """Send one request; the future resolves to (error code, body bytes)."""
         body_bytes = sum(len(part) for part in parts)

@@ -5,7 +5,6 @@ directory per round. Starts come from a thread that watches the local registry's
 
 from __future__ import annotations
 
-import argparse
 import re
 import threading
 import time
@@ -22,7 +21,7 @@ from scripts.local.errors import RunLocalError
 from scripts.local.layout import RunLayout
 from scripts.local.platform import LocalPlatform
 from scripts.local.sample_data import InputFiles
-from scripts.local.sessions import ClientRun, client_argv, client_outcome
+from scripts.local.sessions import ClientRun, ClientSettings, client_argv, client_outcome
 from scripts.run_local import start_platform
 from tests.session_check import SessionData
 
@@ -101,7 +100,7 @@ class LocalRound:
         self.platform = LocalPlatform(self.layout, self.master, BROKERS)
         start_platform(self.platform)
         self.platform.wait_for_service()
-        settings = argparse.Namespace(batch_rows=BATCH_ROWS, partitions=PARTITIONS)
+        settings = ClientSettings(batch_rows=BATCH_ROWS, partitions=PARTITIONS)
         self.platform.register(CLIENT, client_argv(self.client, self.platform, settings))
         self.platform.spawn(CLIENT)
         self._wait_session_started()

@@ -2,13 +2,20 @@
 process of the run is SIGKILLed or paused (any broker, the health-checker leader and the clients
 included), never the last live health checker (nothing would be left to restart anything).
 Victims are random, or the service kinds in turn (`round-robin`: the client and the leader
-first, so that even a short run hits both)."""
+first, so that even a short run hits both).
+
+Once the sessions are over and the loop stopped, `wait_for_heals` waits (bounded) until every
+instance hit was replaced: a run that stops its platform right after the last fault would
+leave that fault's heal unproven."""
 
 from __future__ import annotations
 
 import random
+import re
 import sys
+import time
 
+from healthchecker.local_registry import LocalServiceRegistry, RegistryError
 from scripts import killer
 from scripts.local import console
 from scripts.local.layout import CHECKER_PREFIX
@@ -56,3 +63,37 @@ class ChaosThread:
 
     def stop(self) -> None:
         self._thread.stop()
+
+
+FAULT_PID = re.compile(r"\bpid=(\d+)")
+HEAL_POLL_S = 0.2
+
+
+def fault_pid(fault: killer.Fault) -> int | None:
+    """The pid the fault hit (the local backend names it in the fault's detail)."""
+    match = FAULT_PID.search(fault.detail)
+    return int(match.group(1)) if match else None
+
+
+def unhealed(faults: list[killer.Fault], registry: LocalServiceRegistry) -> list[killer.Fault]:
+    """The faults whose instance was not replaced: the service's registered pid is still the
+    one hit (or none is registered). A pause and a later kill of the same paused instance are
+    both healed by the one replacement."""
+    left = []
+    for fault in faults:
+        try:
+            record = registry.read_pid(fault.name)
+        except RegistryError:
+            record = None  # being rewritten right now: not proven healed yet
+        if record is None or record.pid == fault_pid(fault):
+            left.append(fault)
+    return left
+
+
+def wait_for_heals(faults: list[killer.Fault], registry: LocalServiceRegistry,
+                   timeout_s: float) -> list[killer.Fault]:
+    """Until every fault's instance was replaced or `timeout_s` passed; the unhealed ones."""
+    deadline = time.monotonic() + timeout_s
+    while (left := unhealed(faults, registry)) and time.monotonic() < deadline:
+        time.sleep(HEAL_POLL_S)
+    return left

@@ -74,8 +74,9 @@ def describe_timings(summary: dict) -> str:
 
 
 def print_report(runs: list[ClientRun], layout: RunLayout, chaos: ChaosThread | None,
-                 sessions_s: float, total_s: float) -> int:
-    """Prints the run's outcome; the exit status: 0 only if every session completed."""
+                 unhealed: list, sessions_s: float, total_s: float) -> int:
+    """Prints the run's outcome; the exit status: 0 only if every session completed and no
+    chaos fault (`unhealed`: killer.Fault) was left unhealed."""
     completed = sum(run.outcome == "completed" for run in runs)
     console.say(f"\n{completed} of {len(runs)} sessions completed; sessions took "
                 f"{sessions_s:.1f} s, the whole run {total_s:.1f} s")
@@ -87,5 +88,10 @@ def print_report(runs: list[ClientRun], layout: RunLayout, chaos: ChaosThread | 
         restarts = restarts_in_logs(layout)
         console.say(f"chaos: {len(chaos.faults)} faults {dict(sorted(faults.items()))}; "
                     f"health-checker restarts {dict(sorted(restarts.items()))}")
+        for fault in unhealed:
+            console.say(f"UNHEALED: {fault.action} t={fault.at_s:.1f}s service={fault.name} "
+                        f"{fault.detail}: the instance hit was never replaced")
+        console.say(f"chaos: {len(chaos.faults) - len(unhealed)} of {len(chaos.faults)} faults "
+                    "healed (the instance hit replaced)")
     console.say(f"logs: {layout.logs_dir}")
-    return 0 if completed == len(runs) else 1
+    return 0 if completed == len(runs) and not unhealed else 1

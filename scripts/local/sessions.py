@@ -34,13 +34,22 @@ class ClientRun:
     summary: dict = field(default_factory=dict)
 
 
-def client_argv(run: ClientRun, platform: LocalPlatform, args: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True)
+class ClientSettings:
+    """What every client of a run is started with, beyond its own session."""
+    batch_rows: int = 300
+    partitions: int = 4
+    upload_rows_per_s_max: float = 0.0  # client --upload-rows-per-s-max (0: no ceiling)
+
+
+def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSettings) -> list[str]:
     """The client's command line: the whole bootstrap list, so it rides out a broker's death."""
     return ["-m", "client", "--flights", str(run.inputs.flights), "--airports",
             str(run.inputs.airports), "--brokers", platform.brokers, "--results-dir",
             str(run.results_dir), "--client-id", run.client_id, "--name", run.name,
-            "--batch-rows", str(args.batch_rows), "--partitions", str(args.partitions),
-            "--heartbeat-targets", platform.heartbeat_targets]
+            "--batch-rows", str(settings.batch_rows), "--partitions", str(settings.partitions),
+            "--heartbeat-targets", platform.heartbeat_targets,
+            "--upload-rows-per-s-max", str(settings.upload_rows_per_s_max)]
 
 
 def plan_clients(args: argparse.Namespace) -> list[ClientRun]:

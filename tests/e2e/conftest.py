@@ -3,6 +3,7 @@ malformed rows (shared, read-only), its reference results, and a fresh deploymen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ E2E_ROWS = 40_000
 E2E_SEED = 7
 E2E_INVALID_RATE = 0.02
 IMAGE_BUILD_TIMEOUT_S = 1800
+PACED_UPLOAD_ROWS_PER_S = 1000  # E2E_ROWS uploaded in >= 40 s
 
 
 @pytest.fixture(scope="session")
@@ -39,18 +41,47 @@ def e2e_data(tmp_path_factory) -> SessionData:
                                 E2E_INVALID_RATE)
 
 
-@pytest.fixture
-def deployment(project_image, e2e_data, tmp_path):
+@contextlib.contextmanager
+def fresh_deployment(image: str, data: SessionData, results_dir: Path,
+                     settings: dict[str, str] | None = None):
     """A fresh deployment of compose/docker-compose-dev.yaml (not started); always torn down,
     its containers' log tails printed (pytest shows them when the test fails)."""
-    deployment = ComposeDeployment(e2e_data.directory, tmp_path / "results",
-                                   image=project_image)
+    deployment = ComposeDeployment(data.directory, results_dir, image=image, settings=settings)
     try:
         yield deployment
     finally:
         if deployment.containers():
             print(deployment.diagnostics(tail_lines=80))
             deployment.down()
+
+
+@pytest.fixture
+def deployment(project_image, e2e_data, tmp_path):
+    """A fresh deployment of its own, for a test that takes it apart (kills, down)."""
+    with fresh_deployment(project_image, e2e_data, tmp_path / "results") as made:
+        yield made
+
+
+@pytest.fixture(scope="session")
+def shared_deployment(project_image, e2e_data, tmp_path_factory):
+    """One running deployment (started here, its client's session under way) for the tests
+    that leave it as they found it: the session answered, a broker killed and healed. Faults a
+    test injects go through `kill()`, which records them (`kills`), so another test can tell
+    them from the platform's own trouble."""
+    with fresh_deployment(project_image, e2e_data,
+                          tmp_path_factory.mktemp("shared") / "results") as made:
+        made.up()
+        yield made
+
+
+@pytest.fixture
+def paced_deployment(project_image, e2e_data, tmp_path):
+    """A fresh deployment whose client uploads at most PACED_UPLOAD_ROWS_PER_S rows a second:
+    the upload lasts E2E_ROWS / PACED_UPLOAD_ROWS_PER_S s or more on any machine, so faults a
+    test injects meanwhile land while it is in flight."""
+    settings = {"FLIGHTS_CLIENT_UPLOAD_ROWS_PER_S_MAX": str(PACED_UPLOAD_ROWS_PER_S)}
+    with fresh_deployment(project_image, e2e_data, tmp_path / "results", settings) as made:
+        yield made
 
 
 def assert_results_exact(results_dir: Path, data: SessionData) -> dict:

@@ -34,6 +34,7 @@ from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataR
 from common.kaska.retry import RetryPolicy
 from services.broker.storage.log import Log
 from tests.integration.broker.broker_process import REPO, BrokerProcess
+from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.peer_proxy import PeerProxy
 
 # Fast failover for tests: elections within 0.5-1 s of silence, a cut-off leader steps down
@@ -86,8 +87,9 @@ class ClusterBroker(BrokerProcess):
     """One broker of the cluster: BrokerProcess with a node id and peers."""
 
     def __init__(self, node_id: int, data_dir: Path, port: int, peers: str,
-                 extra_args: tuple[str, ...]) -> None:
+                 extra_args: tuple[str, ...], metrics_port: int) -> None:
         super().__init__(data_dir, *extra_args, port=port)
+        self.metrics_port = metrics_port
         self.node_id = node_id
         self.peers = peers
         self.paused = False
@@ -102,7 +104,8 @@ class ClusterBroker(BrokerProcess):
         """Start the process; `wait_ready` reads its readiness line."""
         command = [sys.executable, "-m", "services.broker", "--node-id", str(self.node_id),
                    "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
-                   "--peers", self.peers, *self.extra_args]
+                   "--peers", self.peers, "--metrics-listen",
+                   f"127.0.0.1:{self.metrics_port}", *self.extra_args]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("KASKA_TOKEN", None)
         self.starts += 1
@@ -141,8 +144,11 @@ class BrokerCluster:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.ids = list(range(1, size + 1))
         self.peer_via_proxy = peer_via_proxy
-        reserved = reserve_ports(size)
-        ports = {i: sock.getsockname()[1] for i, sock in zip(self.ids, reserved, strict=True)}
+        reserved = reserve_ports(2 * size)  # each broker's client port and metrics port
+        ports = {i: sock.getsockname()[1]
+                 for i, sock in zip(self.ids, reserved[:size], strict=True)}
+        metrics_ports = {i: sock.getsockname()[1]
+                         for i, sock in zip(self.ids, reserved[size:], strict=True)}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:
@@ -155,7 +161,7 @@ class BrokerCluster:
             peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
                              for j in self.ids if j != i)
             self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
-                                            tuple(extra_args))
+                                            tuple(extra_args), metrics_ports[i])
         for sock in reserved:
             sock.close()
 
@@ -284,6 +290,44 @@ class BrokerCluster:
             for info in partitions:
                 return LeaderView(i, info.leader_id, info.leader_epoch)
         return self._view_from_log(i)
+
+    def partition_offsets(self, i: int, topic: str) -> dict[int, tuple[int, int]] | None:
+        """Broker i's {partition: (log end offset, high watermark)} of `topic` from its
+        metrics; None when it does not answer (down, paused, starting)."""
+        try:
+            _text, samples = scrape(self.brokers[i].metrics_port)
+        except OSError:
+            return None
+        found: dict[int, list[int]] = {}
+        for (name, labels), value in samples.items():
+            fields = dict(labels)
+            if fields.get("topic") != topic:
+                continue
+            slot = {"kaska_partition_log_end_offset": 0,
+                    "kaska_partition_high_watermark": 1}.get(name)
+            if slot is not None:
+                found.setdefault(int(fields["partition"]), [0, 0])[slot] = int(value)
+        return {partition: (end, hw) for partition, (end, hw) in found.items()}
+
+    def wait_caught_up(self, topic: str, partitions: list[int],
+                       timeout_s: float = LEADER_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+        """Until every broker reports, for each partition, the same log end offset and a
+        high watermark equal to it (writers stopped: everything replicated and committed);
+        that {partition: (end, hw)}. Raises AssertionError with the last readings."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            readings = {i: self.partition_offsets(i, topic) for i in self.ids}
+            first = readings[self.ids[0]]
+            if first is not None and all(
+                    (reading := readings[i]) is not None
+                    and all(reading.get(p) == first.get(p) for p in partitions)
+                    for i in self.ids) and all(
+                    p in first and first[p][0] == first[p][1] for p in partitions):
+                return {p: first[p] for p in partitions}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: replicas not caught up in {timeout_s:g} s: "
+                                     f"{readings}")
+            time.sleep(0.05)
 
     def _view_from_log(self, i: int) -> LeaderView | None:
         lines = self.log_lines(i, ROLE_LINE)

@@ -28,6 +28,7 @@ import time
 import pytest
 
 from common.kaska import Producer
+from services.broker.storage.log import Log
 from tests.integration.replication.cluster import FAST_ELECTIONS
 from tests.integration.replication.workload import (
     CLIENT_TIMEOUTS,
@@ -42,6 +43,7 @@ from tests.integration.replication.workload import (
     stop_writers,
     wait_for_acks,
 )
+from tests.integration.tcp_queues import queued_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,7 +57,9 @@ PROBES_PER_PAUSE = 3
 DIRECT_SENDS_PER_PAUSE = 2  # produce requests queued at the paused leader, answered on SIGCONT
 WRITER_PAUSE_S = 0.005  # between a writer's batches: small data, a machine not saturated
 FOLLOWER_LAG_BATCHES = 10  # per writer, while the follower is down
-SETTLE_S = 2.0  # writers stopped: followers fetch the last batches before the brokers stop
+QUEUED_TIMEOUT_S = 10.0  # for a request sent to the paused leader to sit in its socket
+# Kills of a restarted follower that must land while it is behind; attempts are bounded.
+FOLLOWER_KILL_ATTEMPTS_MAX = 4 * FOLLOWER_KILLS
 FAULTS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigstop": signal.SIGSTOP}
 
 
@@ -70,7 +74,9 @@ def reckon(cluster, writers: list[AckedWriter], extra_tallies: dict | None = Non
     readable = {value for records in stored.values() for _, value in records}
     resurrected = [value[:30] for value in never_readable if value in readable]
     assert not resurrected, f"records a deposed leader took are readable: {resurrected}"
-    time.sleep(SETTLE_S)
+    # Writers stopped: every broker must have fetched and committed the last batches before
+    # the brokers stop, or the byte comparison below would judge a replica still fetching.
+    cluster.wait_caught_up(TOPIC, PARTITIONS)
     codes = cluster.stop_all()
     assert all(code == 0 for code in codes.values()), f"exit codes on SIGTERM: {codes}"
     compared = check_replicas_identical(cluster, TOPIC, PARTITIONS, high_watermarks)
@@ -130,7 +136,7 @@ def test_leader_fault_rounds_lose_and_double_nothing(make_cluster, fault):
                     cluster.brokers[old.leader_id].host_port, TOPIC, k % len(PARTITIONS),
                     batch_values(f"paused{round_}", 0, k, rng))
                     for k in range(DIRECT_SENDS_PER_PAUSE)]
-                time.sleep(0.3)  # connected (the kernel accepts for it) and sent
+                wait_queued_at(cluster.brokers[old.leader_id].port, queued)
                 cluster.resume(old.leader_id)
                 for send, thread in queued:
                     thread.join(60)
@@ -162,6 +168,25 @@ def test_leader_fault_rounds_lose_and_double_nothing(make_cluster, fault):
     assert len(leaders) == ROUNDS
 
 
+def wait_queued_at(server_port: int, queued) -> None:
+    """Until every request of `queued` sits, unread, in the paused broker's socket (the kernel
+    accepts for a stopped process): the scenario is a request the leader finds on waking."""
+    deadline = time.monotonic() + QUEUED_TIMEOUT_S
+    while True:
+        waiting = [queued_bytes(server_port, send.local_port) if send.local_port else None
+                   for send, _thread in queued]
+        if all(waiting):
+            return
+        assert time.monotonic() < deadline, \
+            f"requests not queued at the paused leader after {QUEUED_TIMEOUT_S:g} s: bytes " \
+            f"waiting per request {waiting}; errors {[send.error for send, _ in queued]}"
+        time.sleep(0.02)
+
+
+def end_offsets(log: Log, topic: str, partitions: list[int]) -> dict[int, int]:
+    return {p: log.partition(topic, p).log_end_offset for p in partitions}
+
+
 @pytest.mark.timeout(180)
 def test_follower_killed_while_catching_up_converges(make_cluster):
     rng = random.Random(SEED + 10)
@@ -175,16 +200,27 @@ def test_follower_killed_while_catching_up_converges(make_cluster):
         wait_for_acks(writers, progress, what="before the first kill")
         leader = cluster.leader()
         follower = rng.choice(cluster.others(leader.leader_id))
-        kills = 0
-        for k in range(FOLLOWER_KILLS):
-            cluster.kill(follower, signal.SIGKILL)
-            kills += 1
-            wait_for_acks(writers, progress, more=FOLLOWER_LAG_BATCHES,
-                          what=f"follower down, kill {k}")
-            cluster.start_broker(follower)  # it catches up (or truncates) from here...
-            time.sleep(rng.uniform(0.0, 1.0))  # ...and is killed again in the middle of it
+        kills, behind_kills = 0, []
         cluster.kill(follower, signal.SIGKILL)
         kills += 1
+        while len(behind_kills) < FOLLOWER_KILLS:
+            assert kills <= FOLLOWER_KILL_ATTEMPTS_MAX, \
+                f"only {len(behind_kills)} of {kills} kills landed while follower " \
+                f"{follower} was behind: {behind_kills}"
+            wait_for_acks(writers, progress, more=FOLLOWER_LAG_BATCHES,
+                          what=f"follower down, kill {kills}")
+            cluster.start_broker(follower)  # it catches up (or truncates) from here...
+            time.sleep(rng.uniform(0.0, 0.2))  # a random moment of the catch-up (not a wait)
+            leader_view = cluster.leader_id(among=cluster.others(follower))
+            leader_ends = cluster.partition_offsets(leader_view, TOPIC) or {}
+            cluster.kill(follower, signal.SIGKILL)  # ...and is killed in the middle of it
+            kills += 1
+            # What it held when it died, from its own files, against what the leader held just
+            # before: strictly less means it was still catching up at the kill.
+            with Log(cluster.brokers[follower].data_dir) as log:
+                follower_ends = end_offsets(log, TOPIC, PARTITIONS)
+            if any(follower_ends[p] < leader_ends.get(p, (0, 0))[0] for p in PARTITIONS):
+                behind_kills.append((follower_ends, leader_ends))
         cluster.start_broker(follower)
         after = cluster.leader()  # it knows the leader again
         wait_for_acks(writers, progress, more=3, what="after the last restart")
@@ -202,7 +238,8 @@ def test_follower_killed_while_catching_up_converges(make_cluster):
             f"{stored[follower].data == stored[after.leader_id].data}"
     truncations = len(cluster.recovery_lines(follower))
     print(f"\n[replication follower] seed {SEED + 10}: follower {follower} SIGKILLed {kills} "
-          f"times while catching up; leader before {leader.leader_id}@{leader.epoch}, after "
+          f"times, {len(behind_kills)} of them while behind the leader; leader before "
+          f"{leader.leader_id}@{leader.epoch}, after "
           f"{after.leader_id}@{after.epoch}; {truncations} recovery/truncation log lines on "
           f"it; {counters}; {time.monotonic() - started:.1f} s")
-    assert kills == FOLLOWER_KILLS + 1
+    assert len(behind_kills) == FOLLOWER_KILLS

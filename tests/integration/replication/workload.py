@@ -191,6 +191,7 @@ class DirectSend:
     finished: float = 0.0
     base_offset: int | None = None  # set when acknowledged
     error: str = ""
+    local_port: int | None = None  # this end of its connection, once connected
 
 
 class DirectWriter(threading.Thread):
@@ -246,12 +247,14 @@ class DirectWriter(threading.Thread):
 def direct_connection(address: tuple[str, int], send: DirectSend) -> BrokerConnection | None:
     """A connection for direct sends; None (and `send` marked failed) when it cannot connect."""
     try:
-        return BrokerConnection(address, connect_timeout_s=1.0,
-                                request_timeout_s=DIRECT_REQUEST_TIMEOUT_S)
+        connection = BrokerConnection(address, connect_timeout_s=1.0,
+                                      request_timeout_s=DIRECT_REQUEST_TIMEOUT_S)
     except KaskaError as error:
         send.error = f"{type(error).__name__}: {error}"
         send.finished = time.monotonic()
         return None
+    send.local_port = connection.local_address[1]
+    return connection
 
 
 def produce_direct(connection: BrokerConnection, topic: str, partition: int,

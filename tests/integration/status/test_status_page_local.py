@@ -1,6 +1,6 @@
 """The status page against a local deployment (`run_local`): a SIGKILLed broker shows in the
 timeline as dead, restarted and healed, its row comes back up with one more restart, and the
-session's progress moves to done."""
+session's progress moves to done (run_local `--keep-running` keeps the page up meanwhile)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def row(doc: dict | None, name: str) -> dict | None:
 
 def test_a_killed_broker_shows_dead_restarted_healed_and_the_session_completes(tmp_path):
     output = tmp_path / "out.txt"
-    process = start_run_local(tmp_path / "results", output, "--rows", "20000")
+    process = start_run_local(tmp_path / "results", output, "--rows", "20000",
+                              "--keep-running")
     try:
         url = wait_for("the status page's URL", lambda: URL_LINE.search(
             output.read_text(errors="replace")), START_TIMEOUT_S).group(1)
@@ -77,21 +78,24 @@ def test_a_killed_broker_shows_dead_restarted_healed_and_the_session_completes(t
         kinds = [e["kind"] for e in events]
         assert kinds.index("death") < kinds.index("restart") < kinds.index("healed"), events
 
-        # run_local stops everything (the page too) as soon as the session completed: the last
-        # document the page served before that is the one to check.
-        last = None
-        deadline = time.monotonic() + SESSION_TIMEOUT_S
-        while process.poll() is None and time.monotonic() < deadline:
+        # `--keep-running`: the page stays up after the session, so the test waits for the
+        # page itself to say the session is done instead of guessing which poll was the last.
+        def session_done() -> dict | None:
             doc = status(url)
-            if doc is not None and doc["sessions"]:
-                last = doc
-            time.sleep(POLL_S)
-        assert process.wait(60) == 0, output.read_text()[-3000:]
-        [session] = last["sessions"]
-        assert session["ended"] and session["done"] and session["rows_sent"] > 0, session
-        assert session["batches_uploaded"] == session["batches_total"] > 0
+            if doc is None or len(doc["sessions"]) != 1:
+                return None
+            session = doc["sessions"][0]
+            return session if session["done"] else None
+
+        session = wait_for("the page to show the session done", session_done,
+                           SESSION_TIMEOUT_S)
+        assert session["ended"] and session["rows_sent"] > 0, session
+        assert session["batches_uploaded"] == session["batches_total"] > 0, session
         assert all(q["done"] for q in session["queries"]), session
         assert any(q["result_rows"] > 0 for q in session["queries"]), session
+        assert process.poll() is None, "run_local stopped before it was told to"
+        process.terminate()  # SIGTERM: run_local stops what it started, and says how it went
+        assert process.wait(60) == 0, output.read_text()[-3000:]
     finally:
         if process.poll() is None:
             process.terminate()  # run_local stops what it started on SIGTERM

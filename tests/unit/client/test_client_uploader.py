@@ -8,7 +8,13 @@ import pytest
 from client.csv_reader import FLIGHTS_DIALECT, CsvSliceReader
 from client.message_ids import place
 from client.patience import BrokerRefusedError
-from client.uploader import AckedPrefix, FileUploader, UploadInterruptedError, UploadSettings
+from client.uploader import (
+    AckedPrefix,
+    FileUploader,
+    UploadInterruptedError,
+    UploadPacer,
+    UploadSettings,
+)
 from common.arrow_rows import decode_rows
 from common.kaska.errors import (
     ConnectionLostError,
@@ -158,3 +164,46 @@ def test_acked_prefix_grows_only_over_contiguous_acknowledgements():
     assert prefix.add(0, 10) == [(1, 10), (2, 20), (3, 30)]
     assert prefix.add(4, 50) == [] and prefix.end == 3
     assert prefix.add(3, 40) == [(4, 40), (5, 50)]
+
+
+class FakeClock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pacer_holds_rows_back_to_the_ceiling_and_never_waits_without_one():
+    clock = FakeClock()
+    pacer = UploadPacer(rows_per_s_max=1000.0, clock=clock)
+    assert pacer.delay_s(500) == 0.0  # the first rows go at once
+    assert pacer.delay_s(500) == pytest.approx(0.5)  # 500 rows already handed on
+    clock.now += 0.5
+    assert pacer.delay_s(1000) == pytest.approx(0.5)  # 1000 handed on by +1.0 s
+    clock.now += 5.0  # a slow machine: behind the ceiling, nothing to wait for
+    assert pacer.delay_s(1000) == 0.0
+    unpaced = UploadPacer(rows_per_s_max=0.0, clock=clock)
+    assert [unpaced.delay_s(10**6) for _ in range(3)] == [0.0, 0.0, 0.0]
+
+
+def test_a_paced_upload_sends_everything_and_a_stop_cuts_its_wait_short(tmp_path):
+    producer = FakeProducer()
+    stop = threading.Event()
+    uploader = FileUploader(producer, "flights.cid", 3, stop,
+                            UploadSettings(stall_timeout_s=5.0, rows_per_s_max=1000.0))
+    result = uploader.upload(reader_of(tmp_path, rows=23, batch_rows=5), 0, lambda *_: None)
+    assert result.messages == 5 and result.rows == 23  # paced: 23 rows at 1000/s, ~20 ms
+
+    slow = FileUploader(producer, "flights.cid", 3, stop,
+                        UploadSettings(stall_timeout_s=5.0, rows_per_s_max=0.001))
+    stopper = threading.Timer(0.2, stop.set)  # the second slice is due in 5,000 s
+    stopper.start()
+    with pytest.raises(UploadInterruptedError):
+        slow.upload(reader_of(tmp_path, rows=23, batch_rows=5), 0, lambda *_: None)
+    stopper.join()
+
+
+def test_upload_settings_refuse_a_negative_ceiling():
+    with pytest.raises(ValueError, match="rows_per_s_max"):
+        UploadSettings(rows_per_s_max=-1.0)

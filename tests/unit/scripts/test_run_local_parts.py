@@ -27,7 +27,7 @@ from scripts.local.brokers import (
 )
 from scripts.local.layout import RunLayout
 from scripts.local.platform import HEALTHCHECKERS, LocalPlatform, stop_order
-from scripts.local.sessions import client_argv
+from scripts.local.sessions import ClientSettings, client_argv
 from scripts.run_local import (
     ChaosThread,
     ClientRun,
@@ -307,8 +307,9 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
     assert platform.brokers == bootstrap
     assert _flag(list(platform.registry.spec("query-service").argv), "--brokers") == bootstrap
     run = ClientRun("client-1", "cid", tmp_path / "r", InputFiles(tmp_path, tmp_path))
-    args = SimpleNamespace(batch_rows=300, partitions=4)
-    assert _flag(client_argv(run, platform, args), "--brokers") == bootstrap
+    argv = client_argv(run, platform, ClientSettings(300, 4, 2500.0))
+    assert _flag(argv, "--brokers") == bootstrap
+    assert _flag(argv, "--upload-rows-per-s-max") == "2500.0"
 
 
 def test_brokers_stop_last_and_together_checkers_first():
