@@ -101,6 +101,7 @@ class RoundResult:
     heals: list[Heal] = field(default_factory=list)
     restarts: int = 0
     session_s: float | None = None
+    session_done_at: float | None = None  # epoch seconds the session was seen completed
     problems: list[str] = field(default_factory=list)  # differences from the reference
     error: str | None = None  # the round did not run to its end
 
@@ -119,6 +120,12 @@ class RoundResult:
     @property
     def kinds_hit(self) -> set[str]:
         return {heal.kind for heal in self.heals}
+
+    @property
+    def kinds_hit_in_session(self) -> set[str]:
+        """The kinds hit before the session was seen completed: faults its results rode out."""
+        done_at = self.session_done_at if self.session_done_at is not None else float("-inf")
+        return {heal.kind for heal in self.heals if heal.fault.wall_at < done_at}
 
 
 def wait_for_session(driver: RoundDriver, timeout_s: float) -> float:
@@ -171,6 +178,7 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
         chaos.start()
         try:
             result.session_s = wait_for_session(driver, options.session_timeout_s)
+            result.session_done_at = time.time()
         finally:
             session_over.set()
         # Past the session only until faults_min faults were injected (bounded by the duration).
