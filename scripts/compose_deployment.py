@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -147,6 +148,22 @@ class ComposeDeployment:
         return time.time()
 
     # --- logs -------------------------------------------------------------------------------
+    def start_new_session(self, client: str, timeout_s: float = 120.0) -> str:
+        """Start `client`'s container again with an empty state directory, so it begins a new
+        session (what `make docker-compose-up` does); the new session's client id."""
+        state_dir = self.results_dir / client / "state"
+        shutil.rmtree(state_dir, ignore_errors=True)
+        self.container(client).start()
+        id_file = state_dir / "client-id"
+        return self.wait_for(f"{client}'s new client id",
+                             lambda: id_file.exists() and id_file.read_text().strip(),
+                             timeout_s)
+
+    def follow(self, service: str) -> LogFollower:
+        """A thread collecting `service`'s new log lines as they are written (until the
+        container stops or `stop()`), for a test that must act within milliseconds."""
+        return LogFollower(self.container(service)).start()
+
     def log_lines(self, service: str) -> list[LogLine]:
         """Every line the container wrote, over all its runs, with Docker's timestamps."""
         raw = self.container(service).logs(timestamps=True).decode("utf-8", errors="replace")
@@ -241,6 +258,57 @@ class ComposeDeployment:
             parts.append(f"===== {name}: {state['Status']} exit={state['ExitCode']} "
                          f"started={state['StartedAt']}\n{self.logs_text(name, tail_lines)}")
         return "\n".join(parts)
+
+
+class LogFollower:
+    """One container's log lines from now on, streamed by a thread (module doc)."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.lines: list[LogLine] = []
+        self._changed = threading.Condition()
+        self._stream = None
+        self._thread = threading.Thread(target=self._read, name="log-follower", daemon=True)
+
+    def start(self) -> LogFollower:
+        self._stream = self.container.logs(stream=True, follow=True, timestamps=True,
+                                           since=int(time.time()) - 1)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        pending = b""
+        for chunk in self._stream:
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            with self._changed:
+                for raw in complete:
+                    stamp, _, text = raw.decode("utf-8", errors="replace").partition(" ")
+                    self.lines.append(LogLine(docker_time(stamp).timestamp(), text))
+                self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout_s: float) -> LogLine:
+        """The first collected line matching `pattern`, as soon as it arrives."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                found = next((line for line in self.lines if regex.search(line.text)), None)
+                if found is not None:
+                    return found
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise DeploymentError(f"timed out after {timeout_s:g} s waiting for "
+                                          f"{pattern!r} in {self.container.name}'s log")
+                self._changed.wait(min(left_s, POLL_S))
+
+    def stop(self) -> list[LogLine]:
+        """Stop following (the stream ends by itself when the container stops); the lines."""
+        if self._stream is not None:
+            self._stream.close()
+        self._thread.join(EVENTS_JOIN_S)
+        with self._changed:
+            return list(self.lines)
 
 
 class EventRecorder:

@@ -91,6 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--flush-interval-ms", type=int, default=None)
     parser.add_argument("--fetch-wait-ms-max", type=int, default=_default("fetch_wait_ms_max"),
                         help="longest a caught-up FETCH long-polls, whatever it asks for")
+    parser.add_argument("--replica-fetch-bytes-max", type=int,
+                        default=_default("replica_fetch_bytes_max"),
+                        help="bytes a follower asks its leader for per fetch")
     parser.add_argument("--name", default=None,
                         help="service name in heartbeats (default: broker-<node id>)")
     parser.add_argument("--heartbeat-targets", type=_targets, default=(),
@@ -116,7 +119,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         flush_interval_ms=args.flush_interval_ms, fetch_wait_ms_max=args.fetch_wait_ms_max,
         election_timeout_ms_min=args.election_timeout_ms_min,
         election_timeout_ms_max=args.election_timeout_ms_max,
-        quorum_timeout_ms=args.quorum_timeout_ms)
+        quorum_timeout_ms=args.quorum_timeout_ms,
+        replica_fetch_bytes_max=args.replica_fetch_bytes_max)
 
 
 def main(argv: list[str] | None = None) -> int:

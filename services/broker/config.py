@@ -59,6 +59,9 @@ class BrokerConfig:
     election_timeout_ms_max: int = 2000
     quorum_timeout_ms: int = 3000
     ack_timeout_s: float = 10.0
+    # What a follower asks for per fetch (Kafka's replica.fetch.max.bytes): bounds the answer a
+    # leader builds and a follower applies in one round trip.
+    replica_fetch_bytes_max: int = 8 * MIB
 
     def __post_init__(self) -> None:
         if self.frame_bytes_max < 1024:
@@ -76,6 +79,8 @@ class BrokerConfig:
         if self.quorum_timeout_ms < self.election_timeout_ms_min or self.ack_timeout_s <= 0:
             raise ValueError("quorum_timeout_ms must be >= election_timeout_ms_min and "
                              "ack_timeout_s > 0")
+        if not 1024 <= self.replica_fetch_bytes_max <= self.frame_bytes_max:
+            raise ValueError("replica_fetch_bytes_max must lie in [1 KiB, frame_bytes_max]")
         ids = [peer.node_id for peer in self.peers]
         if self.node_id in ids or len(set(ids)) != len(ids):
             raise ValueError("--peers must name other brokers, each once (not --node-id)")

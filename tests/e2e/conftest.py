@@ -62,6 +62,17 @@ def deployment(project_image, e2e_data, tmp_path):
         yield made
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that take the shared deployment down run right after its last other user (not at
+    the end of the run: an idle deployment would load the machine under every later test)."""
+    last = [item for item in items if item.get_closest_marker("takes_shared_deployment_down")]
+    rest = [item for item in items if item not in last]
+    users = [i for i, item in enumerate(rest)
+             if "shared_deployment" in getattr(item, "fixturenames", ())]
+    at = users[-1] + 1 if users else len(rest)
+    items[:] = rest[:at] + last + rest[at:]
+
+
 @pytest.fixture(scope="session")
 def shared_deployment(project_image, e2e_data, tmp_path_factory):
     """One running deployment (started here, its client's session under way) for the tests

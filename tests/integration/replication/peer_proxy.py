@@ -3,7 +3,10 @@ replication client to another broker's port), which a test can cut and heal.
 
 `cut()` shuts down every connection it carries and, until `heal()`, accepts new ones only to
 close them at once: the sending broker sees its peer vanish, while clients that talk to the
-brokers directly are untouched. Threads: one accept loop, two pumps per connection.
+brokers directly are untouched. `throttle(bytes_per_s)` slows each direction of every
+connection to that rate (None: full speed again), so a catch-up lasts long enough, on any
+machine, for a fault to land in the middle of it. Threads: one accept loop, two pumps per
+connection.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -58,6 +62,7 @@ class PeerProxy:
         self.connections = 0  # forwarded connections, ever
         self.refused = 0  # connections accepted and closed at once while cut
         self.bytes_forwarded = 0
+        self.bytes_per_s_max: float | None = None
         threading.Thread(target=self._accept_loop, daemon=True,
                          name=f"peer-proxy-{self.name}").start()
 
@@ -80,6 +85,12 @@ class PeerProxy:
     def heal(self) -> None:
         with self._lock:
             self._cut = False
+
+    def throttle(self, bytes_per_s_max: float | None) -> None:
+        """Forward at most this many bytes a second per direction and connection (None: no
+        limit); takes effect from the next chunk."""
+        assert bytes_per_s_max is None or bytes_per_s_max > 0
+        self.bytes_per_s_max = bytes_per_s_max
 
     def close(self) -> None:
         with self._lock:
@@ -132,10 +143,14 @@ class PeerProxy:
     def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while True:
-                data = source.recv(1 << 16)
+                rate = self.bytes_per_s_max
+                # Throttled: small chunks, each followed by its share of a second.
+                data = source.recv(1 << 16 if rate is None else max(1, int(rate // 20)))
                 if not data or self._cut:
                     break
                 sink.sendall(data)
+                if rate is not None:
+                    time.sleep(len(data) / rate)
                 with self._lock:
                     self.bytes_forwarded += len(data)
         if link.pump_done():

@@ -58,6 +58,12 @@ DIRECT_SENDS_PER_PAUSE = 2  # produce requests queued at the paused leader, answ
 WRITER_PAUSE_S = 0.005  # between a writer's batches: small data, a machine not saturated
 FOLLOWER_LAG_BATCHES = 10  # per writer, while the follower is down
 QUEUED_TIMEOUT_S = 10.0  # for a request sent to the paused leader to sit in its socket
+# The follower's links while it is killed and restarted: its catch-up (tens of KB after each
+# restart) takes seconds, whatever the machine.
+CATCH_UP_BYTES_PER_S = 40_000
+# Small fetches, so a throttled one still completes well within a fetch's 1.5 s timeout: the
+# follower makes progress, slowly.
+REPLICA_FETCH_BYTES_MAX = 16_384
 # Kills of a restarted follower that must land while it is behind; attempts are bounded.
 FOLLOWER_KILL_ATTEMPTS_MAX = 4 * FOLLOWER_KILLS
 FAULTS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigstop": signal.SIGSTOP}
@@ -191,7 +197,10 @@ def end_offsets(log: Log, topic: str, partitions: list[int]) -> dict[int, int]:
 def test_follower_killed_while_catching_up_converges(make_cluster):
     rng = random.Random(SEED + 10)
     started = time.monotonic()
-    cluster = make_cluster(extra_args=FAST_ELECTIONS)
+    # Through proxies: the follower's links to its peers are throttled while it is killed
+    # again and again, so its catch-up outlasts its start on any machine.
+    cluster = make_cluster(peer_via_proxy=True, extra_args=(
+        *FAST_ELECTIONS, "--replica-fetch-bytes-max", str(REPLICA_FETCH_BYTES_MAX)))
     cluster.create_topic(TOPIC, len(PARTITIONS))
     stop, progress = threading.Event(), threading.Condition()
     writers = start_writers(cluster.bootstrap, TOPIC, WRITER_PARTITIONS, SEED + 10, stop,
@@ -201,6 +210,9 @@ def test_follower_killed_while_catching_up_converges(make_cluster):
         leader = cluster.leader()
         follower = rng.choice(cluster.others(leader.leader_id))
         kills, behind_kills = 0, []
+        follower_links = [proxy for (i, _j), proxy in cluster.proxies.items() if i == follower]
+        for proxy in follower_links:
+            proxy.throttle(CATCH_UP_BYTES_PER_S)
         cluster.kill(follower, signal.SIGKILL)
         kills += 1
         while len(behind_kills) < FOLLOWER_KILLS:
@@ -209,9 +221,9 @@ def test_follower_killed_while_catching_up_converges(make_cluster):
                 f"{follower} was behind: {behind_kills}"
             wait_for_acks(writers, progress, more=FOLLOWER_LAG_BATCHES,
                           what=f"follower down, kill {kills}")
+            leader_view = cluster.leader_id(among=cluster.others(follower))
             cluster.start_broker(follower)  # it catches up (or truncates) from here...
             time.sleep(rng.uniform(0.0, 0.2))  # a random moment of the catch-up (not a wait)
-            leader_view = cluster.leader_id(among=cluster.others(follower))
             leader_ends = cluster.partition_offsets(leader_view, TOPIC) or {}
             cluster.kill(follower, signal.SIGKILL)  # ...and is killed in the middle of it
             kills += 1
@@ -221,6 +233,8 @@ def test_follower_killed_while_catching_up_converges(make_cluster):
                 follower_ends = end_offsets(log, TOPIC, PARTITIONS)
             if any(follower_ends[p] < leader_ends.get(p, (0, 0))[0] for p in PARTITIONS):
                 behind_kills.append((follower_ends, leader_ends))
+        for proxy in follower_links:
+            proxy.throttle(None)
         cluster.start_broker(follower)
         after = cluster.leader()  # it knows the leader again
         wait_for_acks(writers, progress, more=3, what="after the last restart")
