@@ -11,6 +11,8 @@
 #    user (skipped when it exists for these wheels, this base and this Dockerfile);
 # 4. project image (docker/Dockerfile, context the repo root): runtime + code, one layer.
 # Layer order base -> deps -> code: a code edit rebuilds only step 4's single layer.
+# One build at a time per checkout (a lock in build/): a second invocation waits for the first
+# and then finds every step current (CI starts one beside the tests, the e2e fixture another).
 # PYTHON picks the host interpreter for step 2 (default: .venv/bin/python, else python3); it
 # must be CPython 3.11, the base image's Python, so the binary wheels fit the image.
 set -euo pipefail
@@ -79,6 +81,9 @@ build_runtime_image() {
 
 main() {
     local started_s=$SECONDS size_bytes
+    mkdir -p "$REPO_ROOT/build"
+    exec 9>"$REPO_ROOT/build/.build_images.lock"
+    flock 9
     "$REPO_ROOT/scripts/build_base_image.sh" "$BASE_IMAGE"
     download_wheels
     build_runtime_image

@@ -8,6 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests judge what they compute, never how fast: Hypothesis's default 200 ms deadline
+# per example and its too-slow health check fail on a loaded machine for no fault of the code.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 # Spark's Python workers must use this interpreter (the venv), not whatever `python3` is on PATH.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

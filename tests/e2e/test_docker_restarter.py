@@ -1,14 +1,13 @@
 """DockerRestarter and the killer's docker backend against real containers (testcontainers).
 
-Uses the project's locally built base image (no registry is reachable); when it is missing the
-fixture builds it with scripts/build_base_image.sh. Every container carries a project label unique
-to the test run, so nothing else on the engine can be touched.
+Uses the project's locally built base image (no registry is reachable), which the project
+image's build (the e2e `project_image` fixture) makes. Every container carries a project label
+unique to the test run, so nothing else on the engine can be touched.
 """
 
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import docker
 import pytest
@@ -29,19 +28,15 @@ pytestmark = pytest.mark.docker
 
 IMAGE = "flights-optimizer-base:bookworm"
 STOPPED_TIMEOUT_S = 10.0
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Ryuk reaper image would have to be pulled from a registry; containers are removed here.
 testcontainers_config.ryuk_disabled = True
 
 
 @pytest.fixture(scope="module")
-def image():
-    inspect = subprocess.run(
-        ["docker", "image", "inspect", IMAGE], capture_output=True, check=False
-    )
-    if inspect.returncode != 0:
-        subprocess.run([str(REPO_ROOT / "scripts" / "build_base_image.sh"), IMAGE], check=True,
-                       timeout=1800)
+def image(project_image):
+    """The base image: the project image's build (tests/e2e/conftest.py, one build at a time)
+    makes it first."""
+    subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=True)
     return IMAGE
 
 
