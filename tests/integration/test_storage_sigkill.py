@@ -52,7 +52,9 @@ def run_until_killed(directory, next_sequence, rng) -> list[tuple[int, int]]:
         assert lines.readline() == b"ready\n"
         time.sleep(rng.uniform(0.0, 0.02))  # a random moment in the append loop
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
+        # It was still in its endless append loop: the kill is what ended it.
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
         out = lines.read()
     acked = []
     for line in out.split(b"\n"):

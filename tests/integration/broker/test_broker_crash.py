@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -276,7 +277,9 @@ def run_chaos(broker: BrokerProcess, rng: random.Random) -> tuple[list[Writer], 
         for _ in range(CYCLES):
             wait_for_every_writer(writers, progress, SEED)
             time.sleep(rng.uniform(0.0, 0.15))  # a random moment in the produce stream
+            assert broker.alive(), f"seed {SEED}: the broker died before its kill"
             broker.kill()
+            assert broker.proc.returncode == -signal.SIGKILL, "the kill is what ended it"
             broker.start()
         wait_for_every_writer(writers, progress, SEED)  # they all got through the last one
     finally:

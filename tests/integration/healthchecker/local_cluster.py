@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from scripts.run_local import free_ports
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DUMMY_SERVICE = Path(__file__).with_name("dummy_service.py")
 SECRET = "integration-secret"
+MARKER = "marker"  # a dummy service killed to prove a checker ticked (`evaluated_after_now`)
 
 # Small timings keep the tests fast; the ratios are those of the defaults. The start deadline
 # is generous: a Python service on a busy 2-core machine may take seconds to import.
@@ -144,6 +146,67 @@ class LocalCluster:
                  if f"SEEN service={name} instance=" in line]
         return lines[-1] if lines else ""
 
+    def phase_lines(self, node_id: int, service: str, phase: str) -> list[str]:
+        """`node_id`'s `PHASE service=<service> phase=<phase> ...` transition lines."""
+        marker = f"PHASE service={service} phase={phase} "
+        return [line for line in self.log(f"healthchecker-{node_id}").splitlines()
+                if marker in line]
+
+    def evaluated_after_now(self, node_id: int, marker: str = MARKER,
+                            timeout_s: float = 15.0) -> None:
+        """Proof that checker `node_id`, the leader, examined every service it supervises at a
+        moment after this call (absence of action cannot be waited on; this can): the running
+        dummy `marker` is killed now; its restart is decided by a supervision tick that comes
+        after the kill, and every tick examines every service. The new marker's `phase=up` line
+        comes from a later step of the same thread, so that tick's other lines are all logged.
+        """
+        ups = len(self.phase_lines(node_id, marker, "up"))
+        old_pid = self.registry.live_pid(marker)
+        assert old_pid is not None, f"the marker {marker!r} must be running"
+        self.registry.kill(marker)
+        wait_until(lambda: self.new_pid(marker, old_pid), timeout_s)
+        wait_until(lambda: len(self.phase_lines(node_id, marker, "up")) > ups, timeout_s)
+
+    def dropped_packets(self, node_id: int, reason: str) -> float | None:
+        """`node_id`'s election packets dropped for `reason` (/metrics; None: not answering)."""
+        from tests.integration.metrics_scrape import scrape
+
+        try:
+            _, samples = scrape(self.metrics_ports[node_id])
+        except OSError:
+            return None
+        return samples.get(("healthchecker_election_packets_dropped_total",
+                            (("reason", reason),)), 0.0)
+
+    def udp_barrier(self, packet: bytes, reason: str, timeout_s: float = 15.0,
+                    resend_s: float = 1.0) -> int:
+        """Until every checker has read a `packet` (dropped for `reason`) sent to its election
+        port after this call began, and so every packet queued to it before (a socket's
+        datagrams are read in order). No other packet dropped for `reason` may be on its way.
+        Resent when the kernel dropped it (a full socket buffer); returns how many were sent.
+        Needs `metrics`."""
+        sent = 0
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            for node_id, port in self.ports.items():
+                before = wait_until(lambda node_id=node_id: _some(
+                    self.dropped_packets(node_id, reason)), timeout_s)
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    sock.sendto(packet, ("127.0.0.1", port))
+                    sent += 1
+                    resend_at = time.monotonic() + resend_s
+                    while time.monotonic() < resend_at:
+                        count = self.dropped_packets(node_id, reason)
+                        if count is not None and count > before[0]:
+                            break
+                        time.sleep(0.02)
+                    else:
+                        assert time.monotonic() < deadline, (
+                            f"checker {node_id} read no {reason} packet in {timeout_s}s")
+                        continue
+                    break
+        return sent
+
     def leader(self, among: set[int] | None = None) -> int | None:
         """The one checker (of `among`, default all) whose last ROLE line says leader, and whom
         every other one of them follows."""
@@ -186,6 +249,11 @@ class LocalCluster:
 
 
 FREEZE_ROUNDS_MAX = 50
+
+
+def _some(value: float | None) -> tuple[float] | None:
+    """`value` in a truthy box (a count of 0 is an answer), None as is."""
+    return None if value is None else (value,)
 
 
 def _seen_from(line: str, name: str, pid: int) -> bool:

@@ -4,7 +4,6 @@ probes, and the evidence they hand to the supervision (seen, departed, lost)."""
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
@@ -146,7 +145,14 @@ def test_a_connection_closed_without_goodbye_is_a_loss_and_a_goodbye_is_not():
         leaving.stop(say_goodbye=True)
         wait_until(lambda: Lost("crashing", crashing.instance) in events, 2)
         wait_until(lambda: Departed("leaving", leaving.instance) in events, 2)
-        time.sleep(0.2)
+        # Both closes taken in hand (absence of a Lost cannot be waited on; this can): no
+        # connection left, then an event from the server's one thread after those handlers.
+        wait_until(lambda: server.connection_count == 0, 5)
+        later = HeartbeatSender("later", targets=[server.address], interval_s=0.05).start()
+        try:
+            wait_until(lambda: Seen("later", later.instance) in events, 5)
+        finally:
+            later.stop(say_goodbye=True)
         assert [e for e in events if isinstance(e, Lost)] == [Lost("crashing", crashing.instance)]
         assert Seen("crashing", crashing.instance) in events
         assert server.counters["lost_connections"] == 1

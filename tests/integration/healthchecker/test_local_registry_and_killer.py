@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -152,12 +151,14 @@ def test_killer_chaos_loop_is_bounded_and_respects_excludes(registry):
     for name in ("a", "b", "client-1"):
         _register_sleeper(registry, name)
         registry.spawn(name)
-    started = time.monotonic()
     result = _killer(registry, "--random", "--interval-s", "0.2", "--duration-s", "1.0",
-                     "--exclude", "client", "--seed", "7")
+                     "--exclude", "client", "--seed", "7")  # ends on its own (or times out)
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 5.0
     kills = [line for line in result.stdout.splitlines() if " KILL " in line]
+    # Bounded by its rounds, not by a clock: at most one a 0.2 s interval of its 1 s.
+    rounds = [line for line in result.stdout.splitlines()
+              if " KILL " in line or "nothing to kill" in line or "could not" in line]
+    assert 1 <= len(rounds) <= int(1.0 // 0.2) + 1, result.stdout
     assert sorted(line.split()[-2] for line in kills) == ["service=a", "service=b"]
     assert "nothing to kill" in result.stdout and "chaos done: 2 kills" in result.stdout
     assert registry.live_pid("client-1") is not None

@@ -104,8 +104,10 @@ class FakeBackend:
     def __init__(self, names):
         self.names = list(names)
         self.killed = []
+        self.rounds = 0  # calls of running(): one a chaos round
 
     def running(self):
+        self.rounds += 1
         return list(self.names)
 
     def kill(self, name):
@@ -120,14 +122,21 @@ class FakeBackend:
         return None
 
 
+def _wait_until(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.005)
+
+
 def test_chaos_never_kills_the_last_live_health_checker(capsys):
     backend = FakeBackend(["healthchecker-1", "healthchecker-2", "healthchecker-3"])
     chaos = ChaosThread(backend, interval_s=0.01, duration_s=60, seed=1).start()
-    deadline = time.monotonic() + 5
-    while len(backend.killed) < 2 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    time.sleep(0.1)  # ten more rounds with one checker left
+    _wait_until(lambda: len(backend.killed) >= 2)
+    rounds = backend.rounds
+    _wait_until(lambda: backend.rounds >= rounds + 10)  # ten more rounds with one checker left
     chaos.stop()
+    assert not chaos.thread.is_alive()
     assert len(backend.killed) == 2 and len(backend.names) == 1
     assert "nothing to kill" in capsys.readouterr().out
 
@@ -135,13 +144,11 @@ def test_chaos_never_kills_the_last_live_health_checker(capsys):
 def test_chaos_thread_kills_on_schedule_and_stops_at_once(capsys):
     backend = FakeBackend([f"svc-{i}" for i in range(50)])
     chaos = ChaosThread(backend, interval_s=0.02, duration_s=60, seed=3).start()
-    deadline = time.monotonic() + 5
-    while len(backend.killed) < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    started = time.monotonic()
+    _wait_until(lambda: len(backend.killed) >= 3)
     chaos.stop()
-    # "At once": far below the 60 s the loop would otherwise run; generous for a busy machine.
-    assert time.monotonic() - started < 10.0 and not chaos.thread.is_alive()
+    # "At once": stop() joins the thread for at most killer.STOP_JOIN_S, far below the 60 s the
+    # loop would otherwise run, and it is over by then.
+    assert not chaos.thread.is_alive()
     assert len(chaos.faults) == len(backend.killed) >= 3
     assert "[chaos]" in capsys.readouterr().out
 
