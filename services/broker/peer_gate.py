@@ -5,11 +5,12 @@ sees it (common/kaska/protocol/peer_auth.py has the wire format). In order:
 
 1. the HMAC with the cluster's secret (a broker without a secret takes no peer frames),
 2. addressed to this broker, signed by a configured peer,
-3. fresh: not a replay (common/replay_guard.py, per sender) and stamped within
-   `frame_age_s_max` of this broker's clock,
+3. decoded, and every number in range (common/kaska/protocol/replication_bounds.py),
 4. bound: the id the body claims (candidate, follower) is the signer's, and a connection that
    once spoke for a broker speaks for no other,
-5. decoded, and every number in range (common/kaska/protocol/replication_bounds.py).
+5. fresh: stamped within `frame_age_s_max` of this broker's clock, and not a replay
+   (common/replay_guard.py, per sender). Checked last, so that a frame refused for another
+   reason is not remembered as seen.
 
 A refusal raises a `PeerFrameError` (the connection answers it as an authentication error),
 is counted in `PeerRefusals` (metric `kaska_peer_frames_refused_total{direction,reason}`) and
@@ -132,15 +133,17 @@ class PeerGate:
         try:
             stamp, body = self._verify(api, frame)
             peer = f"broker {stamp.sender} ({session.origin})"
-            self._admit(stamp)
             try:
                 request = check(decode(body))
             except (InvalidRequestError, InvalidResponseError) as error:
                 raise MalformedPeerFrameError(f"signed but unreadable: {error}") from error
-            self._bind(session, stamp, claimed(request))
+            self._check_binding(session, stamp, claimed(request))
+            # Last: a frame refused for any other reason leaves no mark in the replay window.
+            self._admit(stamp)
         except PeerFrameError as error:
             self.refusals.refused(REQUEST, error, peer)
             raise
+        session.node_id = stamp.sender
         return PeerRequest(stamp, request, api)
 
     def _verify(self, api: int, frame) -> tuple[RequestStamp, memoryview]:
@@ -168,14 +171,13 @@ class PeerGate:
                                          f"{stamp.counter} already seen or too old")
 
     @staticmethod
-    def _bind(session: PeerSession, stamp: RequestStamp, claimed_id: int) -> None:
+    def _check_binding(session: PeerSession, stamp: RequestStamp, claimed_id: int) -> None:
         if claimed_id != stamp.sender:
             raise ImpostorPeerFrameError(f"signed by broker {stamp.sender}, speaks for "
                                          f"broker {claimed_id}")
         if session.node_id is not None and session.node_id != stamp.sender:
             raise ImpostorPeerFrameError(f"this connection speaks for broker "
                                          f"{session.node_id}, not {stamp.sender}")
-        session.node_id = stamp.sender
 
     def seal(self, peer_request: PeerRequest, body: bytes, slices: Sequence = ()) -> bytes:
         """The answer trailer over `body` and the bytes of `slices` (storage FileSlices)."""

@@ -144,13 +144,16 @@ class ClusterBroker(BrokerProcess):
 
 class BrokerCluster:
     def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), metrics: bool = False) -> None:
+        """`metrics`: every broker serves /metrics on its own port (`metrics_ports`)."""
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))
         self.peer_via_proxy = peer_via_proxy
         reserved = reserve_ports(size)
         ports = {i: sock.getsockname()[1] for i, sock in zip(self.ids, reserved, strict=True)}
+        self.metrics_ports = dict(zip(self.ids, free_ports(size), strict=True)) if metrics \
+            else {}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:
@@ -162,8 +165,11 @@ class BrokerCluster:
         for i in self.ids:
             peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
                              for j in self.ids if j != i)
+            own_args = ("--metrics-listen", f"127.0.0.1:{self.metrics_ports[i]}") \
+                if metrics else ()
             self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
-                                            tuple(extra_args), tmp_path / "cluster_secret")
+                                            (*extra_args, *own_args),
+                                            tmp_path / "cluster_secret")
         for sock in reserved:
             sock.close()
 

@@ -3,7 +3,9 @@ replication client to another broker's port), which a test can cut and heal.
 
 `cut()` shuts down every connection it carries and, until `heal()`, accepts new ones only to
 close them at once: the sending broker sees its peer vanish, while clients that talk to the
-brokers directly are untouched. Threads: one accept loop, two pumps per connection.
+brokers directly are untouched. `requests_seen()` holds the first `RECORD_BYTES_MAX` bytes sent
+upstream on each connection (the frames a test replays to show they are refused).
+Threads: one accept loop, two pumps per connection.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+
+RECORD_BYTES_MAX = 1 << 20
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -58,12 +62,18 @@ class PeerProxy:
         self.connections = 0  # forwarded connections, ever
         self.refused = 0  # connections accepted and closed at once while cut
         self.bytes_forwarded = 0
+        self._recorded: list[bytearray] = []  # per connection: the bytes sent upstream
         threading.Thread(target=self._accept_loop, daemon=True,
                          name=f"peer-proxy-{self.name}").start()
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def requests_seen(self) -> list[bytes]:
+        """What each connection so far sent upstream (its first RECORD_BYTES_MAX bytes)."""
+        with self._lock:
+            return [bytes(stream) for stream in self._recorded]
 
     @property
     def is_cut(self) -> bool:
@@ -124,12 +134,17 @@ class PeerProxy:
                     continue
                 self._links.add(link)
                 self.connections += 1
-            threading.Thread(target=self._pump, args=(link, client, upstream), daemon=True,
+            record = bytearray()
+            with self._lock:
+                self._recorded.append(record)
+            threading.Thread(target=self._pump, args=(link, client, upstream, record),
+                             daemon=True,
                              name=f"peer-proxy-{self.name}-up").start()
             threading.Thread(target=self._pump, args=(link, upstream, client), daemon=True,
                              name=f"peer-proxy-{self.name}-down").start()
 
-    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket,
+              record: bytearray | None = None) -> None:
         with contextlib.suppress(OSError):
             while True:
                 data = source.recv(1 << 16)
@@ -138,6 +153,8 @@ class PeerProxy:
                 sink.sendall(data)
                 with self._lock:
                     self.bytes_forwarded += len(data)
+                    if record is not None and len(record) < RECORD_BYTES_MAX:
+                        record += data[:RECORD_BYTES_MAX - len(record)]
         if link.pump_done():
             with self._lock:
                 self._links.discard(link)
