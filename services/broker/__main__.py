@@ -52,14 +52,16 @@ def _targets(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def companions_from_args(args: argparse.Namespace,
-                         status: Callable[[], str] | None = None) -> list:
+                         status: Callable[[], str] | None = None,
+                         secret: bytes | None = None) -> list:
     """What runs beside the broker: today the heartbeat sender, when it has targets.
-    `status()`: what the heartbeats report (the broker's, e.g. a full disk)."""
+    `status()`: what the heartbeats report (the broker's, e.g. a full disk); `secret`: the
+    cluster secret the heartbeats are signed with (HeartbeatConfigError without one)."""
     if not args.heartbeat_targets:
         return []
     name = args.name or f"broker-{args.node_id}"
     return [HeartbeatSender(name, targets=args.heartbeat_targets,
-                            interval_s=args.heartbeat_interval_s, status=status)]
+                            interval_s=args.heartbeat_interval_s, status=status, secret=secret)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         # is bound by the time one asks -- and a beat before that reports nothing.
         server: BrokerServer | None = None
         companions = companions_from_args(
-            args, status=lambda: server.status() if server is not None else "")
+            args, status=lambda: server.status() if server is not None else "", secret=secret)
     except (ValueError, ClusterSecretError) as exc:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import uvicorn
 
+from common.cluster_secret import SECRET_ENV as CLUSTER_SECRET_ENV
+from common.cluster_secret import ClusterSecretError, load_secret
 from common.heartbeat import HeartbeatSender, parse_targets
 from services.status.app import create_app
 from services.status.config import (
@@ -96,7 +98,13 @@ def read_secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> by
     elif args.secret:
         secret = args.secret.encode()
     else:
-        parser.error(f"--secret, --secret-file or ${SECRET_ENV} is required")
+        try:
+            secret = load_secret(None)
+        except ClusterSecretError as error:
+            parser.error(str(error))
+        if secret is None:
+            parser.error(f"--secret-file, ${CLUSTER_SECRET_ENV}, --secret or ${SECRET_ENV} is "
+                         "required")
     if not 0 < len(secret) <= SECRET_BYTES_MAX:
         parser.error(f"the secret must hold 1..{SECRET_BYTES_MAX} bytes")
     return secret
@@ -122,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{type(error).__name__}: {error}")
     heartbeat = None
     if args.heartbeat_targets:
+        # The checkers' secret is the cluster's: it signs the heartbeats too.
         heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
-                                    interval_s=args.heartbeat_interval_s).start()
+                                    interval_s=args.heartbeat_interval_s,
+                                    secret=config.secret).start()
     poller = Poller(config)
     host, port = args.listen
     server = uvicorn.Server(uvicorn.Config(
