@@ -40,7 +40,8 @@ def client_argv(run: ClientRun, platform: LocalPlatform, args: argparse.Namespac
             str(run.inputs.airports), "--brokers", platform.brokers, "--results-dir",
             str(run.results_dir), "--client-id", run.client_id, "--name", run.name,
             "--batch-rows", str(args.batch_rows), "--partitions", str(args.partitions),
-            "--heartbeat-targets", platform.heartbeat_targets]
+            "--heartbeat-targets", platform.heartbeat_targets,
+            "--secret-file", str(platform.secret_file)]
 
 
 def plan_clients(args: argparse.Namespace) -> list[ClientRun]:
