@@ -112,7 +112,9 @@ def produce_acked(cluster: BrokerCluster, values: list[bytes]) -> int:
 
 def attack(cluster: BrokerCluster, target: int, leader_end: int) -> list[tuple[str, int]]:
     """Every kind of bad frame at `target`; [(what, error code)]."""
-    peer, other = cluster.others(target)
+    # The finding's frame: follower 2 (or, sent to broker 2, follower 1) at the leader's end.
+    peer = 2 if target != 2 else 1
+    (other,) = [i for i in cluster.ids if i not in (target, peer)]
     secret = cluster.secret
     huge_vote = VoteRequest(peer, HUGE_EPOCH, HUGE_EPOCH, 1 << 40, pre_vote=False)
     forged_fetch = ReplicaFetchRequest(peer, 1, leader_end, 1, 1 << 20, 0)
