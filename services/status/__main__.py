@@ -7,12 +7,13 @@ restarts, heals and elections. `/` is the page (it reloads itself), `/api/status
 as JSON.
 
 Sources: `--checkers` are the health checkers' status endpoints (their `--status-listen`; the
-requests are signed with the checkers' election secret, `--secret`/`--secret-file`, default
-$FLIGHTS_ELECTION_SECRET), `--broker-metrics` the brokers' Prometheus endpoints (default: each
-`--brokers` host on port 9100), and the `sessions` and `results.<cid>` topics read through
-`--brokers` (read-only: no consumer group). With `--heartbeat-targets` it heartbeats as
-`--name` (default `status`), so the health checkers restart it like any service. SIGTERM or
-SIGINT: it says goodbye to the checkers and exits 0.
+requests are signed with the cluster secret: `--secret-file`, else $FLIGHTS_CLUSTER_SECRET, or
+the older `--secret`/$FLIGHTS_ELECTION_SECRET), `--broker-metrics` the brokers' Prometheus
+endpoints (default: each `--brokers` host on port 9100), and the `sessions` and
+`results.<cid>` topics read through `--brokers` (read-only: no consumer group). With
+`--heartbeat-targets` it heartbeats as `--name` (default `status`), signed with the same secret,
+so the health checkers restart it like any service. SIGTERM or SIGINT: it says goodbye to the
+checkers and exits 0.
 """
 
 from __future__ import annotations
