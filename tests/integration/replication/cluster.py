@@ -150,10 +150,13 @@ class BrokerCluster:
         self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))
         self.peer_via_proxy = peer_via_proxy
-        reserved = reserve_ports(size)
-        ports = {i: sock.getsockname()[1] for i, sock in zip(self.ids, reserved, strict=True)}
-        self.metrics_ports = dict(zip(self.ids, free_ports(size), strict=True)) if metrics \
-            else {}
+        reserved = reserve_ports(size * 2 if metrics else size)
+        ports = {i: sock.getsockname()[1] for i, sock in zip(self.ids, reserved[:size],
+                                                               strict=True)}
+        # Held with the brokers' ports until the brokers start: nothing else can take them.
+        self.metrics_ports = {i: sock.getsockname()[1]
+                              for i, sock in zip(self.ids, reserved[size:], strict=True)} \
+            if metrics else {}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:

@@ -110,7 +110,8 @@ def produce_acked(cluster: BrokerCluster, values: list[bytes]) -> int:
         return producer.send_batch(TOPIC, 0, values)
 
 
-def attack(cluster: BrokerCluster, target: int, leader_end: int) -> list[tuple[str, int]]:
+def attack(cluster: BrokerCluster, target: int, leader: int,
+           leader_end: int) -> list[tuple[str, int]]:
     """Every kind of bad frame at `target`; [(what, error code)]."""
     # The finding's frame: follower 2 (or, sent to broker 2, follower 1) at the leader's end.
     peer = 2 if target != 2 else 1
@@ -135,13 +136,26 @@ def attack(cluster: BrokerCluster, target: int, leader_end: int) -> list[tuple[s
          send_frame(cluster, target, Api.REPLICA_FETCH, signed(
              ReplicaFetchRequest(peer, 1, 2**63 - 1, 1, 1 << 20, 0), secret, peer, target, 1))),
     ]
+    # Replays. Real frames the other brokers sent to `target`: the leader always has its
+    # followers' fetches; a follower has votes only if it listened during the election.
     captured = captured_to(cluster, target)
-    assert captured, f"no frame to broker {target} was recorded"
+    assert captured or target != leader, f"no fetch to the leader {target} was recorded"
     for api, body in captured[:3]:
         answers.append((f"replayed {Api(api).name}", send_frame(cluster, target, api, body)))
-    for api, body in captured_to(cluster, peer)[:1]:
-        answers.append((f"{Api(api).name} meant for {peer}",
+    # And, at every broker, one harmless signed frame sent twice (a pre-vote of epoch 0 changes
+    # no state): the first is taken, or refused as older than `peer`'s real incarnation when
+    # `target` already heard from it; the second is a replay either way.
+    pre_vote = signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, target, 1)
+    send_frame(cluster, target, Api.VOTE, pre_vote)
+    answers.append(("the same signed pre-vote again", send_frame(cluster, target, Api.VOTE,
+                                                                 pre_vote)))
+    # Misdirected: signed for another broker (a recorded one when there is, and a fresh one).
+    for api, body in captured_to(cluster, leader if target != leader else peer)[:1]:
+        answers.append((f"recorded {Api(api).name} meant for another broker",
                         send_frame(cluster, target, api, body)))
+    answers.append((f"pre-vote signed for broker {other}", send_frame(
+        cluster, target, Api.VOTE,
+        signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, other, 2))))
     return answers
 
 
@@ -156,7 +170,7 @@ def test_forged_replayed_and_out_of_range_frames_are_refused_and_writes_go_on(ma
     baseline = {i: refusals(cluster, i) for i in cluster.ids}
 
     for target in cluster.ids:
-        for what, code in attack(cluster, target, leader_end):
+        for what, code in attack(cluster, target, leader.leader_id, leader_end):
             assert code == AuthenticationError.code, \
                 f"broker {target} answered {what} with error code {code}, not a refusal"
 
