@@ -61,12 +61,21 @@ CHAOS_DURATION_S ?= 120
 CHAOS_PAUSE_RATIO ?= 0.3
 COMPOSE := docker-compose -f $(COMPOSE_FILE_DEV) -p $(COMPOSE_PROJECT)
 # What the compose file reads (see its header); the clients write as the calling user.
+# The deployment's cluster secret (peer frames, heartbeats, election): generated once, readable
+# by its owner only, handed to docker-compose in the environment (never on a command line).
+CLUSTER_SECRET_FILE ?= .secrets/cluster_secret
 COMPOSE_ENV := COMPOSE_PROJECT_NAME=$(COMPOSE_PROJECT) \
 	FLIGHTS_DATA_DIR=$(abspath $(DATA_DIR)) FLIGHTS_RESULTS_DIR=$(abspath $(RESULTS_DIR)) \
-	FLIGHTS_UID=$$(id -u) FLIGHTS_GID=$$(id -g)
+	FLIGHTS_UID=$$(id -u) FLIGHTS_GID=$$(id -g) \
+	FLIGHTS_CLUSTER_SECRET=$$(cat $(CLUSTER_SECRET_FILE))
 .PHONY: docker-compose-up docker-compose-down docker-compose-logs chaos
 
-docker-compose-up: docker-image data
+$(CLUSTER_SECRET_FILE):
+	@mkdir -p $(dir $@)
+	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $@
+	@echo "generated the cluster secret in $@"
+
+docker-compose-up: docker-image data $(CLUSTER_SECRET_FILE)
 	@mkdir -p $(RESULTS_DIR)
 	@# A fresh session: a client that finds no client id in its state directory starts one.
 	rm -rf $(RESULTS_DIR)/client-*/state
@@ -75,10 +84,10 @@ docker-compose-up: docker-image data
 	$(PY) -m scripts.compose_follow --project $(COMPOSE_PROJECT) --started-at $$started_at
 	@echo "results: $(RESULTS_DIR)/client-*/ ; the deployment keeps running (make docker-compose-logs, make chaos, make docker-compose-down)"
 
-docker-compose-down:
+docker-compose-down: $(CLUSTER_SECRET_FILE)
 	$(COMPOSE_ENV) $(COMPOSE) down --volumes --remove-orphans
 
-docker-compose-logs:
+docker-compose-logs: $(CLUSTER_SECRET_FILE)
 	$(COMPOSE_ENV) $(COMPOSE) logs --follow --tail=100
 
 # Nobody is spared, the last health checker included: the checkers heal one another faster

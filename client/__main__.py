@@ -31,7 +31,13 @@ from client.runner import (
     ClientConfig,
     run_session,
 )
-from common.heartbeat import HeartbeatSender, parse_targets
+from common.cluster_secret import ClusterSecretError
+from common.heartbeat import (
+    HeartbeatConfigError,
+    HeartbeatSender,
+    heartbeat_secret,
+    parse_targets,
+)
 from common.kaska.cluster import parse_brokers
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
@@ -92,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--state-dir", type=Path, help="resume checkpoints (default: RESULTS_DIR/state)")
     add("--heartbeat-targets", type=_targets, default=[], help="HOST:PORT[,...]")
     add("--heartbeat-interval-s", type=float, default=1.0)
+    add("--secret-file", type=Path, default=None,
+        help="file holding the cluster secret the heartbeats are signed with (default: "
+             "$FLIGHTS_CLUSTER_SECRET)")
     add("--name", default="client", help="service name in heartbeats (default: client)")
     add("--checkpoint-interval-s", type=float, default=CHECKPOINT_INTERVAL_S_DEFAULT)
     add("--stall-timeout-s", type=float, default=120.0,
@@ -118,7 +127,8 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().level == logging.INFO:
@@ -128,8 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    try:
+        secret = heartbeat_secret(args.heartbeat_targets, args.secret_file)
+    except (ClusterSecretError, HeartbeatConfigError) as error:
+        parser.error(f"{type(error).__name__}: {error}")
     heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
-                                interval_s=args.heartbeat_interval_s).start()
+                                interval_s=args.heartbeat_interval_s, secret=secret).start()
     print(f"client {config.client_id}: session of {config.flights} and {config.airports} "
           f"via {config.brokers}", flush=True)
     try:

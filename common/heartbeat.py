@@ -2,9 +2,18 @@
 
 Wire format: a stream of frames on one TCP connection per health checker, each frame
 
-    u32 big-endian length (<= FRAME_BYTES_MAX) | UTF-8 JSON object
+    u32 big-endian length (<= FRAME_BYTES_MAX) | tag[32] | UTF-8 JSON object
     {"name": "broker-1", "instance": "host:pid:nonce", "pid": 1234, "timestamp": <wall clock s>,
-     "seq": <n>, "state": "alive" | "stopping"[, "status": "storage full on /data"]}
+     "seq": <n>, "inc": <start time, ns>, "state": "alive" | "stopping"
+     [, "status": "storage full on /data"]}
+
+    tag = HMAC-SHA256(cluster secret, "flights-heartbeat\0" | JSON)
+
+Heartbeats are signed like the health checkers' election packets (common/cluster_secret.py has
+the secret): `inc` is the sender's incarnation and `seq` its counter, so the receiver refuses a
+replayed frame with `common/replay_guard.py` (per service name and instance), and `timestamp`
+bounds what a receiver that just started can be fooled with. A frame that fails its HMAC is a
+stranger's (`UnauthenticatedHeartbeatError`): its connection is closed.
 
 "status" (optional, at most STATUS_CHARS_MAX characters) says why a live service is degraded,
 e.g. a broker whose disk is full; it is left out while the service is healthy, so those frames
@@ -21,15 +30,20 @@ is no queue to grow). Thread-safety: start() and stop() from one owner thread.
 
 Use in a service (`--healthcheckers` being the checkers' heartbeat addresses):
 
-    sender = HeartbeatSender("broker-1", targets=parse_targets(args.healthcheckers)).start()
+    targets = parse_targets(args.healthcheckers)
+    sender = HeartbeatSender("broker-1", targets=targets,
+                             secret=heartbeat_secret(targets, args.secret_file)).start()
     ...
     sender.stop()  # on a deliberate shutdown: says goodbye, so nobody restarts it
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
+import math
 import os
 import socket
 import struct
@@ -38,8 +52,14 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from common.cluster_secret import SECRET_ENV, load_secret
 
 FRAME_BYTES_MAX = 4096
+TAG_BYTES = 32
+_DOMAIN = b"flights-heartbeat\0"
+_U64_MAX = 2**64 - 1
 NAME_CHARS_MAX = 128
 STATUS_CHARS_MAX = 256
 STATE_ALIVE = "alive"
@@ -53,6 +73,14 @@ class MalformedHeartbeatError(ValueError):
     """A heartbeat frame that is too long, not JSON, or lacks a field."""
 
 
+class HeartbeatConfigError(ValueError):
+    """Heartbeat targets without the secret to sign the heartbeats with."""
+
+
+class UnauthenticatedHeartbeatError(MalformedHeartbeatError):
+    """A heartbeat frame whose HMAC does not match: a stranger's, or another secret's."""
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     name: str
@@ -62,6 +90,7 @@ class Heartbeat:
     seq: int
     state: str = STATE_ALIVE
     status: str = ""  # why a live service is degraded; "" when healthy
+    incarnation: int = 0  # the sender's start time in ns: replay protection with `seq`
 
     def to_json(self) -> dict:
         fields = {
@@ -70,6 +99,7 @@ class Heartbeat:
             "pid": self.pid,
             "timestamp": self.timestamp,
             "seq": self.seq,
+            "inc": self.incarnation,
             "state": self.state,
         }
         if self.status:
@@ -77,10 +107,26 @@ class Heartbeat:
         return fields
 
 
-def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
+def _tag(secret: bytes, body) -> bytes:
+    return hmac.new(secret, _DOMAIN + bytes(body), hashlib.sha256).digest()
+
+
+def encode_heartbeat(heartbeat: Heartbeat, secret: bytes) -> bytes:
+    """The signed frame, length prefix included."""
+    assert secret, "heartbeats are signed with the cluster secret"
     body = json.dumps(heartbeat.to_json(), separators=(",", ":")).encode("utf-8")
-    assert len(body) <= FRAME_BYTES_MAX, "heartbeat fields are bounded; this cannot grow"
-    return _LENGTH.pack(len(body)) + body
+    assert TAG_BYTES + len(body) <= FRAME_BYTES_MAX, "heartbeat fields are bounded"
+    return _LENGTH.pack(TAG_BYTES + len(body)) + _tag(secret, body) + body
+
+
+def decode_heartbeat_frame(frame: bytes, secret: bytes) -> Heartbeat:
+    """The heartbeat of one frame (after its length prefix) whose HMAC holds; raises
+    `UnauthenticatedHeartbeatError` or `MalformedHeartbeatError`."""
+    tag, body = frame[:TAG_BYTES], frame[TAG_BYTES:]
+    if len(tag) < TAG_BYTES or not hmac.compare_digest(tag, _tag(secret, body)):
+        raise UnauthenticatedHeartbeatError("the heartbeat's HMAC does not match (unsigned, "
+                                            "forged, or another secret)")
+    return decode_heartbeat_body(body)
 
 
 def frame_length(prefix: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> int:
@@ -100,6 +146,7 @@ def decode_heartbeat_body(body: bytes) -> Heartbeat:
         raise MalformedHeartbeatError("frame is not a JSON object")
     name, instance, state = fields.get("name"), fields.get("instance"), fields.get("state")
     pid, timestamp, seq = fields.get("pid"), fields.get("timestamp"), fields.get("seq")
+    incarnation = fields.get("inc", 0)
     if not (isinstance(name, str) and 0 < len(name) <= NAME_CHARS_MAX):
         raise MalformedHeartbeatError(f"bad name {name!r}")
     if not (isinstance(instance, str) and len(instance) <= NAME_CHARS_MAX):
@@ -108,10 +155,31 @@ def decode_heartbeat_body(body: bytes) -> Heartbeat:
         raise MalformedHeartbeatError(f"bad state {state!r}")
     if not (isinstance(pid, int) and isinstance(seq, int) and isinstance(timestamp, int | float)):
         raise MalformedHeartbeatError("pid, seq and timestamp must be numbers")
+    if not (_is_int(incarnation) and 0 <= incarnation <= _U64_MAX and _is_int(seq)
+            and 0 <= seq <= _U64_MAX and math.isfinite(timestamp) and timestamp >= 0):
+        raise MalformedHeartbeatError(f"inc, seq or timestamp out of range: {incarnation!r:.30}, "
+                                      f"{seq!r:.30}, {timestamp!r:.30}")
     status = fields.get("status", "")
     if not (isinstance(status, str) and len(status) <= STATUS_CHARS_MAX):
         raise MalformedHeartbeatError(f"bad status {status!r:.80}")
-    return Heartbeat(name, instance, pid, float(timestamp), seq, state, status)
+    return Heartbeat(name, instance, pid, float(timestamp), seq, state, status, incarnation)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def heartbeat_secret(targets: Sequence, secret_file: Path | None) -> bytes | None:
+    """What heartbeats to `targets` are signed with: the cluster secret (`--secret-file`, else
+    $FLIGHTS_CLUSTER_SECRET); None without targets. Raises ClusterSecretError (unreadable) or
+    HeartbeatConfigError (targets but no secret)."""
+    if not targets:
+        return None
+    secret = load_secret(secret_file)
+    if secret is None:
+        raise HeartbeatConfigError("--heartbeat-targets needs the cluster secret to sign the "
+                                   f"heartbeats: give --secret-file or ${SECRET_ENV}")
+    return secret
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -160,13 +228,16 @@ class _TargetLink:
 
 
 class HeartbeatSender:
-    """Sends `{name, instance, pid, timestamp}` to every target every `interval_s` (module doc)."""
+    """Sends `{name, instance, pid, timestamp}` to every target every `interval_s`, signed with
+    `secret` (module doc)."""
 
     def __init__(
         self,
         name: str,
         instance: str | None = None,
         targets: Sequence[tuple[str, int]] = (),
+        *,
+        secret: bytes | None = None,
         interval_s: float = 1.0,
         connect_timeout_s: float = 0.5,
         send_timeout_s: float = 0.5,
@@ -175,7 +246,12 @@ class HeartbeatSender:
         """`status()`: asked before every beat; "" when healthy (see the module doc)."""
         assert 0 < len(name) <= NAME_CHARS_MAX
         assert interval_s > 0 and connect_timeout_s > 0 and send_timeout_s > 0
+        if targets and not secret:
+            raise HeartbeatConfigError("heartbeats are signed with the cluster secret: give "
+                                       f"--secret-file or ${SECRET_ENV}")
         self.name = name
+        self._secret = secret
+        self.incarnation = time.time_ns()
         self.pid = os.getpid()
         # host:pid:nonce -- a container started again often has the same hostname and pid
         # (pid 7 in every run of the image): the nonce tells the new process from the dead one.
@@ -222,8 +298,8 @@ class HeartbeatSender:
             seq = self._seq
         status = self._status() if self._status is not None else ""
         heartbeat = Heartbeat(self.name, self.instance, self.pid, time.time(), seq, state,
-                              status[:STATUS_CHARS_MAX])
-        return encode_heartbeat(heartbeat)
+                              status[:STATUS_CHARS_MAX], self.incarnation)
+        return encode_heartbeat(heartbeat, self._secret)
 
     def _run(self, target: tuple[str, int]) -> None:
         link = _TargetLink(target, self._connect_timeout_s, self._send_timeout_s)

@@ -23,6 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
+from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.heartbeat import parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from healthchecker.bully import ElectionConfig
@@ -133,9 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--listen", type=_address, required=True, help="HOST:PORT for election packets (UDP)")
     add("--heartbeat-listen", type=_address, help="HOST:PORT (TCP); default: --listen")
     add("--heartbeat-peers", type=parse_peers, help="ID=HOST:PORT,... (TCP); default: --peers")
-    secret = parser.add_mutually_exclusive_group(required=True)
-    secret.add_argument("--secret-file", type=Path)
-    secret.add_argument("--secret")
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument("--secret-file", type=Path,
+                        help="file holding the cluster secret (election packets, heartbeats, "
+                             f"status requests); default: ${SECRET_ENV}")
+    secret.add_argument("--secret", help="the secret itself (visible in `ps`: prefer "
+                                         f"--secret-file or ${SECRET_ENV})")
     add("--backend", choices=("docker", "process"), required=True)
     add("--registry", type=Path, help="local service registry directory (process backend)")
     add("--project", default=os.environ.get("COMPOSE_PROJECT_NAME"),
@@ -184,9 +188,11 @@ def read_secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> by
         secret = args.secret.encode("utf-8")
     else:
         try:
-            secret = args.secret_file.read_bytes().strip()
-        except OSError as error:
-            parser.error(f"cannot read --secret-file: {error}")
+            secret = load_secret(args.secret_file)
+        except ClusterSecretError as error:
+            parser.error(str(error))
+        if secret is None:
+            parser.error(f"the cluster secret is required: --secret-file or ${SECRET_ENV}")
     if not 0 < len(secret) <= SECRET_BYTES_MAX:
         parser.error(f"the secret must hold 1..{SECRET_BYTES_MAX} bytes")
     return secret

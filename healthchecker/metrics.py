@@ -22,7 +22,7 @@ restart and is not observed; one that says goodbye drops its pending start.
 Metric families (`healthchecker_` prefix):
 - `healthchecker_heartbeats_received_total`, `_heartbeat_connections`,
   `_heartbeat_connections_lost_total`, `_heartbeat_connections_rejected_total`,
-  `_heartbeat_frames_malformed_total`;
+  `_heartbeat_frames_malformed_total`, `_heartbeat_frames_refused_total{reason}`;
 - `healthchecker_deaths_detected_total{service,cause}`,
   `healthchecker_restarts_performed_total{service,outcome}`, `healthchecker_heal_seconds`
   (histogram), `healthchecker_service_restarts_total{service}`,
@@ -161,6 +161,12 @@ class HealthCheckerCollector(Collector):
         yield CounterMetricFamily("healthchecker_heartbeat_frames_malformed",
                                   "Heartbeat frames that did not parse (connection closed).",
                                   value=counters.get("malformed_frames", 0))
+        refused = CounterMetricFamily(
+            "healthchecker_heartbeat_frames_refused", "Heartbeat frames refused, by reason "
+            "(unauthenticated: connection closed; replayed, stale: dropped).", labels=["reason"])
+        for reason in ("unauthenticated", "replayed", "stale"):
+            refused.add_metric([reason], counters.get(f"{reason}_frames", 0))
+        yield refused
 
     def _supervision(self) -> Iterator[Metric]:
         node = self._node

@@ -4,10 +4,13 @@
   immutable `Sighting` snapshots. Every sighting, goodbye and loss is also handed, as a
   `healthchecker.supervision` event (`Seen`, `Departed`, `Lost`), to the optional `listener`
   (called outside the lock, from the server's or the probes' thread).
-- `HeartbeatServer`: a TCP server (one selector thread) reading `common.heartbeat` frames.
-  Bounded: at most `connections_max` connections (extra ones are closed at once), frames of at
-  most `frame_bytes_max`, and a connection silent for `idle_timeout_s` is closed. A malformed or
-  oversized frame closes its connection; all of these are counted in `counters`. A connection
+- `HeartbeatServer`: a TCP server (one selector thread) reading `common.heartbeat` frames,
+  signed with the cluster secret. Bounded: at most `connections_max` connections (extra ones
+  are closed at once), frames of at most `frame_bytes_max`, and a connection silent for
+  `idle_timeout_s` is closed. A malformed, oversized or unsigned/forged frame closes its
+  connection (a forged one is logged once per remote host); a replayed or stale one is dropped
+  and the connection kept (a checker resumed after a pause finds old frames in its buffers);
+  all of these are counted in `counters`. A connection
   that the *peer* closes (EOF or reset) after heartbeats but without a goodbye means the process
   is gone (the kernel closes the sockets of a killed process): the table records a loss.
 - `ProbeRunner`: third-party services that cannot send heartbeats (Spark master and workers) are
@@ -34,10 +37,12 @@ from common.heartbeat import (
     STATE_STOPPING,
     Heartbeat,
     MalformedHeartbeatError,
-    decode_heartbeat_body,
+    UnauthenticatedHeartbeatError,
+    decode_heartbeat_frame,
     frame_length,
     parse_target,
 )
+from common.replay_guard import ReplayGuard, is_stale
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
 from healthchecker.supervision import Departed, Event, Lost, Seen
 
@@ -152,10 +157,11 @@ class LivenessTable:
 
 
 class _Connection:
-    __slots__ = ("sock", "buffer", "last_read_at", "name", "instance", "said_goodbye")
+    __slots__ = ("sock", "origin", "buffer", "last_read_at", "name", "instance", "said_goodbye")
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    def __init__(self, sock: socket.socket, now: float, origin: str = "") -> None:
         self.sock = sock
+        self.origin = origin  # the remote host, for logging a stranger once
         self.buffer = bytearray()
         self.last_read_at = now
         self.name = ""  # of the last heartbeat on this connection
@@ -170,12 +176,20 @@ class HeartbeatServer:
         self,
         listen: tuple[str, int],
         table: LivenessTable,
+        *,
+        secret: bytes,
         connections_max: int = CONNECTIONS_MAX_DEFAULT,
         frame_bytes_max: int = FRAME_BYTES_MAX,
         idle_timeout_s: float = IDLE_TIMEOUT_S_DEFAULT,
         poll_interval_s: float = 0.2,
     ) -> None:
+        if not secret:
+            raise HealthCheckerConfigError("heartbeats are checked with the cluster secret; "
+                                           "an empty one authenticates nothing")
         self.table = table
+        self._secret = secret
+        self._guard = ReplayGuard()
+        self._strangers_logged: set[str] = set()
         self.connections_max = connections_max
         self.frame_bytes_max = frame_bytes_max
         self.idle_timeout_s = idle_timeout_s
@@ -225,7 +239,7 @@ class HeartbeatServer:
 
     def _accept(self) -> None:
         try:
-            sock, _address = self._listener.accept()
+            sock, address = self._listener.accept()
         except BlockingIOError:
             return
         if len(self._connections) >= self.connections_max:
@@ -233,7 +247,7 @@ class HeartbeatServer:
             sock.close()
             return
         sock.setblocking(False)
-        connection = _Connection(sock, time.monotonic())
+        connection = _Connection(sock, time.monotonic(), str(address[0]))
         self._connections[sock.fileno()] = connection
         self._selector.register(sock, selectors.EVENT_READ)
         self.counters["accepted_connections"] += 1
@@ -253,10 +267,23 @@ class HeartbeatServer:
         connection.buffer += data
         try:
             self._consume_frames(connection)
+        except UnauthenticatedHeartbeatError as error:
+            self.counters["unauthenticated_frames"] += 1
+            self._log_stranger(connection, error)
+            self._close(connection)
         except MalformedHeartbeatError as error:
             self.counters["malformed_frames"] += 1
             log.warning("closing heartbeat connection: %s", error)
             self._close(connection)
+
+    def _log_stranger(self, connection: _Connection, error: Exception) -> None:
+        first = connection.origin not in self._strangers_logged and \
+            len(self._strangers_logged) < SERVICES_MAX
+        if first:
+            self._strangers_logged.add(connection.origin)
+        log.log(logging.WARNING if first else logging.DEBUG,
+                "closing heartbeat connection from %s: %s%s", connection.origin, error,
+                " (further ones from it are counted, logged at DEBUG)" if first else "")
 
     def _consume_frames(self, connection: _Connection) -> None:
         buffer = connection.buffer
@@ -266,11 +293,26 @@ class HeartbeatServer:
                 return
             body = bytes(buffer[_LENGTH_BYTES : _LENGTH_BYTES + length])
             del buffer[: _LENGTH_BYTES + length]
-            heartbeat = decode_heartbeat_body(body)
+            heartbeat = decode_heartbeat_frame(body, self._secret)
+            if not self._fresh(heartbeat):
+                continue
             connection.name, connection.instance = heartbeat.name, heartbeat.instance
             connection.said_goodbye = heartbeat.state == STATE_STOPPING
             self.table.record_heartbeat(heartbeat)
             self.counters["frames"] += 1
+
+    def _fresh(self, heartbeat: Heartbeat) -> bool:
+        """False (counted) for a replayed heartbeat or one stamped too far from our clock."""
+        if is_stale(round(heartbeat.timestamp * 1000), time.time()):
+            self.counters["stale_frames"] += 1
+            return False
+        if not self._guard.admit((heartbeat.name, heartbeat.instance), heartbeat.incarnation,
+                                 heartbeat.seq, time.monotonic()):
+            self.counters["replayed_frames"] += 1
+            log.debug("dropped a replayed heartbeat of %s (seq %d)", heartbeat.name,
+                      heartbeat.seq)
+            return False
+        return True
 
     def _closed_by_peer(self, connection: _Connection) -> None:
         self._close(connection)

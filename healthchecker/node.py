@@ -140,10 +140,12 @@ class HealthCheckerNode:
         self.transport = UdpTransport(
             config.node_id, config.listen, config.peers, config.secret, clock=clock
         )
-        self.heartbeat_server = HeartbeatServer(config.heartbeat_listen, self.table)
+        self.heartbeat_server = HeartbeatServer(config.heartbeat_listen, self.table,
+                                                secret=config.secret)
         self.probes = ProbeRunner(config.probes, self.table, config.probe_interval_s)
         self.heartbeat_sender = HeartbeatSender(
-            config.name, targets=config.heartbeat_peers, interval_s=config.heartbeat_interval_s
+            config.name, targets=config.heartbeat_peers, interval_s=config.heartbeat_interval_s,
+            secret=config.secret,
         )
         self.checkpoints = (
             CheckpointStore(config.checkpoint_dir, name="supervisor")

@@ -10,15 +10,10 @@ Packet format (at most `PACKET_BYTES_MAX` bytes):
 
 `inc` is the sender's incarnation (its start time in nanoseconds: a restarted sender has a larger
 one), `ctr` a counter the sender increments for every packet and `ts` its wall clock; all are
-inside the HMAC. The receiver keeps, per sender, the newest incarnation and a 64-packet window of
-counters (`ReplayGuard`, as IPsec does): a packet whose counter was already seen, is older than
-the window, or comes from an older incarnation is a replay. An older incarnation is accepted
-again only after the newer one has been silent for `incarnation_expiry_s` (a sender whose clock
-went back across a restart is not locked out for good). A receiver that has not heard from a
-sender yet (it just started; followers rarely talk to each other) has no counters to compare:
-there `ts` bounds the damage, since a packet more than `packet_age_s_max` away from the
-receiver's wall clock is dropped as stale (the deployment's hosts share a clock, or NTP), so
-only a packet recorded moments ago can be replayed, once.
+inside the HMAC. Replays are refused by `common/replay_guard.py` (shared with the brokers' peer
+frames and the heartbeats): a 64-packet window of counters per sender and incarnation, and a
+packet more than `packet_age_s_max` away from the receiver's wall clock is dropped as stale
+(the deployment's hosts share a clock, or NTP).
 
 The receiver drops, and counts in `dropped`, packets that are oversized ("oversized"), fail the
 HMAC ("unauthenticated": forged, or another secret), do not parse or name an unknown kind or peer
@@ -42,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from common.replay_guard import FRAME_AGE_S_MAX_DEFAULT, ReplayGuard, is_stale
 from healthchecker.bully import Kind, Message
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
 from healthchecker.supervision import (
@@ -55,9 +51,7 @@ PACKET_BYTES_MAX = 8192
 TAG_BYTES = 32
 WIRE_VERSION = 2
 STATE_KIND = "STATE"
-REPLAY_WINDOW = 64
-INCARNATION_EXPIRY_S_DEFAULT = 30.0
-PACKET_AGE_S_MAX_DEFAULT = 30.0
+PACKET_AGE_S_MAX_DEFAULT = FRAME_AGE_S_MAX_DEFAULT
 _U64_MAX = 2**64 - 1
 _COUNTER_MAX = 2**63 - 1
 _PEERS_MAX = 64
@@ -197,41 +191,6 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class ReplayGuard:
-    """Per sender: the newest incarnation, the highest counter and a window of seen counters."""
-
-    def __init__(
-        self, window: int = REPLAY_WINDOW,
-        incarnation_expiry_s: float = INCARNATION_EXPIRY_S_DEFAULT,
-    ) -> None:
-        self.window = window
-        self.incarnation_expiry_s = incarnation_expiry_s
-        # sender -> (incarnation, highest counter, bitmap of seen counters below it, heard at)
-        self._senders: dict[int, tuple[int, int, int, float]] = {}
-
-    def admit(self, sender: int, incarnation: int, counter: int, now: float) -> bool:
-        """True (and remembered) for a fresh packet; False for a replay."""
-        known = self._senders.get(sender)
-        if known is None or incarnation > known[0] or (
-            incarnation < known[0] and now - known[3] >= self.incarnation_expiry_s
-        ):
-            self._senders[sender] = (incarnation, counter, 1, now)
-            return True
-        known_incarnation, highest, seen, _heard_at = known
-        if incarnation != known_incarnation:
-            return False
-        if counter > highest:
-            shift = counter - highest
-            seen = ((seen << shift) | 1) & ((1 << self.window) - 1) if shift < self.window else 1
-            self._senders[sender] = (incarnation, counter, seen, now)
-            return True
-        offset = highest - counter
-        if offset >= self.window or seen >> offset & 1:
-            return False
-        self._senders[sender] = (incarnation, highest, seen | 1 << offset, now)
-        return True
-
-
 class UdpTransport:
     """Sends `Message`s and states to peers by id; receives authenticated, fresh ones."""
 
@@ -306,8 +265,8 @@ class UdpTransport:
             return None
         try:
             envelope = decode_packet(packet, self._secret, self.node_id, self.peers)
-            age_s = self._wall_clock() - envelope.sent_at_ms / 1000
-            if abs(age_s) > self.packet_age_s_max:
+            if is_stale(envelope.sent_at_ms, self._wall_clock(), self.packet_age_s_max):
+                age_s = self._wall_clock() - envelope.sent_at_ms / 1000
                 raise StalePacketError(f"from {envelope.sender}, sent {age_s:.1f}s ago")
             if not self.replay_guard.admit(
                 envelope.sender, envelope.incarnation, envelope.counter, self._clock()

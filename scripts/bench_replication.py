@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.cluster_secret import write_secret_file
 from common.kaska import Admin
 from common.kaska.cluster import Cluster
 from common.kaska.connection import BrokerConnection
@@ -61,6 +62,9 @@ class LocalCluster:
 
     def __init__(self, work: Path, size: int, name: str) -> None:
         self.work = work
+        # The brokers sign their peer frames with it (common/cluster_secret.py).
+        self.secret_file = work / f"{name}-cluster-secret"
+        write_secret_file(self.secret_file)
         self.name = name
         self.ports = dict(zip(range(1, size + 1), free_ports(size), strict=True))
         self.children: dict[int, Child] = {}
@@ -72,7 +76,8 @@ class LocalCluster:
                          if other != node)
         argv = [sys.executable, "-m", "services.broker", "--node-id", str(node), "--listen",
                 f"127.0.0.1:{self.ports[node]}", "--data-dir",
-                str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING"]
+                str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING",
+                "--secret-file", str(self.secret_file)]
         return argv + (["--peers", peers] if peers else [])
 
     def start(self, node: int) -> None:

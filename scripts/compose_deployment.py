@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import threading
@@ -33,6 +34,7 @@ from pathlib import Path
 import docker
 from docker.models.containers import Container
 
+from common.cluster_secret import SECRET_ENV
 from scripts.checker_logs import (
     CHECKER_PREFIX,
     DECISION_LINE,
@@ -79,6 +81,9 @@ class ComposeDeployment:
         self.image = image
         self.settings = dict(settings or {})
         self.kills: list[tuple[float, str]] = []  # (when, service) of every kill() it made
+        # Each deployment its own cluster secret (peer frames, heartbeats, election), handed to
+        # docker-compose in its environment, as `make docker-compose-up` does.
+        self.cluster_secret = secrets.token_hex(32)
         self.docker = docker.from_env()
         status, master_ui, driver_ui = free_ports(3)
         self.published_ports = {"FLIGHTS_STATUS_PORT": status,
@@ -101,6 +106,7 @@ class ComposeDeployment:
             "FLIGHTS_UID": str(os.getuid()),
             "FLIGHTS_GID": str(os.getgid()),
             "FLIGHTS_PUBLISH_HOST": "127.0.0.1",
+            SECRET_ENV: self.cluster_secret,
             **{name: str(port) for name, port in self.published_ports.items()},
             **self.settings,
         }

@@ -59,7 +59,13 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
 from common.checkpoint import CheckpointError, CheckpointStore
-from common.heartbeat import HeartbeatSender, parse_targets
+from common.cluster_secret import ClusterSecretError
+from common.heartbeat import (
+    HeartbeatConfigError,
+    HeartbeatSender,
+    heartbeat_secret,
+    parse_targets,
+)
 from common.kaska import Admin, Consumer, Message
 from common.kaska.errors import (
     InvalidTopicError,
@@ -116,6 +122,7 @@ class ServiceSettings:
     checkpoint_dir: Path | None = None
     heartbeat_targets: tuple[tuple[str, int], ...] = ()
     heartbeat_interval_s: float = 1.0
+    secret_file: Path | None = None  # the cluster secret heartbeats are signed with
     sessions_concurrent_max: int = 2
     sessions_pending_max: int = 8
     session_attempts_max: int = 5
@@ -673,6 +680,9 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--heartbeat-targets", type=parse_targets, default=(),
                         help="health checkers, HOST:PORT[,...]")
     parser.add_argument("--heartbeat-interval-s", type=float, default=1.0)
+    parser.add_argument("--secret-file", type=Path, default=None,
+                        help="file holding the cluster secret the heartbeats are signed with "
+                             "(default: $FLIGHTS_CLUSTER_SECRET)")
     parser.add_argument("--sessions-concurrent-max", type=int, default=2)
     parser.add_argument("--sessions-pending-max", type=int, default=8)
     parser.add_argument("--session-attempts-max", type=int, default=5)
@@ -714,7 +724,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     return ServiceSettings(
         brokers=args.brokers, master=args.master, token=args.token,
         checkpoint_dir=args.checkpoint_dir, heartbeat_targets=tuple(args.heartbeat_targets),
-        heartbeat_interval_s=args.heartbeat_interval_s,
+        heartbeat_interval_s=args.heartbeat_interval_s, secret_file=args.secret_file,
         sessions_concurrent_max=args.sessions_concurrent_max,
         sessions_pending_max=max(args.sessions_pending_max, args.sessions_concurrent_max),
         session_attempts_max=args.session_attempts_max,
@@ -737,10 +747,16 @@ def main(argv: list[str] | None = None) -> int:
     # Before Spark starts (it takes seconds): a SIGTERM meanwhile still ends in a clean exit.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
+    try:
+        secret = heartbeat_secret(settings.heartbeat_targets, settings.secret_file)
+    except (ClusterSecretError, HeartbeatConfigError) as error:
+        log.error("%s: %s", type(error).__name__, error)
+        return 2
     heartbeat = None
     if settings.heartbeat_targets:
         heartbeat = HeartbeatSender(SERVICE_NAME, targets=settings.heartbeat_targets,
-                                    interval_s=settings.heartbeat_interval_s).start()
+                                    interval_s=settings.heartbeat_interval_s,
+                                    secret=secret).start()
     spark = spark_session(settings)
     service = QueryService(settings, spark, stop_requested)
     try:

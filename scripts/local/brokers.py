@@ -86,12 +86,13 @@ def peers_of(node: BrokerNode, nodes: Sequence[BrokerNode]) -> list[str]:
     return [other.peer for other in nodes if other.node_id != node.node_id]
 
 
-def broker_argv(node: BrokerNode, nodes: Sequence[BrokerNode], heartbeat_targets: str
-                ) -> list[str]:
+def broker_argv(node: BrokerNode, nodes: Sequence[BrokerNode], heartbeat_targets: str,
+                secret_file: Path) -> list[str]:
     """`node`'s command line (after the interpreter). A cluster of one gets no `--peers`. The
-    broker heartbeats under its default name, broker-<node id>."""
+    broker heartbeats under its default name, broker-<node id>. The cluster secret (peer frames,
+    heartbeats) is named by its file, never given on the command line."""
     argv = ["-m", "services.broker", "--node-id", str(node.node_id), "--listen", node.address,
-            "--data-dir", str(node.data_dir)]
+            "--data-dir", str(node.data_dir), "--secret-file", str(secret_file)]
     peers = peers_of(node, nodes)
     if peers:
         argv += ["--peers", ",".join(peers)]

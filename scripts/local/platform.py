@@ -6,7 +6,6 @@ ready, and stops them."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from common.cluster_secret import write_secret_file
 from healthchecker.local_registry import (
     LocalServiceRegistry,
     ServiceSpec,
@@ -127,8 +127,9 @@ class LocalPlatform:
         return self.exit_statuses.get(name)
 
     def start_checkers(self) -> None:
-        self.secret_file.write_text(secrets.token_hex(32))
-        self.secret_file.chmod(0o600)
+        # First of all: the cluster secret every process reads from this file (0600), for the
+        # election, the heartbeats and the frames between brokers; never on a command line.
+        write_secret_file(self.secret_file)
         peers = ",".join(f"{i}=127.0.0.1:{port}"
                          for i, port in enumerate(self.checker_ports, start=1))
         for node_id, port in enumerate(self.checker_ports, start=1):
@@ -149,7 +150,7 @@ class LocalPlatform:
         for node, metrics_port in zip(self.broker_nodes, self.broker_metrics_ports,
                                       strict=True):
             self.register(node.name, [
-                *broker_argv(node, self.broker_nodes, self.heartbeat_targets),
+                *broker_argv(node, self.broker_nodes, self.heartbeat_targets, self.secret_file),
                 "--metrics-listen", f"127.0.0.1:{metrics_port}"])
             pid = self.spawn(node.name)
             console.say(f"  started {node.name:<16} pid {pid:<7} {node.address}, data in "
@@ -159,6 +160,7 @@ class LocalPlatform:
         self.register(SERVICE_NAME, [
             "-m", "spark.service", "--brokers", self.brokers, "--master", self.master,
             "--heartbeat-targets", self.heartbeat_targets,
+            "--secret-file", str(self.secret_file),
             "--ui-port", str(self.spark_ui_port),
             "--metrics-listen", f"127.0.0.1:{self.service_metrics_port}"])
         pid = self.spawn(SERVICE_NAME)

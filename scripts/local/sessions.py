@@ -49,7 +49,8 @@ def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSetting
             str(run.results_dir), "--client-id", run.client_id, "--name", run.name,
             "--batch-rows", str(settings.batch_rows), "--partitions", str(settings.partitions),
             "--heartbeat-targets", platform.heartbeat_targets,
-            "--upload-rows-per-s-max", str(settings.upload_rows_per_s_max)]
+            "--upload-rows-per-s-max", str(settings.upload_rows_per_s_max),
+            "--secret-file", str(platform.secret_file)]
 
 
 def plan_clients(args: argparse.Namespace) -> list[ClientRun]:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.heartbeat import HeartbeatSender, parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from services.broker.config import BrokerConfig, Peer
@@ -51,14 +52,16 @@ def _targets(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def companions_from_args(args: argparse.Namespace,
-                         status: Callable[[], str] | None = None) -> list:
+                         status: Callable[[], str] | None = None,
+                         secret: bytes | None = None) -> list:
     """What runs beside the broker: today the heartbeat sender, when it has targets.
-    `status()`: what the heartbeats report (the broker's, e.g. a full disk)."""
+    `status()`: what the heartbeats report (the broker's, e.g. a full disk); `secret`: the
+    cluster secret the heartbeats are signed with (HeartbeatConfigError without one)."""
     if not args.heartbeat_targets:
         return []
     name = args.name or f"broker-{args.node_id}"
     return [HeartbeatSender(name, targets=args.heartbeat_targets,
-                            interval_s=args.heartbeat_interval_s, status=status)]
+                            interval_s=args.heartbeat_interval_s, status=status, secret=secret)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quorum-timeout-ms", type=int, default=_default("quorum_timeout_ms"))
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                         help=f"shared token clients must present (default: ${TOKEN_ENV})")
+    parser.add_argument("--secret-file", type=Path, default=None,
+                        help="file holding the cluster's secret, which signs every frame between "
+                             f"brokers and the heartbeats (default: ${SECRET_ENV}; never on the "
+                             "command line)")
     parser.add_argument("--frame-bytes-max", type=int, default=_default("frame_bytes_max"))
     parser.add_argument("--connections-max", type=int, default=_default("connections_max"))
     parser.add_argument("--segment-bytes-max", type=int,
@@ -105,13 +112,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> BrokerConfig:
     host, port = args.listen
     advertised_host, advertised_port = args.advertise or (None, None)
     return BrokerConfig(
         node_id=args.node_id, data_dir=args.data_dir, host=host, port=port,
         advertised_host=advertised_host, advertised_port=advertised_port, peers=args.peers,
-        token=args.token, frame_bytes_max=args.frame_bytes_max,
+        token=args.token, cluster_secret=secret, frame_bytes_max=args.frame_bytes_max,
         control_body_bytes_max=min(_default("control_body_bytes_max"), args.frame_bytes_max),
         connections_max=args.connections_max, segment_bytes_max=args.segment_bytes_max,
         retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
@@ -126,14 +133,15 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = config_from_args(args)
+        secret = load_secret(args.secret_file)
+        config = config_from_args(args, secret)
         log_config(config)  # the storage's own checks, before anything starts
         # The server exists only below; heartbeats start after it (companions), so `server`
         # is bound by the time one asks -- and a beat before that reports nothing.
         server: BrokerServer | None = None
         companions = companions_from_args(
-            args, status=lambda: server.status() if server is not None else "")
-    except ValueError as exc:
+            args, status=lambda: server.status() if server is not None else "", secret=secret)
+    except (ValueError, ClusterSecretError) as exc:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

@@ -33,9 +33,11 @@ class SlowPeerError(TimeoutError):
 
 class RequestBody:
     def __init__(self, sock: socket.socket, nbytes: int, timeout_s: float = float("inf"),
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`timeout_s`: how long after now (or after `rearm`) the rest may take to arrive."""
+                 clock: Callable[[], float] = time.monotonic, session=None) -> None:
+        """`timeout_s`: how long after now (or after `rearm`) the rest may take to arrive.
+        `session`: the connection's PeerSession (peer_gate.py), for replication requests."""
         assert nbytes >= 0 and timeout_s > 0
+        self.session = session
         self._sock = sock
         self.remaining = nbytes
         self._timeout_s = timeout_s

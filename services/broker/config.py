@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from common.kaska.protocol.replication_bounds import NODE_ID_MAX
 
 MIB = 1024 * 1024
 
@@ -36,6 +38,9 @@ class BrokerConfig:
     advertised_port: int | None = None
     peers: tuple[Peer, ...] = ()  # the other brokers of the cluster (none: a cluster of one)
     token: str | None = None
+    # Signs and checks every frame between brokers (common/kaska/protocol/peer_auth.py); a
+    # broker with peers needs it. Never in repr: configs get logged.
+    cluster_secret: bytes | None = field(default=None, repr=False)
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     # Requests other than PRODUCE are read whole into memory; they are tiny, so a much smaller
     # bound than frame_bytes_max applies to them.
@@ -84,3 +89,12 @@ class BrokerConfig:
         ids = [peer.node_id for peer in self.peers]
         if self.node_id in ids or len(set(ids)) != len(ids):
             raise ValueError("--peers must name other brokers, each once (not --node-id)")
+        if not all(0 <= node_id <= NODE_ID_MAX for node_id in (self.node_id, *ids)):
+            raise ValueError(f"node ids must lie in 0..{NODE_ID_MAX}")
+        if self.peers and not self.cluster_secret:
+            raise ValueError("a broker with --peers needs the cluster secret (--secret-file or "
+                             "$FLIGHTS_CLUSTER_SECRET) to sign and check the frames between "
+                             "brokers")
+        if self.cluster_secret is not None and not 0 < len(self.cluster_secret) <= \
+                SECRET_BYTES_MAX:
+            raise ValueError(f"the cluster secret must hold 1..{SECRET_BYTES_MAX} bytes")

@@ -47,6 +47,7 @@ from common.kaska.protocol.frames import (
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers import HANDLERS
+from services.broker.peer_gate import PeerSession
 from services.broker.reply import DeferredReply, Reply
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class Connection:
         self._send_lock = threading.Lock()
         self._deferred_done = threading.Condition(threading.Lock())
         self._deferred_pending = 0
+        self._peer_session = PeerSession(peer.rpartition(":")[0] or peer)
 
     # -- called by other threads -------------------------------------------------------------
 
@@ -170,7 +172,8 @@ class Connection:
             self._send_error(header.api, header.correlation_id,
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
-        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s)
+        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s,
+                           session=self._peer_session)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
             self._send_error(header.api, header.correlation_id, error)
@@ -254,7 +257,7 @@ class Connection:
     def _send_reply_locked(self, correlation_id: int, reply: Reply) -> None:
         head = encode_response_header(correlation_id, 0, reply.nbytes) + reply.body
         if not reply.slices:
-            self._sock.sendall(head)
+            self._sock.sendall(head + reply.trailer)
             return
         self._sock.sendall(head, socket.MSG_MORE)
         out_fd = self._sock.fileno()
@@ -267,3 +270,5 @@ class Connection:
                     raise ConnectionAbortedError("segment file ended inside a fetch slice")
                 position += sent
                 left -= sent
+        if reply.trailer:
+            self._sock.sendall(reply.trailer)

@@ -8,6 +8,7 @@ from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
+from services.broker.peer_gate import PeerGate
 from services.broker.replica_manager import ReplicaManager
 from services.broker.storage.log import Log
 
@@ -20,3 +21,4 @@ class BrokerContext:
     replicas: ReplicaManager
     notifier: DataNotifier
     metrics: BrokerCounters
+    peer_gate: PeerGate

@@ -23,7 +23,10 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
   follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
-  `_requests_refused_total{reason}`.
+  `_requests_refused_total{reason}`;
+- peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
+  request or answer that failed its signature, freshness, binding or range checks, or a frame
+  of this broker's own that could not be encoded).
 Partition labels follow the topics (one per session and kind): a deleted topic's series
 disappear with it, so the count stays what the broker holds.
 """
@@ -133,8 +136,11 @@ class BrokerCollector(Collector):
 
     def __init__(self, counters: BrokerCounters, log, replicas,
                  connections: Callable[[], int] = lambda: 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 peer_refusals=None) -> None:
+        """`peer_refusals`: the PeerRefusals of peer_gate.py (absent: none counted)."""
         self._counters = counters
+        self._peer_refusals = peer_refusals
         self._log = log
         self._replicas = replicas
         self._connections = connections
@@ -145,6 +151,17 @@ class BrokerCollector(Collector):
         yield from self._partitions()
         yield from self._storage()
         yield from self._replication()
+        yield self._peer_frames()
+
+    def _peer_frames(self) -> Metric:
+        refused = CounterMetricFamily(
+            "kaska_peer_frames_refused", "Broker-to-broker frames refused before use, by "
+            "direction (request, answer, outgoing) and reason (unauthenticated, replayed, "
+            "impostor, out_of_range, ...).", labels=["direction", "reason"])
+        counts = self._peer_refusals.snapshot() if self._peer_refusals is not None else {}
+        for (direction, reason), value in sorted(counts.items()):
+            refused.add_metric([direction, reason], value)
+        return refused
 
     # -- traffic -------------------------------------------------------------------------------
 
@@ -277,5 +294,6 @@ def broker_registry(server) -> CollectorRegistry:
     """A registry of one started BrokerServer (its own, not the process-wide default)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(server.metrics, server.storage, server.replicas,
-                                      connections=lambda: server.connection_count))
+                                      connections=lambda: server.connection_count,
+                                      peer_refusals=server.peer_refusals))
     return registry

@@ -1,6 +1,6 @@
 """What a handler answers: a small body in memory plus, for FETCH, file slices that the
-connection sends with `os.sendfile` after it; or a `DeferredReply` that is only ready later
-(a produce waiting for its acks)."""
+connection sends with `os.sendfile` after it (and, for a peer, the signature trailer); or a
+`DeferredReply` that is only ready later (a produce waiting for its acks)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ class Reply:
     body: bytes = b""
     slices: Sequence = ()  # storage FileSlice(fd, position, nbytes), sent after `body`
     records: int = 0  # records in the batches of `slices` (metrics: records out)
+    trailer: bytes = b""  # sent after the slices: a peer answer's signature (peer_gate.py)
 
     @property
     def nbytes(self) -> int:
-        return len(self.body) + sum(piece.nbytes for piece in self.slices)
+        return len(self.body) + sum(piece.nbytes for piece in self.slices) + len(self.trailer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,10 @@ from services.broker.context import BrokerContext
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
+from services.broker.peer_gate import PeerGate, PeerRefusals
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
+from services.broker.replication.peer_link import PeerSigner
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
@@ -98,6 +100,7 @@ class BrokerServer:
         self._accept_thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
+        self.peer_refusals = PeerRefusals()  # peer frames refused (peer_gate.py), ditto
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -121,10 +124,13 @@ class BrokerServer:
         # Commits are appended through replication; the manager exists only further down.
         self.offsets = CommittedOffsets(self.storage,
                                         append=lambda batch: self.replicas.append_offsets(batch))
+        signer = PeerSigner(config.node_id, config.cluster_secret, self.peer_refusals) \
+            if config.cluster_secret else None
         self.node = ReplicationNode(
             replication_config(config), self.storage, config.data_dir,
             on_offsets_batch=self.offsets.absorb, on_offsets_truncated=self.offsets.load,
-            on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify)
+            on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify,
+            peer_signer=signer)
         self.offsets.load()
         self._listener.listen(config.listen_backlog)
         self.address = self._listener.getsockname()[:2]
@@ -134,7 +140,9 @@ class BrokerServer:
                                        config.ack_timeout_s, counters=self.metrics)
         self.context = BrokerContext(
             config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
-            notifier=notifier, metrics=self.metrics)
+            notifier=notifier, metrics=self.metrics,
+            peer_gate=PeerGate(config.node_id, [peer.node_id for peer in config.peers],
+                               config.cluster_secret, self.peer_refusals))
         self.node.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
                                           safe_offset=self.replicas.retention_safe_offset,

@@ -7,12 +7,13 @@ restarts, heals and elections. `/` is the page (it reloads itself), `/api/status
 as JSON.
 
 Sources: `--checkers` are the health checkers' status endpoints (their `--status-listen`; the
-requests are signed with the checkers' election secret, `--secret`/`--secret-file`, default
-$FLIGHTS_ELECTION_SECRET), `--broker-metrics` the brokers' Prometheus endpoints (default: each
-`--brokers` host on port 9100), and the `sessions` and `results.<cid>` topics read through
-`--brokers` (read-only: no consumer group). With `--heartbeat-targets` it heartbeats as
-`--name` (default `status`), so the health checkers restart it like any service. SIGTERM or
-SIGINT: it says goodbye to the checkers and exits 0.
+requests are signed with the cluster secret: `--secret-file`, else $FLIGHTS_CLUSTER_SECRET, or
+the older `--secret`/$FLIGHTS_ELECTION_SECRET), `--broker-metrics` the brokers' Prometheus
+endpoints (default: each `--brokers` host on port 9100), and the `sessions` and
+`results.<cid>` topics read through `--brokers` (read-only: no consumer group). With
+`--heartbeat-targets` it heartbeats as `--name` (default `status`), signed with the same secret,
+so the health checkers restart it like any service. SIGTERM or SIGINT: it says goodbye to the
+checkers and exits 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import uvicorn
 
+from common.cluster_secret import SECRET_ENV as CLUSTER_SECRET_ENV
+from common.cluster_secret import ClusterSecretError, load_secret
 from common.heartbeat import HeartbeatSender, parse_targets
 from services.status.app import create_app
 from services.status.config import (
@@ -96,7 +99,13 @@ def read_secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> by
     elif args.secret:
         secret = args.secret.encode()
     else:
-        parser.error(f"--secret, --secret-file or ${SECRET_ENV} is required")
+        try:
+            secret = load_secret(None)
+        except ClusterSecretError as error:
+            parser.error(str(error))
+        if secret is None:
+            parser.error(f"--secret-file, ${CLUSTER_SECRET_ENV}, --secret or ${SECRET_ENV} is "
+                         "required")
     if not 0 < len(secret) <= SECRET_BYTES_MAX:
         parser.error(f"the secret must hold 1..{SECRET_BYTES_MAX} bytes")
     return secret
@@ -122,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{type(error).__name__}: {error}")
     heartbeat = None
     if args.heartbeat_targets:
+        # The checkers' secret is the cluster's: it signs the heartbeats too.
         heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
-                                    interval_s=args.heartbeat_interval_s).start()
+                                    interval_s=args.heartbeat_interval_s,
+                                    secret=config.secret).start()
     poller = Poller(config)
     host, port = args.listen
     server = uvicorn.Server(uvicorn.Config(

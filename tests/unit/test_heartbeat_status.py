@@ -7,16 +7,20 @@ import pytest
 
 from common.heartbeat import (
     STATUS_CHARS_MAX,
+    TAG_BYTES,
     Heartbeat,
     HeartbeatSender,
     MalformedHeartbeatError,
     decode_heartbeat_body,
+    decode_heartbeat_frame,
     encode_heartbeat,
 )
 
+SECRET = b"s"
+
 
 def _body(heartbeat: Heartbeat) -> dict:
-    return json.loads(encode_heartbeat(heartbeat)[4:])
+    return json.loads(encode_heartbeat(heartbeat, SECRET)[4 + TAG_BYTES:])
 
 
 def test_healthy_frames_carry_no_status_field():
@@ -25,8 +29,8 @@ def test_healthy_frames_carry_no_status_field():
 
 def test_status_round_trips():
     degraded = Heartbeat("broker-1", "h:1:n", 1, 1.0, 2, status="storage full on /data")
-    frame = encode_heartbeat(degraded)
-    assert decode_heartbeat_body(frame[4:]) == degraded
+    frame = encode_heartbeat(degraded, SECRET)
+    assert decode_heartbeat_frame(frame[4:], SECRET) == degraded
 
 
 def test_a_receiver_without_status_reads_frames_from_before_it():
@@ -44,6 +48,6 @@ def test_bad_status_is_refused(status):
 
 def test_sender_asks_its_status_for_every_beat():
     statuses = iter(["", "storage full on /data"])
-    sender = HeartbeatSender("broker-1", status=lambda: next(statuses))
-    beats = [decode_heartbeat_body(sender._next_frame("alive")[4:]) for _ in range(2)]
+    sender = HeartbeatSender("broker-1", status=lambda: next(statuses), secret=SECRET)
+    beats = [decode_heartbeat_frame(sender._next_frame("alive")[4:], SECRET) for _ in range(2)]
     assert [beat.status for beat in beats] == ["", "storage full on /data"]

@@ -32,3 +32,11 @@ def led_partition(ctx: BrokerContext, topic: str, partition: int) -> tuple[Parti
     """(role, PartitionLog) of a partition this broker leads; NotLeaderError otherwise."""
     found = partition_log(ctx, topic, partition)
     return ctx.replicas.require_leader(topic, partition), found
+
+
+def read_peer_request(ctx: BrokerContext, body: RequestBody, request_type, check, claimed):
+    """A replication request through the peer gate (peer_gate.py): verified, fresh, bound to
+    its signer and range-checked, or a counted PeerFrameError."""
+    frame = body.read_all(ctx.config.control_body_bytes_max)
+    return ctx.peer_gate.open_request(request_type.API, frame, body.session, request_type.decode,
+                                      check, claimed)

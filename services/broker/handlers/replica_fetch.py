@@ -3,6 +3,8 @@
 The answer is the consumer FETCH path again: a small prefix in memory (the entry headers), then
 every BATCH entry's bytes straight from the segment files with `os.sendfile`, in entry order.
 A batch the leader no longer has (its topic deleted, or retention) goes as a SKIPPED entry.
+Only a signed request from the follower itself gets this far; the answer's signature covers the
+data section too (peer_gate.py).
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ from dataclasses import replace
 
 from common.kaska.errors import UnknownServerError, UnknownTopicOrPartitionError
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
+from common.kaska.protocol.replication_bounds import check_fetch_request
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
-from services.broker.handlers.common import read_request
+from services.broker.handlers.common import read_peer_request
 from services.broker.replication.journal import JournalEntry
 from services.broker.reply import Reply
 from services.broker.storage.partition import FileSlice
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = read_request(ctx, body, ReplicaFetchRequest)
-    response, entries = ctx.replicas.node.answer_fetch(request)
+    peer = read_peer_request(ctx, body, ReplicaFetchRequest, check_fetch_request,
+                             claimed=lambda request: request.follower)
+    response, entries = ctx.replicas.node.answer_fetch(peer.request)
     headers: list[EntryHeader] = []
     slices: list[FileSlice] = []
     for entry in entries:
@@ -33,7 +37,8 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         headers.append(_header(entry, found is not None))
     response = replace(response, entries=tuple(headers))
     records = sum(header.record_count for header in headers if header.data_bytes)
-    return Reply(response.encode_prefix(), slices, records=records)
+    prefix = response.encode_prefix()
+    return Reply(prefix, slices, records=records, trailer=ctx.peer_gate.seal(peer, prefix, slices))
 
 
 def _header(entry: JournalEntry, with_bytes: bool) -> EntryHeader:

@@ -1,15 +1,19 @@
 """VOTE (broker to broker): a pre-vote or vote of the replication election. The state machine
-decides; the vote is persisted before this answer leaves (replication/node.py)."""
+decides; the vote is persisted before this answer leaves (replication/node.py). Only a signed
+request from the candidate itself gets this far, and the answer is signed (peer_gate.py)."""
 
 from __future__ import annotations
 
+from common.kaska.protocol.replication_bounds import check_vote_request
 from common.kaska.protocol.vote import VoteRequest
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
-from services.broker.handlers.common import read_request
+from services.broker.handlers.common import read_peer_request
 from services.broker.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = read_request(ctx, body, VoteRequest)
-    return Reply(ctx.replicas.node.answer_vote(request).encode())
+    peer = read_peer_request(ctx, body, VoteRequest, check_vote_request,
+                             claimed=lambda request: request.candidate)
+    answer = ctx.replicas.node.answer_vote(peer.request).encode()
+    return Reply(answer, trailer=ctx.peer_gate.seal(peer, answer))

@@ -37,7 +37,6 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, UnknownReplicaError
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.replica_fetch import (
@@ -53,6 +52,7 @@ from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
 from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import CommitStore, QuorumState, QuorumStore
 from services.broker.replication.reconcile import reconcile
 from services.broker.storage.errors import StorageFullError
@@ -119,8 +119,12 @@ class ReplicationNode:
                  on_topic_deleted: Callable[[str], None] | None = None,
                  on_partition_visible: Callable[[str, int], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 peer_signer: PeerSigner | None = None) -> None:
+        """`peer_signer` signs the frames sent to the peers (peer_link.py); a node with peers
+        needs one once started."""
         self.config = config
+        self._signer = peer_signer
         self.raft_config = config.raft_config()
         self._log = log_store
         self._clock = clock
@@ -160,7 +164,7 @@ class ReplicationNode:
         # holds its own lock while it appends through replication (which takes _lock).
         self._offsets_backlog: list[bytes] = []
         self._offsets_reload = False
-        self._connections: dict[int, BrokerConnection] = {}
+        self._connections: dict[int, PeerLink] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-replication-{config.node_id}")
@@ -634,9 +638,7 @@ class ReplicationNode:
 
     def _send(self, peer: int, request) -> Future | None:
         try:
-            connection = self._connection(peer)
-            parts = [request.encode()]
-            return connection.send(request.API, parts)
+            return self._connection(peer).send(request)
         except KaskaError as exc:
             log.debug("broker %d: cannot reach peer %d: %s", self.config.node_id, peer, exc)
             self._drop(peer)
@@ -666,14 +668,14 @@ class ReplicationNode:
             self._drop(peer)
             return None
 
-    def _connection(self, peer: int) -> BrokerConnection:
+    def _connection(self, peer: int) -> PeerLink:
         connection = self._connections.get(peer)
         if connection is not None and connection.alive:
             return connection
-        address = self._peers[peer]
-        connection = BrokerConnection((address.host, address.port), token=self.config.token,
-                                      connect_timeout_s=self.config.request_timeout_s,
-                                      request_timeout_s=self.config.request_timeout_s)
+        assert self._signer is not None, "a node with peers is built with a peer_signer"
+        connection = PeerLink(self._signer, self._peers[peer], token=self.config.token,
+                              connect_timeout_s=self.config.request_timeout_s,
+                              request_timeout_s=self.config.request_timeout_s)
         self._connections[peer] = connection
         return connection
 

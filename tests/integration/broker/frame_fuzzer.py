@@ -156,7 +156,7 @@ class FrameFactory:
         if api == Api.FETCH_COMMITTED:
             return group + head + FetchCommittedRequest("g", "x", partition).encode()[3 + 3:]
         if api == Api.VOTE:
-            # From a node id this lone broker has no peer of: refused (UnknownReplica), counted.
+            # Unsigned, to a lone broker without a cluster secret: refused by its peer gate.
             return VoteRequest(rng.randint(-5, 5), rng.randint(-1, 1 << 31 - 1),
                                rng.randint(-1, 9), rng.randint(0, 1 << 40),
                                rng.random() < 0.5).encode()

@@ -1,22 +1,28 @@
-"""The broker beats to its health checkers and says "stopping" on SIGTERM."""
+"""The broker beats to its health checkers, signed with the cluster secret (here from
+$FLIGHTS_CLUSTER_SECRET), and says "stopping" on SIGTERM."""
 
 import socket
 
 import pytest
 
-from common.heartbeat import STATE_ALIVE, STATE_STOPPING, decode_heartbeat_body, frame_length
+from common.cluster_secret import SECRET_ENV
+from common.heartbeat import STATE_ALIVE, STATE_STOPPING, decode_heartbeat_frame, frame_length
 
 pytestmark = pytest.mark.integration
+
+SECRET = "broker-heartbeat-secret"
 
 
 def _next_heartbeat(connection: socket.socket):
     prefix = connection.recv(4, socket.MSG_WAITALL)
     if len(prefix) < 4:
         return None
-    return decode_heartbeat_body(connection.recv(frame_length(prefix), socket.MSG_WAITALL))
+    return decode_heartbeat_frame(connection.recv(frame_length(prefix), socket.MSG_WAITALL),
+                                  SECRET.encode())
 
 
-def test_heartbeats_then_goodbye(fresh_broker):
+def test_heartbeats_then_goodbye(fresh_broker, monkeypatch):
+    monkeypatch.setenv(SECRET_ENV, SECRET)
     checker = socket.create_server(("127.0.0.1", 0))
     checker.settimeout(20)
     try:

@@ -8,6 +8,7 @@ import pytest
 
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import (
+    AuthenticationError,
     CorruptBatchError,
     FrameTooLargeError,
     InvalidRequestError,
@@ -108,8 +109,9 @@ def test_unknown_api_is_answered_and_the_connection_stays_usable(sock):
     answer = read_answer(sock)
     assert answer[0] == 7
     assert _error(answer)[0] == InvalidRequestError.code
-    send_request(sock, 33, b"", correlation_id=8)  # reserved for replication, not served yet
-    assert _error(read_answer(sock))[0] == InvalidRequestError.code
+    # REPLICA_FETCH, unsigned: refused by the peer gate, and the connection stays usable.
+    send_request(sock, 33, b"", correlation_id=8)
+    assert _error(read_answer(sock))[0] == AuthenticationError.code
     assert _list_topics_works(sock) is not None
 
 

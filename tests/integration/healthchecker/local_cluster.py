@@ -61,10 +61,16 @@ class LocalCluster:
         self.timings = {**FAST_TIMINGS, **(timings or {})}
         self.children = []
         peers = ",".join(f"{i}=127.0.0.1:{port}" for i, port in self.ports.items())
+        # Checkers and dummies read the cluster secret from a file, as run_local's do.
+        self.secret_file = root / "secret"
+        self.secret_file.parent.mkdir(parents=True, exist_ok=True)
+        self.secret_file.write_text(SECRET)
+        self.secret_file.chmod(0o600)
         for node_id, port in self.ports.items():
             argv = [
                 sys.executable, "-m", "healthchecker", "--node-id", str(node_id),
-                "--peers", peers, "--listen", f"127.0.0.1:{port}", "--secret", SECRET,
+                "--peers", peers, "--listen", f"127.0.0.1:{port}",
+                "--secret-file", str(self.secret_file),
                 "--backend", "process", "--registry", str(self.registry.directory),
                 "--checkpoint-dir", str(root / f"checkpoint-{node_id}"),
             ]
@@ -93,7 +99,8 @@ class LocalCluster:
 
     def add_dummy(self, name: str, *extra: str) -> None:
         argv = [sys.executable, str(DUMMY_SERVICE), "--name", name,
-                "--targets", self.heartbeat_targets, *extra]
+                "--targets", self.heartbeat_targets, "--secret-file", str(self.secret_file),
+                *extra]
         self.registry.register(self._spec(name, argv))
 
     def start(self, name: str) -> int:

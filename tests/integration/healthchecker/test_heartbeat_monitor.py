@@ -4,6 +4,7 @@ probes, and the evidence they hand to the supervision (seen, departed, lost)."""
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -21,12 +22,25 @@ from tests.integration.healthchecker.local_cluster import free_ports, wait_until
 
 pytestmark = pytest.mark.integration
 
+SECRET = b"heartbeat-test-secret"
+
 
 @pytest.fixture
 def server():
-    server = HeartbeatServer(("127.0.0.1", 0), LivenessTable(), poll_interval_s=0.02).start()
+    server = HeartbeatServer(("127.0.0.1", 0), LivenessTable(), secret=SECRET,
+                             poll_interval_s=0.02).start()
     yield server
     server.stop()
+
+
+def _closed_by_peer_within(sock: socket.socket, timeout_s: float) -> bool:
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
 
 
 def _closed_by_peer(sock: socket.socket, timeout_s: float = 2.0) -> bool:
@@ -38,7 +52,8 @@ def _closed_by_peer(sock: socket.socket, timeout_s: float = 2.0) -> bool:
 
 
 def test_sender_heartbeats_reach_the_table_and_goodbye_marks_departure(server):
-    sender = HeartbeatSender("svc", targets=[server.address], interval_s=0.05).start()
+    sender = HeartbeatSender("svc", targets=[server.address], interval_s=0.05,
+                             secret=SECRET).start()
     first = wait_until(lambda: server.table.snapshot().get("svc"), 2)
     assert first.pid == sender.pid and first.instance == sender.instance and not first.departed
     wait_until(lambda: server.table.snapshot()["svc"].last_seen_at > first.last_seen_at, 2)
@@ -48,16 +63,19 @@ def test_sender_heartbeats_reach_the_table_and_goodbye_marks_departure(server):
 
 def test_sender_survives_a_missing_checker_and_reconnects_when_it_appears():
     (port,) = free_ports(1)
-    sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05).start()
+    sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05,
+                             secret=SECRET).start()
     try:
-        late = HeartbeatServer(("127.0.0.1", port), LivenessTable(), poll_interval_s=0.02)
+        late = HeartbeatServer(("127.0.0.1", port), LivenessTable(), secret=SECRET,
+                               poll_interval_s=0.02)
         late.start()
         try:
             wait_until(lambda: "svc" in late.table.snapshot(), 3)
         finally:
             late.stop()
         sent_before_restart = sender.sent
-        again = HeartbeatServer(("127.0.0.1", port), LivenessTable(), poll_interval_s=0.02)
+        again = HeartbeatServer(("127.0.0.1", port), LivenessTable(), secret=SECRET,
+                               poll_interval_s=0.02)
         again.start()
         try:
             wait_until(lambda: "svc" in again.table.snapshot(), 3)
@@ -73,14 +91,53 @@ def test_malformed_and_oversized_frames_close_the_connection(server):
         with socket.create_connection(server.address) as sock:
             sock.sendall(frame)
             assert _closed_by_peer(sock)
-    assert server.counters["malformed_frames"] == 2
+    # The oversized one does not parse; the short one cannot even hold a signature.
+    assert server.counters["malformed_frames"] == 1
+    assert server.counters["unauthenticated_frames"] == 1
     assert server.table.snapshot() == {}
+
+
+def test_a_forged_heartbeat_closes_its_connection_and_is_never_recorded(server):
+    from common.heartbeat import Heartbeat, encode_heartbeat
+
+    for secret in (b"a-stranger's-secret", b"x"):
+        with socket.create_connection(server.address) as sock:
+            sock.sendall(encode_heartbeat(Heartbeat("broker-1", "h:1", 1, time.time(), 1),
+                                          secret))
+            assert _closed_by_peer(sock)
+    unsigned = b'{"name":"broker-1","instance":"h:1","pid":1,"timestamp":1.0,"seq":1,' \
+               b'"state":"alive"}' + b" " * 32
+    with socket.create_connection(server.address) as sock:
+        sock.sendall(struct.pack(">I", len(unsigned)) + unsigned)
+        assert _closed_by_peer(sock)
+    assert server.counters["unauthenticated_frames"] == 3
+    assert server.table.snapshot() == {}
+
+
+def test_replayed_and_stale_heartbeats_are_dropped(server):
+    from common.heartbeat import Heartbeat, encode_heartbeat
+
+    fresh = encode_heartbeat(Heartbeat("svc", "h:1", 1, time.time(), 5, incarnation=9), SECRET)
+    stale = encode_heartbeat(Heartbeat("old", "h:2", 1, time.time() - 3600, 1, incarnation=9),
+                             SECRET)
+    older_incarnation = encode_heartbeat(
+        Heartbeat("svc", "h:1", 1, time.time(), 6, incarnation=8), SECRET)
+    with socket.create_connection(server.address) as sock:
+        sock.sendall(fresh)
+        wait_until(lambda: "svc" in server.table.snapshot(), 2)
+        sock.sendall(fresh + stale + older_incarnation)
+        wait_until(lambda: server.counters["replayed_frames"] == 2, 2)
+        wait_until(lambda: server.counters["stale_frames"] == 1, 2)
+        assert not _closed_by_peer_within(sock, 0.2)  # dropped frames keep the connection
+    assert set(server.table.snapshot()) == {"svc"}
+    assert server.counters["frames"] == 1
 
 
 def test_frames_split_across_segments_are_reassembled(server):
     from common.heartbeat import Heartbeat, encode_heartbeat
 
-    frames = b"".join(encode_heartbeat(Heartbeat(f"s{i}", "h:1", 1, 0.0, i)) for i in range(3))
+    frames = b"".join(encode_heartbeat(Heartbeat(f"s{i}", "h:1", 1, time.time(), i), SECRET)
+                      for i in range(3))
     with socket.create_connection(server.address) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for index in range(0, len(frames), 7):
@@ -91,7 +148,7 @@ def test_frames_split_across_segments_are_reassembled(server):
 
 def test_connection_bound_and_idle_timeout():
     server = HeartbeatServer(
-        ("127.0.0.1", 0), LivenessTable(), connections_max=2, idle_timeout_s=0.3,
+        ("127.0.0.1", 0), LivenessTable(), secret=SECRET, connections_max=2, idle_timeout_s=0.3,
         poll_interval_s=0.02,
     ).start()
     try:
@@ -131,15 +188,18 @@ def test_probe_sees_listening_ports_only():
 def _recording_server(**kwargs):
     events = []
     table = LivenessTable(listener=events.append)
-    server = HeartbeatServer(("127.0.0.1", 0), table, poll_interval_s=0.02, **kwargs).start()
+    server = HeartbeatServer(("127.0.0.1", 0), table, secret=SECRET, poll_interval_s=0.02,
+                             **kwargs).start()
     return server, events
 
 
 def test_a_connection_closed_without_goodbye_is_a_loss_and_a_goodbye_is_not():
     server, events = _recording_server()
     try:
-        crashing = HeartbeatSender("crashing", targets=[server.address], interval_s=0.05).start()
-        leaving = HeartbeatSender("leaving", targets=[server.address], interval_s=0.05).start()
+        crashing = HeartbeatSender("crashing", targets=[server.address], interval_s=0.05,
+                                   secret=SECRET).start()
+        leaving = HeartbeatSender("leaving", targets=[server.address], interval_s=0.05,
+                                  secret=SECRET).start()
         wait_until(lambda: {"crashing", "leaving"} <= set(server.table.snapshot()), 2)
         crashing.stop(say_goodbye=False)  # as the kernel does for a killed process
         leaving.stop(say_goodbye=True)
@@ -166,7 +226,7 @@ def test_closes_by_the_server_itself_are_no_loss():
         with socket.create_connection(server.address) as sock:
             from common.heartbeat import Heartbeat, encode_heartbeat
 
-            sock.sendall(encode_heartbeat(Heartbeat("quiet", "h:1", 1, 0.0, 1)))
+            sock.sendall(encode_heartbeat(Heartbeat("quiet", "h:1", 1, time.time(), 1), SECRET))
             assert _closed_by_peer(sock)  # idle: closed by the server
         assert server.counters["idle_closed"] == 1
         assert not any(isinstance(e, Lost) for e in events)

@@ -50,7 +50,8 @@ def test_restart_counts_survive_a_node_restart(tmp_path):
     first_restarter = RecordingRestarter()
     node = _node(tmp_path, port, first_restarter).start()
     try:
-        sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05).start()
+        sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05,
+                                 secret=b"s").start()
         wait_until(lambda: "svc" in node.table.snapshot(), 2)
         sender.stop(say_goodbye=False)  # dies: its connection closes without a goodbye
         # Restarted long before the (30 s) heartbeat timeout: the lost connection is enough.
@@ -66,7 +67,8 @@ def test_restart_counts_survive_a_node_restart(tmp_path):
     assert (record.phase, record.restart_count, record.flaps) == (Phase.UNKNOWN, 1, 0)
     node.start()
     try:
-        sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05).start()
+        sender = HeartbeatSender("svc", targets=[("127.0.0.1", port)], interval_s=0.05,
+                                 secret=b"s").start()
         wait_until(lambda: "svc" in node.table.snapshot(), 5)
         sender.stop(say_goodbye=False)
         wait_until(lambda: second_restarter.calls, 10)

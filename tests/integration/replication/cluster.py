@@ -10,6 +10,9 @@ ordered pair), so a test can cut a broker off from the others while clients stil
 directly. METADATA and NOT_LEADER hints then name the proxy addresses (what the broker was
 told its peers are): clients following them go through the same proxies.
 
+The brokers share a cluster secret (`<tmp>/cluster_secret`, passed with `--secret-file`): tests
+that forge peer frames read it from `BrokerCluster.secret`.
+
 Each broker's stderr goes to `<tmp>/node<I>.broker.log` (appended across restarts, with a
 harness line at every start and signal).
 """
@@ -27,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cluster_secret import SECRET_ENV, write_secret_file
 from common.kaska import Admin
 from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, NotLeaderError
@@ -87,11 +91,12 @@ class ClusterBroker(BrokerProcess):
     """One broker of the cluster: BrokerProcess with a node id and peers."""
 
     def __init__(self, node_id: int, data_dir: Path, port: int, peers: str,
-                 extra_args: tuple[str, ...], metrics_port: int) -> None:
+                 extra_args: tuple[str, ...], metrics_port: int, secret_file: Path) -> None:
         super().__init__(data_dir, *extra_args, port=port)
         self.metrics_port = metrics_port
         self.node_id = node_id
         self.peers = peers
+        self.secret_file = secret_file
         self.paused = False
         self.starts = 0
 
@@ -104,10 +109,11 @@ class ClusterBroker(BrokerProcess):
         """Start the process; `wait_ready` reads its readiness line."""
         command = [sys.executable, "-m", "services.broker", "--node-id", str(self.node_id),
                    "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
-                   "--peers", self.peers, "--metrics-listen",
-                   f"127.0.0.1:{self.metrics_port}", *self.extra_args]
+                   "--peers", self.peers, "--secret-file", str(self.secret_file),
+                   "--metrics-listen", f"127.0.0.1:{self.metrics_port}", *self.extra_args]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("KASKA_TOKEN", None)
+        env.pop(SECRET_ENV, None)
         self.starts += 1
         self.note(f"start #{self.starts}")
         with open(self.log_path, "ab") as log:
@@ -141,14 +147,17 @@ class ClusterBroker(BrokerProcess):
 class BrokerCluster:
     def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
                  extra_args: tuple[str, ...] = ()) -> None:
+        """Every broker serves /metrics on its own port (`metrics_ports`)."""
         tmp_path.mkdir(parents=True, exist_ok=True)
+        self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))
         self.peer_via_proxy = peer_via_proxy
         reserved = reserve_ports(2 * size)  # each broker's client port and metrics port
         ports = {i: sock.getsockname()[1]
                  for i, sock in zip(self.ids, reserved[:size], strict=True)}
-        metrics_ports = {i: sock.getsockname()[1]
-                         for i, sock in zip(self.ids, reserved[size:], strict=True)}
+        # Held with the brokers' ports until the brokers start: nothing else can take them.
+        self.metrics_ports = {i: sock.getsockname()[1]
+                              for i, sock in zip(self.ids, reserved[size:], strict=True)}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:
@@ -161,7 +170,8 @@ class BrokerCluster:
             peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
                              for j in self.ids if j != i)
             self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
-                                            tuple(extra_args), metrics_ports[i])
+                                            tuple(extra_args), self.metrics_ports[i],
+                                            tmp_path / "cluster_secret")
         for sock in reserved:
             sock.close()
 

@@ -5,8 +5,9 @@ replication client to another broker's port), which a test can cut and heal.
 close them at once: the sending broker sees its peer vanish, while clients that talk to the
 brokers directly are untouched. `throttle(bytes_per_s)` slows each direction of every
 connection to that rate (None: full speed again), so a catch-up lasts long enough, on any
-machine, for a fault to land in the middle of it. Threads: one accept loop, two pumps per
-connection.
+machine, for a fault to land in the middle of it. `requests_seen()` holds the first
+`RECORD_BYTES_MAX` bytes sent upstream on each connection (the frames a test replays to show
+they are refused). Threads: one accept loop, two pumps per connection.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import contextlib
 import socket
 import threading
 import time
+
+RECORD_BYTES_MAX = 1 << 20
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -63,12 +66,18 @@ class PeerProxy:
         self.refused = 0  # connections accepted and closed at once while cut
         self.bytes_forwarded = 0
         self.bytes_per_s_max: float | None = None
+        self._recorded: list[bytearray] = []  # per connection: the bytes sent upstream
         threading.Thread(target=self._accept_loop, daemon=True,
                          name=f"peer-proxy-{self.name}").start()
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def requests_seen(self) -> list[bytes]:
+        """What each connection so far sent upstream (its first RECORD_BYTES_MAX bytes)."""
+        with self._lock:
+            return [bytes(stream) for stream in self._recorded]
 
     @property
     def is_cut(self) -> bool:
@@ -135,12 +144,17 @@ class PeerProxy:
                     continue
                 self._links.add(link)
                 self.connections += 1
-            threading.Thread(target=self._pump, args=(link, client, upstream), daemon=True,
+            record = bytearray()
+            with self._lock:
+                self._recorded.append(record)
+            threading.Thread(target=self._pump, args=(link, client, upstream, record),
+                             daemon=True,
                              name=f"peer-proxy-{self.name}-up").start()
             threading.Thread(target=self._pump, args=(link, upstream, client), daemon=True,
                              name=f"peer-proxy-{self.name}-down").start()
 
-    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket,
+              record: bytearray | None = None) -> None:
         with contextlib.suppress(OSError):
             while True:
                 rate = self.bytes_per_s_max
@@ -153,6 +167,8 @@ class PeerProxy:
                     time.sleep(len(data) / rate)
                 with self._lock:
                     self.bytes_forwarded += len(data)
+                    if record is not None and len(record) < RECORD_BYTES_MAX:
+                        record += data[:RECORD_BYTES_MAX - len(record)]
         if link.pump_done():
             with self._lock:
                 self._links.discard(link)

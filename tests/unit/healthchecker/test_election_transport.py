@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from common.replay_guard import ReplayGuard
 from healthchecker.bully import Kind, Message
 from healthchecker.supervision import Phase, SharedRecord
 from healthchecker.transport import (
@@ -16,7 +17,6 @@ from healthchecker.transport import (
     MalformedPacketError,
     MisdirectedPacketError,
     OversizedPacketError,
-    ReplayGuard,
     StateMessage,
     TransportConfigError,
     UdpTransport,

@@ -1,29 +1,64 @@
-"""Heartbeat frame codec (common/heartbeat.py) and probe / target parsing."""
+"""Heartbeat frame codec (common/heartbeat.py): signed frames, forgeries, bounds; probe and
+target parsing."""
 
 import json
 import struct
 
 import pytest
 
+from common.cluster_secret import SECRET_ENV, ClusterSecretError
 from common.heartbeat import (
     FRAME_BYTES_MAX,
     STATE_STOPPING,
     Heartbeat,
+    HeartbeatConfigError,
+    HeartbeatSender,
     MalformedHeartbeatError,
+    UnauthenticatedHeartbeatError,
     decode_heartbeat_body,
+    decode_heartbeat_frame,
     encode_heartbeat,
     frame_length,
+    heartbeat_secret,
     parse_target,
     parse_targets,
 )
 from healthchecker.monitor import Probe, parse_probe
 
+SECRET = b"cluster-secret"
+
 
 def test_round_trip():
-    heartbeat = Heartbeat("broker-1", "host:42", 42, 1700000000.5, 7, STATE_STOPPING)
-    frame = encode_heartbeat(heartbeat)
+    heartbeat = Heartbeat("broker-1", "host:42", 42, 1700000000.5, 7, STATE_STOPPING,
+                          incarnation=123)
+    frame = encode_heartbeat(heartbeat, SECRET)
     assert frame_length(frame[:4]) == len(frame) - 4
-    assert decode_heartbeat_body(frame[4:]) == heartbeat
+    assert decode_heartbeat_frame(frame[4:], SECRET) == heartbeat
+
+
+def test_forged_unsigned_and_truncated_frames_are_unauthenticated():
+    frame = encode_heartbeat(Heartbeat("broker-1", "host:42", 42, 1.5, 7), SECRET)[4:]
+    tampered = frame.replace(b"broker-1", b"broker-2")
+    for bad in (tampered, frame[:-1], frame[:31], frame[32:],
+                encode_heartbeat(Heartbeat("broker-1", "host:42", 42, 1.5, 7), b"other")[4:]):
+        with pytest.raises(UnauthenticatedHeartbeatError):
+            decode_heartbeat_frame(bad, SECRET)
+
+
+def test_a_sender_with_targets_needs_the_secret(tmp_path, monkeypatch):
+    with pytest.raises(HeartbeatConfigError):
+        HeartbeatSender("svc", targets=[("127.0.0.1", 1)])
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    assert heartbeat_secret([], None) is None
+    with pytest.raises(HeartbeatConfigError):
+        heartbeat_secret([("127.0.0.1", 1)], None)
+    monkeypatch.setenv(SECRET_ENV, " from-env\n")
+    assert heartbeat_secret([("127.0.0.1", 1)], None) == b"from-env"
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(b"from-file\n")
+    assert heartbeat_secret([("127.0.0.1", 1)], secret_file) == b"from-file"
+    with pytest.raises(ClusterSecretError):
+        heartbeat_secret([("127.0.0.1", 1)], tmp_path / "missing")
 
 
 @pytest.mark.parametrize("length", [0, FRAME_BYTES_MAX + 1, 2**32 - 1])
@@ -50,6 +85,11 @@ def _body(**overrides) -> bytes:
         _body(state="zombie"),
         _body(pid="1"),
         _body(timestamp=None),
+        _body(inc=-1),
+        _body(inc=2**64),
+        _body(inc="7"),
+        _body(seq=-1),
+        _body(timestamp=float("inf")),
     ],
 )
 def test_malformed_bodies(body):

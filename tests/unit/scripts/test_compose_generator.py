@@ -187,3 +187,19 @@ def test_brokers_checkers_and_query_service_serve_prometheus_metrics():
                  if "--metrics-listen=0.0.0.0:9100" in service["command"]}
     assert exporters == {"broker-1", "broker-2", "broker-3", "healthchecker-1",
                          "healthchecker-2", "healthchecker-3", "query-service"}
+
+
+def test_the_cluster_secret_travels_in_the_environment_never_on_a_command_line():
+    services = _services(render(DeploymentShape(brokers=3, healthcheckers=3, clients=2)))
+    signers = [name for name, service in services.items()
+               if any("heartbeat-targets" in part for part in service["command"])
+               or name.startswith("healthchecker-")]
+    assert {"broker-1", "broker-3", "query-service", "status", "client-2",
+            "healthchecker-2"} <= set(signers)
+    for name in signers:
+        secret = services[name]["environment"]["FLIGHTS_CLUSTER_SECRET"]
+        # Required: compose refuses to start without it, no development default baked in.
+        assert secret.startswith("${FLIGHTS_CLUSTER_SECRET:?"), name
+    for name, service in services.items():
+        command = " ".join(service["command"])
+        assert "--secret" not in command and "SECRET" not in command, name

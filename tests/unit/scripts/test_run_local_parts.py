@@ -256,12 +256,14 @@ def test_each_of_three_brokers_names_the_other_two_as_peers_never_itself(tmp_pat
                 2: ["1@127.0.0.1:7001", "3@127.0.0.1:7003"],
                 3: ["1@127.0.0.1:7001", "2@127.0.0.1:7002"]}
     for node in nodes:
-        argv = broker_argv(node, nodes, "127.0.0.1:9001,127.0.0.1:9002")
+        argv = broker_argv(node, nodes, "127.0.0.1:9001,127.0.0.1:9002", tmp_path / "secret")
         assert argv[:2] == ["-m", "services.broker"]
         assert _flag(argv, "--node-id") == str(node.node_id)
         assert _flag(argv, "--listen") == node.address
         assert _flag(argv, "--data-dir") == str(node.data_dir)
         assert _flag(argv, "--heartbeat-targets") == "127.0.0.1:9001,127.0.0.1:9002"
+        assert _flag(argv, "--secret-file") == str(tmp_path / "secret")
+        assert "--secret" not in argv  # the secret itself never on a command line
         assert argv.count("--peers") == 1
         peers = _flag(argv, "--peers").split(",")
         assert peers == expected[node.node_id] == peers_of(node, nodes)
@@ -271,7 +273,7 @@ def test_each_of_three_brokers_names_the_other_two_as_peers_never_itself(tmp_pat
 
 def test_a_cluster_of_one_gets_no_peers_flag(tmp_path):
     [node] = plan_brokers([7001], layout_in(tmp_path))
-    argv = broker_argv(node, [node], "127.0.0.1:9001")
+    argv = broker_argv(node, [node], "127.0.0.1:9001", tmp_path / "secret")
     assert "--peers" not in argv and _flag(argv, "--node-id") == "1"
 
 
@@ -297,7 +299,8 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
         spec = platform.registry.spec(node.name)
         assert spec.argv[0] == sys.executable
         assert list(spec.argv[1:]) == [
-            *broker_argv(node, platform.broker_nodes, platform.heartbeat_targets),
+            *broker_argv(node, platform.broker_nodes, platform.heartbeat_targets,
+                         platform.secret_file),
             "--metrics-listen", f"127.0.0.1:{metrics_port}"]
         assert spec.log_file == str(layout.log_path(node.name))
     status = list(platform.registry.spec("status").argv)
@@ -314,9 +317,13 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
     assert platform.brokers == bootstrap
     assert _flag(list(platform.registry.spec("query-service").argv), "--brokers") == bootstrap
     run = ClientRun("client-1", "cid", tmp_path / "r", InputFiles(tmp_path, tmp_path))
-    argv = client_argv(run, platform, ClientSettings(300, 4, 2500.0))
-    assert _flag(argv, "--brokers") == bootstrap
-    assert _flag(argv, "--upload-rows-per-s-max") == "2500.0"
+    client = client_argv(run, platform, ClientSettings(300, 4, 2500.0))
+    assert _flag(client, "--brokers") == bootstrap
+    assert _flag(client, "--upload-rows-per-s-max") == "2500.0"
+    # Every process that signs or checks frames reads the cluster secret from the same file.
+    for argv in (service, status, list(platform.registry.spec("broker-1").argv), client):
+        assert _flag(argv, "--secret-file") == str(platform.secret_file)
+        assert "--secret" not in argv
 
 
 def test_brokers_stop_last_and_together_checkers_first():

@@ -1,0 +1,221 @@
+"""Signed broker-to-broker frames: the stamp and HMAC-SHA256 every replication frame carries.
+
+A replication request (VOTE, REPLICA_FETCH, and whatever replaces them: every api in
+`REPLICATION_APIS`) is its API body followed by a request trailer:
+
+    body | u32 sender | u32 receiver | u64 incarnation | u64 counter | u64 sent_at_ms | tag[32]
+
+    tag = HMAC-SHA256(secret, "kaska-peer-request\\0" | u16 api | u16 version | body
+                              | the trailer before the tag)
+
+`sender` is the signing broker's node id (the candidate or follower id inside the body must be
+the same: a frame speaking for another broker is refused), `receiver` the broker it is meant
+for (a frame recorded on its way to broker 2 cannot be played to broker 3), `incarnation` the
+sender's start time in nanoseconds and `counter` a number it increments for every frame:
+`common/replay_guard.py` refuses a counter seen before, and `sent_at_ms` (the sender's wall
+clock) bounds what a receiver that just started can be fooled with.
+
+A successful answer (error code 0) is its API body (for REPLICA_FETCH: prefix and data section)
+followed by an answer trailer:
+
+    body | u32 responder | tag[32]
+
+    tag = HMAC-SHA256(secret, "kaska-peer-answer\\0" | u16 api | the request's stamp
+                              (sender, receiver, incarnation, counter) | body | u32 responder)
+
+so an answer is bound to the one request it answers: an old answer replayed, or one meant for
+another request, does not verify. Error answers (a non-zero code) carry no trailer: nothing in
+them is adopted, the requester only logs the refusal and tries again later.
+
+Pure functions and frozen values; thread-safe. The secret is 1..SECRET_BYTES_MAX bytes
+(common/cluster_secret.py loads it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from common.kaska.errors import AuthenticationError
+
+TAG_BYTES = 32
+_REQUEST_STAMP = struct.Struct(">IIQQQ")  # sender, receiver, incarnation, counter, sent_at_ms
+_ANSWER_STAMP = struct.Struct(">I")  # responder
+_BINDING = struct.Struct(">IIQQ")  # the request's sender, receiver, incarnation, counter
+_API_VERSION = struct.Struct(">HH")
+_API = struct.Struct(">H")
+REQUEST_TRAILER_BYTES = _REQUEST_STAMP.size + TAG_BYTES
+ANSWER_TRAILER_BYTES = _ANSWER_STAMP.size + TAG_BYTES
+_REQUEST_DOMAIN = b"kaska-peer-request\0"
+_ANSWER_DOMAIN = b"kaska-peer-answer\0"
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+
+class PeerFrameError(AuthenticationError):
+    """A replication frame refused before anything in it is used; `reason` is its metric label."""
+
+    reason: str = "malformed"
+
+
+class TruncatedPeerFrameError(PeerFrameError):
+    """Too short to hold the trailer (an unsigned frame, or one cut short)."""
+
+    reason = "truncated"
+
+
+class ForgedPeerFrameError(PeerFrameError):
+    """The HMAC does not match: forged, altered, or signed with another secret."""
+
+    reason = "unauthenticated"
+
+
+class MalformedPeerFrameError(PeerFrameError):
+    """Signed, but its body does not parse: a peer's bug, never applied."""
+
+    reason = "malformed"
+
+
+class MisdirectedPeerFrameError(PeerFrameError):
+    """Signed for another receiver (or an answer from another responder)."""
+
+    reason = "misdirected"
+
+
+class UnknownPeerFrameSenderError(PeerFrameError):
+    """Signed by a node id that is not a configured peer."""
+
+    reason = "unknown_sender"
+
+
+class ReplayedPeerFrameError(PeerFrameError):
+    """A (sender, incarnation, counter) seen before, or older than the replay window."""
+
+    reason = "replayed"
+
+
+class StalePeerFrameError(PeerFrameError):
+    """Stamped too far from the receiver's clock to be judged fresh."""
+
+    reason = "stale"
+
+
+class ImpostorPeerFrameError(PeerFrameError):
+    """The body speaks for another broker than the one that signed it (or the connection)."""
+
+    reason = "impostor"
+
+
+class OutOfRangeFieldError(PeerFrameError):
+    """A number from the wire outside the range it may take (replication_bounds.py)."""
+
+    reason = "out_of_range"
+    field: str = ""
+    value: int = 0
+    low: int = 0
+    high: int = 0
+
+    def __init__(self, field: str, value: int, low: int, high: int) -> None:
+        super().__init__(f"{field} = {value} outside {low}..{high}")
+        self.field, self.value, self.low, self.high = field, value, low, high
+
+
+class UnencodableFrameError(PeerFrameError):
+    """A frame this broker was about to send does not fit its wire format (a field too large):
+    a bug or a value adopted before the bounds existed; refused here, never half sent."""
+
+    reason = "unencodable"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStamp:
+    """Who signed a request, for whom, and where it sits in the sender's sequence."""
+
+    sender: int
+    receiver: int
+    incarnation: int
+    counter: int
+    sent_at_ms: int
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.sender <= U32_MAX and 0 <= self.receiver <= U32_MAX
+        assert 0 <= self.incarnation <= U64_MAX and 0 <= self.counter <= U64_MAX
+        assert 0 <= self.sent_at_ms <= U64_MAX
+
+    def binding(self) -> bytes:
+        return _BINDING.pack(self.sender, self.receiver, self.incarnation, self.counter)
+
+
+def _request_mac(secret: bytes, api: int, version: int, body: Iterable, stamp: bytes) -> bytes:
+    mac = hmac.new(secret, _REQUEST_DOMAIN + _API_VERSION.pack(api, version), hashlib.sha256)
+    for part in body:
+        mac.update(part)
+    mac.update(stamp)
+    return mac.digest()
+
+
+def request_trailer(secret: bytes, api: int, version: int, body: Iterable,
+                    stamp: RequestStamp) -> bytes:
+    """The trailer to send after `body` (its parts, in order)."""
+    packed = _REQUEST_STAMP.pack(stamp.sender, stamp.receiver, stamp.incarnation,
+                                 stamp.counter, stamp.sent_at_ms)
+    return packed + _request_mac(secret, api, version, body, packed)
+
+
+def open_request(secret: bytes, api: int, version: int, frame) -> tuple[RequestStamp, memoryview]:
+    """(stamp, body) of a signed request whose HMAC holds; raises a `PeerFrameError`.
+    Whether the stamp is fresh, meant for this broker and from a peer is the caller's
+    business (services/broker/peer_gate.py)."""
+    view = memoryview(frame)
+    if len(view) < REQUEST_TRAILER_BYTES:
+        raise TruncatedPeerFrameError(f"{len(view)} bytes cannot hold the {REQUEST_TRAILER_BYTES}"
+                                      f"-byte signature trailer (an unsigned frame?)")
+    body = view[:len(view) - REQUEST_TRAILER_BYTES]
+    packed = view[len(body):len(view) - TAG_BYTES]
+    tag = view[len(view) - TAG_BYTES:]
+    if not hmac.compare_digest(bytes(tag), _request_mac(secret, api, version, (body,), packed)):
+        raise ForgedPeerFrameError("the frame's HMAC does not match")
+    return RequestStamp(*_REQUEST_STAMP.unpack(packed)), body
+
+
+class AnswerMac:
+    """The running HMAC of one answer: fed the body in pieces (a fetch's data section comes
+    from files), finished with the responder's id."""
+
+    def __init__(self, secret: bytes, api: int, stamp: RequestStamp) -> None:
+        self._mac = hmac.new(secret, _ANSWER_DOMAIN + _API.pack(api) +
+                             stamp.binding(), hashlib.sha256)
+
+    def update(self, part) -> None:
+        self._mac.update(part)
+
+    def trailer(self, responder: int) -> bytes:
+        packed = _ANSWER_STAMP.pack(responder)
+        mac = self._mac.copy()
+        mac.update(packed)
+        return packed + mac.digest()
+
+
+def open_answer(secret: bytes, api: int, stamp: RequestStamp, responder: int,
+                frame) -> memoryview:
+    """The body of a signed answer to the request stamped `stamp`, from `responder`; raises a
+    `PeerFrameError` when it is truncated, forged, meant for another request or from another
+    broker."""
+    view = memoryview(frame)
+    if len(view) < ANSWER_TRAILER_BYTES:
+        raise TruncatedPeerFrameError(f"an answer of {len(view)} bytes cannot hold the "
+                                      f"{ANSWER_TRAILER_BYTES}-byte signature trailer")
+    body = view[:len(view) - ANSWER_TRAILER_BYTES]
+    packed = view[len(body):len(view) - TAG_BYTES]
+    tag = view[len(view) - TAG_BYTES:]
+    (signed_by,) = _ANSWER_STAMP.unpack(packed)
+    mac = AnswerMac(secret, api, stamp)
+    mac.update(body)
+    if not hmac.compare_digest(bytes(tag), mac.trailer(signed_by)[_ANSWER_STAMP.size:]):
+        raise ForgedPeerFrameError("the answer's HMAC does not match its request")
+    if signed_by != responder:
+        raise MisdirectedPeerFrameError(f"answer signed by node {signed_by}, asked {responder}")
+    return body
