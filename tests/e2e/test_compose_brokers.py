@@ -14,7 +14,9 @@ Checked, in this order:
   (results/client-1/state on the host, rewritten every 0.5 s with the number of messages the
   brokers acknowledged) grew between two readings taken after a kill and before that broker
   listened again (its container dead, then its process starting);
-- a restarted broker counts as alive: no broker was restarted more often than it was killed.
+- a restarted broker counts as alive: no broker was restarted more often than it was killed,
+  but for a start deadline missed by a broker that had not listened yet (a slow start on a
+  loaded machine is the checkers doing their job).
 
 The brokers publish no ports: the leader is read from their logs through the Docker SDK
 (`broker N: leader of epoch E (leader N)`, services/broker/replication/node.py).
@@ -28,7 +30,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -186,6 +187,28 @@ def wait_back(deployment, events: EventRecorder, kill: BrokerKill) -> BrokerKill
     return replace(kill, started_at=started_at, listening_at=listening_at)
 
 
+def _first_restart_after_a_kill(at: float, service: str, kills: list[BrokerKill],
+                                decisions: list[tuple[float, str]]) -> bool:
+    """The decision at `at` is the first one for `service` after one of its kills."""
+    for kill in kills:
+        if kill.service == service:
+            after = [t for t, s in decisions if s == service and t >= kill.at - 1.0]
+            if after and after[0] == at:
+                return True
+    return False
+
+
+def _slow_start(deployment, at: float, service: str, cause: str) -> bool:
+    """A start deadline missed (the cause says so) by a broker that had not listened since its
+    previous start when the decision was taken: slow, not unrecognised."""
+    if not cause.startswith(("no sign of life", "never seen by this node")):
+        return False
+    previous = [t for t, s in deployment.restart_decisions() if s == service and t < at]
+    since = previous[-1] if previous else 0.0
+    listened_at = listening_after(deployment, service, since)
+    return listened_at is None or listened_at > at
+
+
 def test_each_broker_killed_once_leader_included_session_exact_upload_kept_moving(
         paced_deployment, e2e_data):
     # The upload is paced (>= 40 s on any machine): the first kill, at its start, lands while
@@ -243,7 +266,12 @@ def test_each_broker_killed_once_leader_included_session_exact_upload_kept_movin
              if (acked := acked_while_down(readings, kill)) and acked[1] > acked[0]]
     assert moved, "no message acknowledged while a broker was down\n" + "\n".join(report) + \
         f"\nreadings: {[(round(r.at - client_at, 1), r.acked) for r in readings]}"
-    restarted = Counter(service for _, service in decisions)
-    killed = Counter(kill.service for kill in kills)
-    assert restarted == killed, \
-        "a restarted broker was restarted again (not recognised as alive)\n" + "\n".join(report)
+    # A restarted broker counts as alive: a restart beyond the kills is allowed only for a start
+    # deadline missed by a broker that really had not come up yet (a slow start under load).
+    unexplained = [(at, service, cause) for at, service, cause in deployment.restart_causes()
+                   if service in BROKERS and at >= kills[0].at - 1.0
+                   and not _first_restart_after_a_kill(at, service, kills, decisions)
+                   and not _slow_start(deployment, at, service, cause)]
+    assert not unexplained, \
+        "a restarted broker was restarted again (not recognised as alive)\n" + \
+        "\n".join(report) + f"\nunexplained restarts: {unexplained}"
