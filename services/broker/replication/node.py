@@ -53,7 +53,12 @@ from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
 from services.broker.replication.journal import Journal, JournalEntry
-from services.broker.replication.quorum_store import CommitStore, QuorumState, QuorumStore
+from services.broker.replication.quorum_store import (
+    AppliedStore,
+    CommitStore,
+    QuorumState,
+    QuorumStore,
+)
 from services.broker.replication.reconcile import reconcile
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
@@ -139,6 +144,7 @@ class ReplicationNode:
         self.journal = Journal(directory, log_store.space)
         self._quorum_store = QuorumStore(directory)
         self._commit_store = CommitStore(directory)
+        self._applied_store = AppliedStore(directory)
         quorum = self._quorum_store.load()
         if upgrading:
             self._adopt_unjournaled_data()
@@ -150,9 +156,11 @@ class ReplicationNode:
         self._state = raft.initial_state(self.raft_config, quorum.epoch, quorum.voted_for,
                                          self._view(), commit, clock(), self._rng)
         self._hw: dict[tuple[str, int], int] = {}
-        self._applied = 0
+        self._applied = 0  # entries below it are applied (in memory: the high watermarks)
         with self._lock:
-            self._apply_commits_locked(commit)
+            # Resume from the persisted applied index: entries below it were applied before
+            # the restart (issue 20, finding 1); only the high watermarks are rebuilt.
+            self._apply_commits_locked(commit, effects_from=self._applied_store.load())
         self._persisted_commit = commit
         self._persisted_at_s = clock()
         self._votes_to_send: list[raft.SendVotes] = []
@@ -387,10 +395,14 @@ class ReplicationNode:
                  action.role.value, action.epoch, action.leader_id)
         self._changed.notify_all()
 
-    def _apply_commits_locked(self, commit: int) -> None:
-        """Make entries below `commit` visible: high watermarks, and deletes (applied only once
-        committed, since a delete cannot be undone by truncation)."""
+    def _apply_commits_locked(self, commit: int, effects_from: int = 0) -> None:
+        """Make entries below `commit` visible, one by one in index order: high watermarks, and
+        a DELETE_TOPIC's removal of the incarnation it names (only once committed, since a
+        delete cannot be undone by truncation). `effects_from` (at start: the persisted applied
+        index): entries below it only rebuild the high watermarks -- their effects were done
+        before the restart -- so every committed entry is applied once, across restarts."""
         touched: set[tuple[str, int]] = set()
+        deleted = False
         for entry in self.journal.entries(self._applied, commit):
             kind = entry.kind
             if kind in (EntryKind.BATCH, EntryKind.SKIPPED):
@@ -398,19 +410,43 @@ class ReplicationNode:
                 self._hw[key] = max(self._hw.get(key, 0), entry.end_offset)
                 touched.add(key)
             elif kind is EntryKind.DELETE_TOPIC:
-                self._apply_delete_locked(entry.topic)
+                # In index order every high watermark of the topic so far is the deleted
+                # incarnation's; a newer one's batches come after this entry.
+                for key in [key for key in self._hw if key[0] == entry.topic]:
+                    del self._hw[key]
                 touched = {key for key in touched if key[0] != entry.topic}
+                if entry.index >= effects_from:
+                    self._apply_delete_locked(entry)
+                    deleted = True
+            self._applied = entry.index + 1
         self._applied = max(self._applied, commit)
+        if deleted:
+            self._persist_applied_locked()
         for topic, partition in touched:
             self._on_partition_visible(topic, partition)
         self._changed.notify_all()
 
-    def _apply_delete_locked(self, topic: str) -> None:
-        for key in [key for key in self._hw if key[0] == topic]:
-            del self._hw[key]
+    def _apply_delete_locked(self, entry: JournalEntry) -> None:
+        """Remove the incarnation the DELETE_TOPIC names, and only that one: when the journal
+        already holds a newer CREATE_TOPIC of the name (re-created after this delete), the
+        topic on disk is that newer incarnation and stays (Kafka's topic ids)."""
+        topic = entry.topic
+        current = self.journal.incarnation(topic)
+        if entry.topic_id is not None and current != entry.topic_id:
+            log.info("broker %d: delete of topic %r (id %s, entry %d) applied; the topic on "
+                     "disk is the newer incarnation %s and stays", self.config.node_id, topic,
+                     tuple(entry.topic_id), entry.index, current and tuple(current))
+            return
         if topic in self._log.topics():
             self._log.delete_topic(topic)
         self._on_topic_deleted(topic)
+
+    def _persist_applied_locked(self) -> None:
+        try:
+            with self._space.writing(self._directory):
+                self._applied_store.save(self._applied)
+        except StorageFullError:
+            pass  # a restart applies from an older index: DELETEs are idempotent (topic ids)
 
     def _persist_commit_locked(self, force: bool = False) -> None:
         commit = self._state.commit
@@ -423,6 +459,7 @@ class ReplicationNode:
         try:
             with self._space.writing(self._directory):
                 self._commit_store.save(commit)
+                self._applied_store.save(self._applied)
         except StorageFullError:
             return  # a restart then starts from an older commit, which is safe; tried again
         self._persisted_commit = commit

@@ -1,0 +1,171 @@
+"""Issue 20: the paths that lost acknowledged writes, each replayed on the real ReplicationNode,
+ReplicaManager, Journal and Log objects. The network is played by hand: a peer's answers are
+built as that peer (`L2`) would build them from its journal and fed to `_absorb_fetch`, and a
+follower's fetch is `answer_fetch`; a paused thread is a call that has not been made yet."""
+
+from __future__ import annotations
+
+import random
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from common.kaska.protocol.produce import ACKS_ALL
+from common.kaska.protocol.replica_fetch import (
+    FetchOutcome,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+from services.broker.replica_manager import ReplicaManager
+from services.broker.replication import raft
+from services.broker.replication.node import (
+    REPLICATION_DIR,
+    PeerAddress,
+    ReplicationConfig,
+    ReplicationNode,
+)
+from services.broker.storage.log import Log
+from tests.unit.broker.storage.batches import SMALL, batch, records
+
+WAIT_S = 10.0
+
+
+class Clock:
+    """The nodes' monotonic clock, moved by hand (elections and check-quorum)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture
+def log(tmp_path):
+    with Log(tmp_path / "data", SMALL) as store:
+        yield store
+
+
+def values(log: Log, topic: str) -> list[tuple[int, bytes]]:
+    return records(log.partition(topic, 0).read_bytes(0, 10**6))
+
+
+def cluster_node(node_id: int, log: Log, clock: Clock, **callbacks) -> ReplicationNode:
+    """A broker of a three-broker cluster whose loop is not started: the test is its network."""
+    peers = tuple(PeerAddress(peer, "127.0.0.1", 1) for peer in (1, 2, 3) if peer != node_id)
+    return ReplicationNode(ReplicationConfig(node_id=node_id, peers=peers), log, log.data_dir,
+                           clock=clock, rng=random.Random(7), **callbacks)
+
+
+def elect(node: ReplicationNode, clock: Clock) -> None:
+    """Node wins the next epoch with broker 2's (pre-)vote."""
+    clock.now_s += 10.0
+    node.tick()
+    assert node.state.pre_voting
+    epoch = node.state.epoch + 1
+    with node._lock:
+        node._step_locked(raft.VoteResponse(2, epoch, True, pre_vote=True))
+        node._step_locked(raft.VoteResponse(2, epoch, True))
+    assert node.state.role is raft.Role.LEADER and node.state.epoch == epoch
+
+
+def fetch_everything(node: ReplicationNode, follower: int = 2) -> None:
+    """`follower` fetches from the leader holding its whole journal: the commit follows."""
+    node.answer_fetch(ReplicaFetchRequest(follower, node.state.epoch, node.journal.end,
+                                          node.journal.last_epoch, 1 << 20, 0))
+
+
+@contextmanager
+def follower_keeping_up(node: ReplicationNode):
+    """Broker 2 fetching in a loop while the test's produce or create waits for its commit."""
+    stop = threading.Event()
+
+    def pump() -> None:
+        while not stop.wait(0.002):
+            if node.state.role is raft.Role.LEADER:
+                fetch_everything(node)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def stamped(data: bytes, base_offset: int) -> bytes:
+    """A batch as a leader stored it at `base_offset`."""
+    out = bytearray(data)
+    out[:8] = base_offset.to_bytes(8, "big")
+    return bytes(out)
+
+
+def answer(epoch: int, commit: int, entries=(), data: bytes = b"", leader: int = 2
+           ) -> ReplicaFetchResponse:
+    return ReplicaFetchResponse(epoch, leader, commit, FetchOutcome.ENTRIES, tuple(entries),
+                                data)
+
+
+def diverging(epoch: int, commit: int, at_epoch: int, end: int) -> ReplicaFetchResponse:
+    return ReplicaFetchResponse(epoch, 2, commit, FetchOutcome.DIVERGING,
+                                diverging_epoch=at_epoch, diverging_end=end)
+
+
+def produce_deferred(manager: ReplicaManager, log: Log, topic: str, data: bytes):
+    def fill(region: memoryview) -> None:
+        region[:] = data
+
+    return manager.append_deferred(topic, 0, log.partition(topic, 0), len(data), fill,
+                                   ACKS_ALL)
+
+
+def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaManager]:
+    """Broker 1 leads epoch 1 with [NOOP(1) @0, CREATE t(1) @1], both committed."""
+    node = cluster_node(1, log, clock)
+    elect(node, clock)
+    manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
+    with follower_keeping_up(node):
+        manager.create_topic("t", 1)
+    assert node.state.commit == 2 and node.journal.end == 2
+    return node, manager
+
+
+# -- finding 1: committed entries are applied once, topics have ids ----------------------------
+
+
+@pytest.mark.parametrize("applied_index", ["kept", "lost"])
+def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, applied_index):
+    """Create t, produce, delete t, create t again, produce X (acknowledged); restart. The
+    old DELETE is not applied again (persisted applied index); and were it applied again
+    (the applied index lost), it names the first incarnation and leaves the second alone."""
+    deleted: list[str] = []
+    with Log(tmp_path / "data", SMALL) as log:
+        node = ReplicationNode(ReplicationConfig(node_id=1), log, log.data_dir,
+                               on_topic_deleted=deleted.append)
+        node.start()
+        try:
+            manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
+            manager.create_topic("t", 1)
+            manager.append("t", 0, batch(b"old"))
+            manager.delete_topic("t", forget_offsets=lambda _topic: None)
+            manager.create_topic("t", 1)
+            manager.append("t", 0, batch(b"X"))
+        finally:
+            node.stop()
+    assert deleted == ["t"]
+    if applied_index == "lost":
+        for path in (tmp_path / "data" / REPLICATION_DIR).glob("applied*"):
+            path.unlink()
+    with Log(tmp_path / "data", SMALL) as log:
+        node = ReplicationNode(ReplicationConfig(node_id=1), log, log.data_dir,
+                               on_topic_deleted=deleted.append)
+        try:
+            assert "t" in log.topics() and values(log, "t") == [(0, b"X")]
+            assert node.high_watermark("t", 0) == 1
+            assert node.journal.incarnation("t") == (1, 4)
+            if applied_index == "kept":
+                assert deleted == ["t"], "the committed delete was applied again"
+        finally:
+            node.stop()
