@@ -499,6 +499,26 @@ class Journal:
         with self._lock:
             return self._entries[max(0, start):stop]
 
+    def find_batch(self, topic: str, partition: int, base_offset: int) -> JournalEntry | None:
+        """The BATCH entry of the journal's current incarnation of `topic` whose batch starts at
+        `base_offset` (a producer's retry names its original this way), None when there is
+        none. Searches back from the end and stops at the partition's first lower batch, since
+        one incarnation's batches are journaled in offset order."""
+        with self._lock:
+            topic_id = self._incarnations.get(topic)
+            for position in range(len(self._entries) - 1, -1, -1):
+                entry = self._entries[position]
+                if entry.topic != topic:
+                    continue
+                if entry.topic_id != topic_id or entry.kind is EntryKind.CREATE_TOPIC:
+                    return None  # an older incarnation from here on
+                if entry.kind is EntryKind.BATCH and entry.partition == partition:
+                    if entry.base_offset == base_offset:
+                        return entry
+                    if entry.base_offset < base_offset:
+                        return None
+        return None
+
     # -- appending -----------------------------------------------------------------------
 
     def set_leading_epoch(self, epoch: int | None) -> None:

@@ -258,6 +258,19 @@ class ReplicationNode:
     def high_watermark(self, topic: str, partition: int) -> int:
         return self._hw.get((topic, partition), 0)
 
+    def entry_committed(self, index: int, epoch: int) -> bool:
+        """Whether the committed prefix holds THE entry (index, epoch) -- not merely something
+        at that index: an acknowledgement names the entry that was committed (Raft's log
+        matching: one entry per (epoch, index)). Lock-free, so it can be a `wait_changed`
+        predicate: an entry below the commit index never changes, and the commit index never
+        goes back."""
+        if self._state.commit <= index:
+            return False
+        try:
+            return self.journal.entry(index).epoch == epoch
+        except IndexError:
+            return False  # a wiped journal (commit from an older incarnation): not ours
+
     def wait_changed(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Block until predicate() holds (checked on every commit, append or role change)."""
         with self._changed:

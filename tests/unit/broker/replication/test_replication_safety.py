@@ -11,8 +11,11 @@ from contextlib import contextmanager
 
 import pytest
 
+from common.kaska.errors import NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.protocol.replica_fetch import (
+    EntryHeader,
+    EntryKind,
     FetchOutcome,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
@@ -130,6 +133,64 @@ def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaM
         manager.create_topic("t", 1)
     assert node.state.commit == 2 and node.journal.end == 2
     return node, manager
+
+
+# -- finding 2: an acknowledgement names its entry ---------------------------------------------
+
+
+def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log):
+    """L appends MINE (entry 2, epoch 1, offset 0); its answer waits (a pipelined produce held
+    by the connection, a paused thread) while L2 of epoch 2 -- which never got MINE -- has
+    committed THEIRS at the same offset. L steps down, truncates MINE, applies THEIRS and the
+    commit: the offset is covered, but MINE was not committed, so the answer is NOT_LEADER."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    try:
+        result, await_acks = produce_deferred(manager, log, "t", batch(b"mine"))
+        assert result.base_offset == 0 and node.journal.entry(2).epoch == 1
+        theirs = stamped(batch(b"theirs"), 0)
+        # L2's journal: NOOP(1) @0, CREATE t(1) @1, NOOP(2) @2, THEIRS(2) @3; commit 4.
+        node._absorb_fetch(2, diverging(2, 4, at_epoch=1, end=2))
+        assert node.state.role is raft.Role.FOLLOWER and node.journal.end == 2  # MINE cut
+        node._absorb_fetch(2, answer(2, 4, [
+            EntryHeader(2, 2, EntryKind.NOOP),
+            EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
+        partition = log.partition("t", 0)
+        assert node.state.commit == 4 and manager.high_watermark("t", 0, partition) == 1
+        assert values(log, "t") == [(0, b"theirs")]  # the scenario happened: offset covered
+        with pytest.raises(NotLeaderError):
+            await_acks()
+    finally:
+        node.stop()
+
+
+def test_create_is_not_acknowledged_by_another_leaders_entry_at_its_index(log, monkeypatch):
+    """The same for CREATE_TOPIC (and DELETE_TOPIC, which waits the same way): the waiter,
+    paused until L has stepped down and committed L2's NOOP at its index, answers NOT_LEADER."""
+    clock = Clock()
+    node = cluster_node(1, log, clock)
+    elect(node, clock)
+    fetch_everything(node)
+    assert node.state.commit == 1
+    manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
+    real_wait = node.wait_changed
+
+    def thaw_then_wait(predicate, timeout_s):
+        monkeypatch.setattr(node, "wait_changed", real_wait)
+        assert node.journal.entry(1).kind is EntryKind.CREATE_TOPIC  # ours, epoch 1
+        # L2's journal: NOOP(1) @0, NOOP(2) @1; commit 2.
+        node._absorb_fetch(2, diverging(2, 2, at_epoch=1, end=1))
+        node._absorb_fetch(2, answer(2, 2, [EntryHeader(1, 2, EntryKind.NOOP)]))
+        assert node.state.commit == 2 and node.journal.entry(1).kind is EntryKind.NOOP
+        return real_wait(predicate, timeout_s)
+
+    monkeypatch.setattr(node, "wait_changed", thaw_then_wait)
+    try:
+        with pytest.raises(NotLeaderError):
+            manager.create_topic("t", 1)
+        assert "t" not in log.topics()
+    finally:
+        node.stop()
 
 
 # -- finding 1: committed entries are applied once, topics have ids ----------------------------
