@@ -115,6 +115,7 @@ class ReplicationCounters:
     elections_won: int = 0
     truncations: int = 0
     entries_applied: int = 0
+    stale_divergences: int = 0  # DIVERGING answers below the commit index (nothing truncated)
 
 
 class ReplicationNode:
@@ -570,40 +571,66 @@ class ReplicationNode:
         if response is None:
             self._stop.wait(self.config.tick_interval_s)
             return
-        self._absorb_fetch(target, response)
+        self._absorb_fetch(target, response, request.fetch_end)
 
     def _round_robin_peer(self) -> int:
         peers = sorted(self._peers)
         self._next_peer = (self._next_peer + 1) % len(peers)
         return peers[self._next_peer]
 
-    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse) -> None:
+    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse,
+                      fetch_end: int | None = None) -> None:
+        """`fetch_end`: the request's (default: the state machine's journal end, which is what
+        `_fetch_once` sends). Only that prefix and the entries appended from this answer are
+        known to match the leader, so only they may count as committed (finding 5)."""
+        if fetch_end is None:
+            fetch_end = self._state.log.end
         leader = None if response.leader_id == NO_LEADER else response.leader_id
         event = raft.FetchAnswered(sender, _OUTCOME_FROM_WIRE[response.outcome], response.epoch,
                                    leader, response.diverging_epoch, response.diverging_end)
         with self._lock:
+            # The journal may hold entries the state machine was not told of yet (a deposed
+            # leader's append racing its step-down): it sees them before the answer.
+            self._step_locked(raft.LogChanged(self._view()))
             actions = self._step_locked(event)
             if any(isinstance(action, raft.ApplyEntries) for action in actions):
                 # The commit first: a committed delete must go before a later re-create.
-                self._step_locked(raft.LogChanged(self._view(), response.commit))
+                self._step_locked(raft.LogChanged(self._view(), response.commit, fetch_end))
+                start = self.journal.end
                 try:
-                    self._apply_entries_locked(response)
+                    self._apply_entries_locked(response, fetch_end)
                 finally:
                     # Also after a refused apply (full disk): the entries applied before it
                     # are in the journal, and the next fetch must start after them.
-                    self._step_locked(raft.LogChanged(self._view(), response.commit))
+                    matched = fetch_end + (self.journal.end - start if start == fetch_end
+                                           else 0)
+                    self._step_locked(raft.LogChanged(self._view(), response.commit, matched))
             for action in actions:
                 if isinstance(action, raft.Truncate):
                     self._truncate_locked(action.end)
+                elif isinstance(action, raft.StaleDivergence):
+                    self._stale_divergence_locked(action)
+
+    def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
+        self.counters.stale_divergences += 1
+        log.warning("broker %d: leader %d says the journal diverges at %d, below the commit "
+                    "index %d; nothing truncated (a stale answer, or committed entries that "
+                    "differ: then this broker stays behind)", self.config.node_id,
+                    action.leader_id, action.end, action.commit)
 
     # -- applying what the leader sent (loop thread, under _lock) ---------------------------
 
-    def _apply_entries_locked(self, response: ReplicaFetchResponse) -> None:
+    def _apply_entries_locked(self, response: ReplicaFetchResponse, fetch_end: int) -> None:
+        """Append the leader's entries one by one, in order, as if each came alone: before a
+        CREATE_TOPIC the commit index is brought up to it, so that a committed DELETE_TOPIC
+        of the name in the same answer is applied first (finding 4)."""
         for header, data in response.batches():
             if header.index != self.journal.end:
                 log.warning("broker %d: entry %d arrived at journal end %d; fetching again",
                             self.config.node_id, header.index, self.journal.end)
                 return
+            if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
+                self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
             self._apply_entry(header, data)
             self.counters.entries_applied += 1
 

@@ -457,7 +457,8 @@ class Simulation:
                 if answer.outcome is not Outcome.ENTRIES:
                     raise SafetyViolation(f"ApplyEntries on a {answer.outcome} answer")
                 # As node.py: the commit first (below fetch_end), then the entries.
-                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               answer.fetch_end)) is None:
                     return
                 if len(node.journal) != answer.fetch_end:
                     raise SafetyViolation(f"{node.node_id}: journal end {len(node.journal)} "
@@ -465,7 +466,8 @@ class Simulation:
                 for entry in entries:
                     self._append(node, entry)
                 self.stats.entries_applied += len(entries)
-                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               answer.fetch_end + len(entries))) is None:
                     return
             elif isinstance(action, Truncate):
                 self._truncate(node, action.end)

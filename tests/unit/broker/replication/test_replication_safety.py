@@ -5,6 +5,7 @@ follower's fetch is `answer_fetch`; a paused thread is a call that has not been 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from contextlib import contextmanager
@@ -230,3 +231,62 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
                 assert deleted == ["t"], "the committed delete was applied again"
         finally:
             node.stop()
+
+
+# -- finding 5: only entries that match the leader count -------------------------------------
+
+
+def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monkeypatch, caplog):
+    """A produce journals MINE (entry 2, epoch 1) but has not told the state machine yet
+    (leader_appended) when L steps down (check-quorum). L fetches from L2 (epoch 2: NOOP(2) @2,
+    THEIRS @3, commit 4) with the end its state machine knows (2): L2's answer vouches for
+    entries below 2 and its own, never for MINE. L does not count MINE, truncates it on L2's
+    DIVERGING answer, and catches up."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    try:
+        monkeypatch.setattr(node, "leader_appended", lambda: None)  # the thread paused there
+        _result, await_acks = produce_deferred(manager, log, "t", batch(b"mine"))
+        monkeypatch.undo()
+        assert node.journal.end == 3 and node.state.log.end == 2
+        clock.now_s += 10.0
+        node.tick()  # no follower fetched for 10 s: check-quorum deposes L
+        assert node.state.role is raft.Role.FOLLOWER
+        assert node.state.log.end == 2  # what L's fetch sends (_absorb_fetch's default)
+        theirs = stamped(batch(b"theirs"), 0)
+        node._absorb_fetch(2, answer(2, 4, [
+            EntryHeader(2, 2, EntryKind.NOOP),
+            EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
+        assert node.state.commit == 2, "MINE, which L2 never vouched for, counted committed"
+        assert not node.entry_committed(2, 1)
+        # L's next fetch is (3, epoch 1): L2's epoch 1 ends at 2.
+        assert (node.state.log.end, node.state.log.last_epoch) == (3, 1)
+        with caplog.at_level(logging.WARNING):
+            node._absorb_fetch(2, diverging(2, 4, at_epoch=1, end=2))
+        assert node.journal.end == 2 and node.counters.stale_divergences == 0
+        node._absorb_fetch(2, answer(2, 4, [
+            EntryHeader(2, 2, EntryKind.NOOP),
+            EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
+        assert node.state.commit == 4 and [e.epoch for e in node.journal.entries()] == [
+            1, 1, 2, 2]
+        assert values(log, "t") == [(0, b"theirs")]
+        with pytest.raises(NotLeaderError):
+            await_acks()
+    finally:
+        node.stop()
+
+
+def test_a_divergence_below_the_commit_is_logged_and_counted(log, caplog):
+    follower = cluster_node(2, log, Clock())
+    try:
+        follower._absorb_fetch(1, answer(1, 2, [EntryHeader(0, 1, EntryKind.NOOP),
+                                                EntryHeader(1, 1, EntryKind.NOOP)], leader=1))
+        assert follower.state.commit == 2
+        with caplog.at_level(logging.WARNING):
+            follower._absorb_fetch(1, ReplicaFetchResponse(
+                1, 1, 2, FetchOutcome.DIVERGING, diverging_epoch=0, diverging_end=0))
+        assert follower.journal.end == 2  # nothing truncated below the commit
+        assert follower.counters.stale_divergences == 1
+        assert "below the commit index 2" in caplog.text
+    finally:
+        follower.stop()
