@@ -645,13 +645,27 @@ class ReplicationNode:
         if kind is EntryKind.SKIPPED:
             self._skip_to(entry)
         elif kind is EntryKind.CREATE_TOPIC:
-            # The topic before its entry (like a batch): if the disk refuses the topic, the
-            # entry is not journaled either and comes again with the next fetch.
-            if entry.topic not in self._log.topics():
-                self._log.create_topic(entry.topic, entry.partitions)
+            self._replace_topic(entry)
             self.journal.append_replica(entry)
             return
         self.journal.append_replica(entry)
+
+    def _replace_topic(self, entry: JournalEntry) -> None:
+        """The topic before its entry (like a batch): if the disk refuses the topic, the entry
+        is not journaled either and comes again with the next fetch. A topic of that name
+        already here is another incarnation -- an older one whose DELETE_TOPIC this broker has
+        not applied yet (a leader journals a CREATE_TOPIC only once that delete is committed),
+        or the empty leftover of this very entry's refused append -- and makes way, so the
+        result is what applying the entries one by one gives (finding 4)."""
+        topic = entry.topic
+        if topic in self._log.topics():
+            log.info("broker %d: topic %r re-created by entry %d; the incarnation %s on disk "
+                     "makes way", self.config.node_id, topic, entry.index,
+                     self.journal.incarnation(topic))
+            self._log.delete_topic(topic)
+            for key in [key for key in self._hw if key[0] == topic]:
+                del self._hw[key]
+        self._log.create_topic(topic, entry.partitions)
 
     def _apply_batch(self, entry: JournalEntry, data: memoryview) -> None:
         partition = self._log.partition(entry.topic, entry.partition)

@@ -23,6 +23,8 @@ from common.kaska.protocol.replica_fetch import (
 )
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
+from services.broker.replication.errors import CorruptJournalError
+from services.broker.replication.journal import FILE_HEADER_BYTES, JOURNAL_FILE
 from services.broker.replication.node import (
     REPLICATION_DIR,
     PeerAddress,
@@ -233,6 +235,39 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
             node.stop()
 
 
+# -- finding 4: DELETE t and CREATE t in one fetch -------------------------------------------
+
+
+@pytest.mark.parametrize("commit_with_entries", [True, False])
+def test_delete_and_recreate_in_one_fetch_leave_the_new_topic(log, commit_with_entries):
+    """A lagging follower gets [DELETE t, CREATE t, BATCH X] in one answer, with a commit past
+    them or (a new leader whose commit lags) only later: the result is what applying the
+    entries one by one gives -- t holds X, and stays through the delete's commit."""
+    old, new = stamped(batch(b"old"), 0), stamped(batch(b"X"), 0)
+    follower = cluster_node(2, log, Clock())
+    try:
+        follower._absorb_fetch(1, answer(1, 3, [
+            EntryHeader(0, 1, EntryKind.NOOP),
+            EntryHeader(1, 1, EntryKind.CREATE_TOPIC, "t", partitions=1),
+            EntryHeader(2, 1, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(old))], old,
+            leader=1))
+        assert values(log, "t") == [(0, b"old")] and follower.state.commit == 3
+        follower._absorb_fetch(1, answer(1, 6 if commit_with_entries else 3, [
+            EntryHeader(3, 1, EntryKind.DELETE_TOPIC, "t"),
+            EntryHeader(4, 1, EntryKind.CREATE_TOPIC, "t", partitions=1),
+            EntryHeader(5, 1, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(new))], new,
+            leader=1))
+        assert follower.journal.end == 6
+        if not commit_with_entries:
+            follower._absorb_fetch(1, answer(1, 6, leader=1))
+        assert follower.state.commit == 6
+        assert "t" in log.topics() and values(log, "t") == [(0, b"X")]
+        assert follower.high_watermark("t", 0) == 1
+        assert follower.journal.incarnation("t") == (1, 4)
+    finally:
+        follower.stop()
+
+
 # -- finding 5: only entries that match the leader count -------------------------------------
 
 
@@ -290,3 +325,32 @@ def test_a_divergence_below_the_commit_is_logged_and_counted(log, caplog):
         assert "below the commit index 2" in caplog.text
     finally:
         follower.stop()
+
+
+# -- finding 7: corruption is not a torn tail ------------------------------------------------
+
+
+def test_corrupt_first_record_refuses_to_start_and_keeps_every_topic(tmp_path):
+    """One bad CRC in record 0 used to empty the journal, and reconcile then deleted every
+    topic: now the broker refuses to start and the data directory is left as it was."""
+    with Log(tmp_path / "data", SMALL) as log:
+        node = ReplicationNode(ReplicationConfig(node_id=1), log, log.data_dir)
+        node.start()
+        try:
+            manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
+            manager.create_topic("t", 1)
+            manager.append("t", 0, batch(b"kept"))
+        finally:
+            node.stop()
+    path = tmp_path / "data" / REPLICATION_DIR / JOURNAL_FILE
+    with open(path, "r+b") as f:
+        f.seek(FILE_HEADER_BYTES + 8 + 1)  # inside record 0's payload
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0xFF]))
+    damaged = path.read_bytes()
+    with Log(tmp_path / "data", SMALL) as log:
+        with pytest.raises(CorruptJournalError, match="at byte 8 "):
+            ReplicationNode(ReplicationConfig(node_id=1), log, log.data_dir)
+        assert "t" in log.topics() and values(log, "t") == [(0, b"kept")]
+    assert path.read_bytes() == damaged
