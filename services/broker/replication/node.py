@@ -158,10 +158,12 @@ class ReplicationNode:
                                          self._view(), commit, clock(), self._rng)
         self._hw: dict[tuple[str, int], int] = {}
         self._applied = 0  # entries below it are applied (in memory: the high watermarks)
+        # The persisted applied index: the effects of the entries below it were done before
+        # this start (issue 20, finding 1). It may be past the persisted commit index (saved
+        # after each delete), so it stays a bound for later commits, not just this replay.
+        self._effects_from = self._applied_store.load()
         with self._lock:
-            # Resume from the persisted applied index: entries below it were applied before
-            # the restart (issue 20, finding 1); only the high watermarks are rebuilt.
-            self._apply_commits_locked(commit, effects_from=self._applied_store.load())
+            self._apply_commits_locked(commit)
         self._persisted_commit = commit
         self._persisted_at_s = clock()
         self._votes_to_send: list[raft.SendVotes] = []
@@ -409,12 +411,12 @@ class ReplicationNode:
                  action.role.value, action.epoch, action.leader_id)
         self._changed.notify_all()
 
-    def _apply_commits_locked(self, commit: int, effects_from: int = 0) -> None:
+    def _apply_commits_locked(self, commit: int) -> None:
         """Make entries below `commit` visible, one by one in index order: high watermarks, and
         a DELETE_TOPIC's removal of the incarnation it names (only once committed, since a
-        delete cannot be undone by truncation). `effects_from` (at start: the persisted applied
-        index): entries below it only rebuild the high watermarks -- their effects were done
-        before the restart -- so every committed entry is applied once, across restarts."""
+        delete cannot be undone by truncation). Entries below `_effects_from` (the persisted
+        applied index) only rebuild the high watermarks -- their effects were done before the
+        restart -- so every committed entry is applied once, across restarts."""
         touched: set[tuple[str, int]] = set()
         deleted = False
         for entry in self.journal.entries(self._applied, commit):
@@ -429,7 +431,7 @@ class ReplicationNode:
                 for key in [key for key in self._hw if key[0] == entry.topic]:
                     del self._hw[key]
                 touched = {key for key in touched if key[0] != entry.topic}
-                if entry.index >= effects_from:
+                if entry.index >= self._effects_from:
                     self._apply_delete_locked(entry)
                     deleted = True
             self._applied = entry.index + 1
