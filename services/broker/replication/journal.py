@@ -457,6 +457,11 @@ class Journal:
         """The epoch cache: (epoch, first index) of every epoch with entries, ascending."""
         return self._epochs
 
+    def end_and_epochs(self) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """`end` and `epochs()` of one moment (the lock-free reads may straddle an append)."""
+        with self._lock:
+            return len(self._entries), self._epochs
+
     def incarnation(self, topic: str) -> TopicId | None:
         """The id of `topic`'s latest CREATE_TOPIC in the journal; None when there is none."""
         with self._lock:

@@ -149,7 +149,12 @@ class ReplicationNode:
         quorum = self._quorum_store.load()
         if upgrading:
             self._adopt_unjournaled_data()
-        commit = min(self._commit_store.load(), self.journal.end)
+        # Only committed entries are ever applied, so the persisted applied index is a commit
+        # index too, and it may be the newer one (saved after each delete, the commit index
+        # only now and then): reconcile must count those deletes as committed, since their
+        # effects are not done again below.
+        applied = self._applied_store.load()
+        commit = min(max(self._commit_store.load(), applied), self.journal.end)
         reconcile(self.journal, log_store, commit)
         commit = min(commit, self.journal.end)
         self._lock = threading.Lock()
@@ -158,10 +163,10 @@ class ReplicationNode:
                                          self._view(), commit, clock(), self._rng)
         self._hw: dict[tuple[str, int], int] = {}
         self._applied = 0  # entries below it are applied (in memory: the high watermarks)
-        # The persisted applied index: the effects of the entries below it were done before
-        # this start (issue 20, finding 1). It may be past the persisted commit index (saved
-        # after each delete), so it stays a bound for later commits, not just this replay.
-        self._effects_from = self._applied_store.load()
+        # The effects of the entries below it were done before this start (issue 20, finding
+        # 1). Not past the journal's end: entries reconcile cut come again from the leader, and
+        # applying one of their deletes again is harmless (it names its incarnation).
+        self._effects_from = min(applied, self.journal.end)
         with self._lock:
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
@@ -363,6 +368,11 @@ class ReplicationNode:
     # -- carrying out actions (under _lock) ------------------------------------------------
 
     def _step_locked(self, event) -> list:
+        if not isinstance(event, raft.LogChanged) and self._state.log != self._view():
+            # The journal grew behind the state machine's back (a produce's append whose
+            # leader_appended() has not run yet): no step -- a vote, a step-down, an election
+            # and its NOOP's index -- is taken on a view without it (issue 20, finding 5).
+            self._step_locked(raft.LogChanged(self._view()))
         state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
                                    self._rng)
         # The writes the new state stands on first, and the state adopted only once they are
@@ -481,7 +491,7 @@ class ReplicationNode:
         self._persisted_commit = commit
 
     def _view(self) -> raft.LogView:
-        return raft.LogView(self.journal.end, self.journal.epochs())
+        return raft.LogView(*self.journal.end_and_epochs())
 
     # -- the replication loop --------------------------------------------------------------
 
@@ -591,10 +601,7 @@ class ReplicationNode:
         event = raft.FetchAnswered(sender, _OUTCOME_FROM_WIRE[response.outcome], response.epoch,
                                    leader, response.diverging_epoch, response.diverging_end)
         with self._lock:
-            # The journal may hold entries the state machine was not told of yet (a deposed
-            # leader's append racing its step-down): it sees them before the answer.
-            self._step_locked(raft.LogChanged(self._view()))
-            actions = self._step_locked(event)
+            actions = self._step_locked(event)  # on the whole journal (see _step_locked)
             if any(isinstance(action, raft.ApplyEntries) for action in actions):
                 # The commit first: a committed delete must go before a later re-create.
                 self._step_locked(raft.LogChanged(self._view(), response.commit, fetch_end))

@@ -271,33 +271,41 @@ def test_delete_and_recreate_in_one_fetch_leave_the_new_topic(log, commit_with_e
 # -- finding 5: only entries that match the leader count -------------------------------------
 
 
-def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monkeypatch, caplog):
-    """A produce journals MINE (entry 2, epoch 1) but has not told the state machine yet
-    (leader_appended) when L steps down (check-quorum). L fetches from L2 (epoch 2: NOOP(2) @2,
-    THEIRS @3, commit 4) with the end its state machine knows (2): L2's answer vouches for
-    entries below 2 and its own, never for MINE. L does not count MINE, truncates it on L2's
-    DIVERGING answer, and catches up."""
+def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monkeypatch):
+    """A produce journals MINE (entry 2, epoch 1) while L's state machine takes the step that
+    deposes it (check-quorum), and has not called leader_appended() yet. L's next fetch from
+    L2 (epoch 2: NOOP(2) @2, THEIRS @3, commit 4) carries the end its state machine knew (2):
+    L2's answer vouches for entries below 2 and its own, never for MINE. L does not count MINE,
+    truncates it on L2's DIVERGING answer, and catches up."""
     clock = Clock()
     node, manager = leader_with_topic(log, clock)
     try:
-        monkeypatch.setattr(node, "leader_appended", lambda: None)  # the thread paused there
-        _result, await_acks = produce_deferred(manager, log, "t", batch(b"mine"))
-        monkeypatch.undo()
-        assert node.journal.end == 3 and node.state.log.end == 2
+        waiting = []
+        real_step = raft.step
+
+        def append_lands_during_the_step(config, state, event, now, rng):
+            if isinstance(event, raft.Tick) and not waiting:
+                # Another thread's produce: after the node's last look at the journal.
+                waiting.append(produce_deferred(manager, log, "t", batch(b"mine"))[1])
+            return real_step(config, state, event, now, rng)
+
+        monkeypatch.setattr(raft, "step", append_lands_during_the_step)
+        monkeypatch.setattr(node, "leader_appended", lambda: None)  # that thread, paused
         clock.now_s += 10.0
         node.tick()  # no follower fetched for 10 s: check-quorum deposes L
+        monkeypatch.undo()
+        (await_acks,) = waiting
         assert node.state.role is raft.Role.FOLLOWER
-        assert node.state.log.end == 2  # what L's fetch sends (_absorb_fetch's default)
+        assert node.journal.end == 3 and node.state.log.end == 2  # MINE, unannounced
         theirs = stamped(batch(b"theirs"), 0)
-        node._absorb_fetch(2, answer(2, 4, [
+        node._absorb_fetch(2, answer(2, 4, [  # fetch_end: the state machine's end, 2
             EntryHeader(2, 2, EntryKind.NOOP),
             EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
         assert node.state.commit == 2, "MINE, which L2 never vouched for, counted committed"
         assert not node.entry_committed(2, 1)
         # L's next fetch is (3, epoch 1): L2's epoch 1 ends at 2.
         assert (node.state.log.end, node.state.log.last_epoch) == (3, 1)
-        with caplog.at_level(logging.WARNING):
-            node._absorb_fetch(2, diverging(2, 4, at_epoch=1, end=2))
+        node._absorb_fetch(2, diverging(2, 4, at_epoch=1, end=2))
         assert node.journal.end == 2 and node.counters.stale_divergences == 0
         node._absorb_fetch(2, answer(2, 4, [
             EntryHeader(2, 2, EntryKind.NOOP),
