@@ -279,10 +279,10 @@ def test_soak():
     started = time.perf_counter()
     seed = 10_000
     runs = 0
+    rotation = [PROFILES[name] for name in sorted(PROFILES)] + [FINDINGS]
     while total.rounds < budget:
         ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)
-        profile = sorted(PROFILES)[seed % len(PROFILES)]
-        total.add(_play(ids, seed, PROFILES[profile], rounds=5000).stats)
+        total.add(_play(ids, seed, rotation[seed % len(rotation)], rounds=5000).stats)
         seed += 1
         runs += 1
     print(_summary("soak", total, runs, time.perf_counter() - started))
