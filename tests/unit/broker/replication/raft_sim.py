@@ -139,25 +139,16 @@ def topic_op(payload: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def topic_id_before(journal: list[Entry], index: int, topic: str) -> TopicId | None:
-    """The incarnation the entry at `index` names: the latest CREATE of `topic` before it."""
-    for at in range(index - 1, -1, -1):
-        if topic_op(journal[at][1]) == ("create", topic):
-            return journal[at][0], at
-    return None
-
-
-def reconciled_disk(journal: list[Entry], commit: int) -> dict[str, TopicId]:
+def reconciled_disk(node: SimNode, commit: int) -> dict[str, TopicId]:
     """reconcile.py's replay: every CREATE makes its incarnation, a committed DELETE removes
     the one it names."""
     disk: dict[str, TopicId] = {}
-    for index, (epoch, payload) in enumerate(journal):
-        kind, topic = topic_op(payload)
-        if kind == "create":
-            disk[topic] = (epoch, index)
-        elif kind == "delete" and index < commit and disk.get(topic) == topic_id_before(
-                journal, index, topic):
-            disk.pop(topic, None)
+    for topic, events in node.topic_events.items():
+        for index, kind, epoch in events:
+            if kind == "create":
+                disk[topic] = (epoch, index)
+            elif index < commit and disk.get(topic) == node.topic_id_before(index, topic):
+                disk.pop(topic, None)
     return disk
 
 
@@ -249,6 +240,8 @@ class SimNode:
     landing: tuple[Entry, Waiter] | None = None  # a client append landing during the next step
     life: int = 0  # restarts so far
     disk: dict[str, TopicId] = field(default_factory=dict)  # topics on disk (durable)
+    # The journal's topic ops, per topic in index order: (index, "create"/"delete", epoch).
+    topic_events: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
     applied: int = 0  # entries below it applied (volatile)
     applied_persisted: int = 0  # durable; effects below it are done
     effects_from: int = 0  # applied_persisted as of the last start
@@ -263,6 +256,13 @@ class SimNode:
 
     def view(self) -> LogView:
         return LogView(len(self.journal), tuple(self.epochs))
+
+    def topic_id_before(self, index: int, topic: str) -> TopicId | None:
+        """The incarnation an entry at `index` names: the latest CREATE of `topic` before."""
+        for at, kind, epoch in reversed(self.topic_events.get(topic, ())):
+            if at < index and kind == "create":
+                return epoch, at
+        return None
 
 
 class Simulation:
@@ -453,7 +453,7 @@ class Simulation:
         node.life += 1
         # reconcile, then apply the committed prefix again: effects only from the persisted
         # applied index (the old rule: all of them again, by name).
-        node.disk = reconciled_disk(node.journal, node.state.commit)
+        node.disk = reconciled_disk(node, node.state.commit)
         node.applied = 0
         node.effects_from = (min(node.applied_persisted, len(node.journal))
                              if self.apply_rule == "once" else 0)
@@ -784,6 +784,8 @@ class Simulation:
         node.journal.append(entry)
         node.hashes.append(digest)
         kind, topic = topic_op(entry[1])
+        if kind is not None:
+            node.topic_events.setdefault(topic, []).append((index, kind, epoch))
         if kind == "create":
             self._create_on_append(node, topic, (epoch, index))
         known = self.canon.setdefault((index, epoch), digest)
@@ -814,6 +816,9 @@ class Simulation:
             kind, topic = topic_op(payload)
             if kind == "create":  # as node.py: a truncated CREATE's topic goes
                 node.disk.pop(topic, None)
+        for events in node.topic_events.values():
+            while events and events[-1][0] >= end:
+                events.pop()
         del node.journal[end:]
         del node.hashes[end:]
         while node.epochs and node.epochs[-1][1] >= end:
@@ -824,8 +829,8 @@ class Simulation:
         for index in range(node.applied, commit):
             kind, topic = topic_op(node.journal[index][1])
             if kind == "delete" and index >= node.effects_from:
-                named = topic_id_before(node.journal, index, topic)
-                newest = topic_id_before(node.journal, len(node.journal), topic)
+                named = node.topic_id_before(index, topic)
+                newest = node.topic_id_before(len(node.journal), topic)
                 if self.apply_rule == "once" and named is not None and newest != named:
                     self.stats.deletes_of_older_incarnations += 1
                 else:
@@ -901,12 +906,13 @@ class Simulation:
         """The newest incarnation of a topic not deleted after it is on disk; one whose delete
         was applied is not; nothing else is (an older incarnation never outlives a newer)."""
         newest: dict[str, tuple[TopicId, int | None]] = {}  # topic -> (id, index of its delete)
-        for index, (epoch, payload) in enumerate(node.journal):
-            kind, topic = topic_op(payload)
-            if kind == "create":
-                newest[topic] = ((epoch, index), None)
-            elif kind == "delete" and topic in newest and newest[topic][1] is None:
-                newest[topic] = (newest[topic][0], index)
+        for topic, events in node.topic_events.items():
+            deleted_at = None
+            for at, kind, epoch in reversed(events):  # only deletes follow the last create
+                if kind == "create":
+                    newest[topic] = ((epoch, at), deleted_at)
+                    break
+                deleted_at = at
         for topic, (topic_id, deleted_at) in newest.items():
             held = node.disk.get(topic)
             if deleted_at is None and held != topic_id:

@@ -16,7 +16,8 @@ into partitions, while clients write at whoever leads:
   entry on every node.
 
 A soak runs more: `RAFT_SOAK_STEPS=2000000 pytest tests/unit/broker/replication/
-test_raft_property.py -k soak -s` (rounds in all; skipped when the variable is unset)."""
+test_raft_property.py -k soak -s --timeout=0` (rounds in all; skipped when the variable is
+unset; `--timeout=0` lifts the suite's 600 s per-test limit)."""
 
 import dataclasses
 import os
