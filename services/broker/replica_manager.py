@@ -110,7 +110,8 @@ class ReplicaManager:
                         total_bytes: int, fill: Callable[[memoryview], None], acks: int
                         ) -> tuple[AppendResult, Callable[[], None]]:
         """Receive one batch into the log as leader, at once; the second value waits for the
-        acks asked for (acks=all: the high watermark passing the batch; acks=1: nothing)."""
+        acks asked for (acks=all: the committed prefix holding its very journal entry, index
+        and epoch; acks=1: nothing)."""
         role = self.require_leader(topic, partition)
         epoch = role.leader_epoch
         appended: list[JournalEntry] = []

@@ -32,7 +32,7 @@ from services.broker.replication.node import (
     ReplicationNode,
 )
 from services.broker.storage.log import Log
-from tests.unit.broker.storage.batches import SMALL, batch, records
+from tests.unit.broker.storage.batches import SMALL, batch, new_producer_id, records
 
 WAIT_S = 10.0
 
@@ -163,6 +163,27 @@ def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log)
         assert values(log, "t") == [(0, b"theirs")]  # the scenario happened: offset covered
         with pytest.raises(NotLeaderError):
             await_acks()
+    finally:
+        node.stop()
+
+
+def test_a_retry_is_acknowledged_by_its_originals_entry(log):
+    """An idempotent retry stores nothing; its acknowledgement waits for the original batch's
+    journal entry (found in the journal), and names it."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    try:
+        data = batch(b"once", producer_id=new_producer_id(), sequence=0)
+        first, await_first = produce_deferred(manager, log, "t", data)
+        retry, await_retry = produce_deferred(manager, log, "t", data)
+        assert retry.duplicate and retry.base_offset == first.base_offset == 0
+        assert node.journal.end == 3  # one entry: the original's
+        original = node.journal.find_batch("t", 0, 0)
+        assert (original.index, original.epoch) == (2, 1)
+        with follower_keeping_up(node):
+            await_retry()
+            await_first()
+        assert node.entry_committed(2, 1)
     finally:
         node.stop()
 
