@@ -12,8 +12,11 @@ Deferred replies (a produce waiting for its acks, see reply.py): the connection 
 each one to a short-lived thread that waits for it and sends it, and goes on reading the
 client's next request, so pipelined produces keep the leader appending while earlier batches
 replicate. At most `DEFERRED_REPLIES_MAX` wait at once per connection (beyond that the
-connection thread waits: back-pressure); every send takes `_send_lock`, so frames never
-interleave; the connection closes only after its deferred replies went out.
+connection thread waits: back-pressure, bounded by the time the earlier ones can take -- ack
+timeout plus send timeout -- after which the produce, already appended, is answered
+NOT_ENOUGH_REPLICAS: retriable, and its idempotent retry is answered from its journal entry);
+every send takes `_send_lock`, so frames never interleave; the connection closes only after
+its deferred replies went out.
 
 Used by its own thread, plus the deferred-reply threads (sends only, under `_send_lock`);
 `interrupt()` and `force_close()` are the only methods other threads call, and they only touch
@@ -33,6 +36,7 @@ from common.kaska.errors import (
     FrameTooLargeError,
     InvalidRequestError,
     KaskaError,
+    NotEnoughReplicasError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -212,7 +216,15 @@ class Connection:
     # -- deferred replies --------------------------------------------------------------------
 
     def _defer(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
-        self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX)
+        config = self._ctx.config
+        # Never an unbounded hold of an appended produce (issue 20, finding 2): the replies
+        # ahead of it are each done within their ack wait and one send.
+        bound_s = config.ack_timeout_s + config.read_timeout_s
+        if not self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX, bound_s):
+            self._send_error(api, correlation_id, NotEnoughReplicasError(
+                f"{DEFERRED_REPLIES_MAX} earlier answers still pending after {bound_s:.0f} s; "
+                "retry"))
+            return
         with self._deferred_done:
             self._deferred_pending += 1
         threading.Thread(target=self._complete, args=(api, correlation_id, deferred),
@@ -233,9 +245,10 @@ class Connection:
                 self._deferred_pending -= 1
                 self._deferred_done.notify_all()
 
-    def _wait_deferred(self, ready, timeout_s: float | None = None) -> None:
+    def _wait_deferred(self, ready, timeout_s: float | None = None) -> bool:
         with self._deferred_done:
-            self._deferred_done.wait_for(lambda: ready(self._deferred_pending), timeout_s)
+            return self._deferred_done.wait_for(lambda: ready(self._deferred_pending),
+                                                timeout_s)
 
     # -- sending -----------------------------------------------------------------------------
 

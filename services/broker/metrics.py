@@ -23,7 +23,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
   follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
-  `_requests_refused_total{reason}`;
+  `_stale_divergences_total` (a leader's DIVERGING answer below this broker's commit index:
+  nothing truncated; logged too), `_requests_refused_total{reason}`;
 - peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
   of this broker's own that could not be encoded).
@@ -283,6 +284,10 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("kaska_replication_entries_applied",
                                   "Journal entries applied from the leader.",
                                   value=counters.entries_applied)
+        yield CounterMetricFamily("kaska_replication_stale_divergences",
+                                  "Divergences a leader reported below this broker's commit "
+                                  "index (nothing truncated).",
+                                  value=counters.stale_divergences)
         refused = CounterMetricFamily("kaska_replication_requests_refused",
                                       "Peer requests refused.", labels=["reason"])
         refused.add_metric(["unknown_replica"], counters.unknown_replica_requests)

@@ -31,6 +31,7 @@ from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
+from services.broker.replication.journal import JournalEntry
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.storage.log import PARTITIONS_MAX, Log
@@ -109,29 +110,38 @@ class ReplicaManager:
                         total_bytes: int, fill: Callable[[memoryview], None], acks: int
                         ) -> tuple[AppendResult, Callable[[], None]]:
         """Receive one batch into the log as leader, at once; the second value waits for the
-        acks asked for (acks=all: the high watermark passing the batch; acks=1: nothing)."""
+        acks asked for (acks=all: the committed prefix holding its very journal entry, index
+        and epoch; acks=1: nothing)."""
         role = self.require_leader(topic, partition)
         epoch = role.leader_epoch
+        appended: list[JournalEntry] = []
 
         def journal_it(header, base_offset: int) -> None:
             with self._metadata_lock:
                 if topic in self._deleting:
                     raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
-                self.node.journal.append(epoch, EntryKind.BATCH, topic=topic,
-                                         partition=partition, base_offset=base_offset,
-                                         record_count=header.record_count,
-                                         batch_bytes=header.total_bytes)
+                appended.append(self.node.journal.append(
+                    epoch, EntryKind.BATCH, topic=topic, partition=partition,
+                    base_offset=base_offset, record_count=header.record_count,
+                    batch_bytes=header.total_bytes))
 
         result = partition_log.append_from(total_bytes, fill, leader_epoch=epoch,
                                            on_append=journal_it)
         self.node.leader_appended()
         if not result.duplicate and not is_internal(topic):
             self._counters.appended(total_bytes, result.record_count)
-        end = result.base_offset + result.record_count
+        what = f"{topic}/{partition}"
 
         def await_acks() -> None:
-            if acks == ACKS_ALL:
-                self._await_high_watermark(topic, partition, end, epoch)
+            if acks != ACKS_ALL:
+                return
+            # A retry's original entry: the acknowledgement must name it, too.
+            entry = appended[0] if appended else self.node.journal.find_batch(
+                topic, partition, result.base_offset)
+            if entry is None:
+                raise NotEnoughReplicasError(f"{what}: the batch at offset {result.base_offset} "
+                                             "has no journal entry here; retry")
+            self._await_entry(entry, epoch, what)
 
         return result, await_acks
 
@@ -149,22 +159,27 @@ class ReplicaManager:
     def append_offsets(self, batch: bytes) -> None:
         self.append(OFFSETS_TOPIC, OFFSETS_PARTITION, batch)
 
-    def _await_high_watermark(self, topic: str, partition: int, end: int, epoch: int) -> None:
+    def _await_entry(self, entry: JournalEntry, epoch: int, what: str) -> None:
+        """Return once the committed prefix holds `entry` itself (its index AND epoch). A
+        leader that stepped down stops waiting: unless its entry is already committed, the
+        answer is NOT_LEADER (retriable; the idempotent retry finds its batch, or appends it
+        anew), never a success inferred from offsets or indexes that another leader's entries
+        may now cover (issue 20, finding 2; Raft §5.3, Kafka's leader epochs)."""
         node = self.node
 
         def settled() -> bool:
-            return node.high_watermark(topic, partition) >= end or not self._leads(epoch)
+            return node.entry_committed(entry.index, entry.epoch) or not self._leads(epoch)
 
         node.wait_changed(settled, self._ack_timeout_s)
-        if node.high_watermark(topic, partition) >= end:
+        if node.entry_committed(entry.index, entry.epoch):
             return
         if node.stopping:
-            raise NotEnoughReplicasError(f"{topic}/{partition}: this broker is stopping before "
-                                         "a majority held the batch; retry on the next leader")
+            raise NotEnoughReplicasError(f"{what}: this broker is stopping before a majority "
+                                         "held the entry; retry on the next leader")
         if not self._leads(epoch):
-            raise self._not_leader(f"{topic}/{partition}", self.role(topic, partition))
-        raise NotEnoughReplicasError(f"{topic}/{partition}: offset {end} not on a majority of "
-                                     f"brokers within {self._ack_timeout_s:.0f} s")
+            raise self._not_leader(what, self.role(what, 0))
+        raise NotEnoughReplicasError(f"{what}: journal entry {entry.index} not on a majority "
+                                     f"of brokers within {self._ack_timeout_s:.0f} s")
 
     def _leads(self, epoch: int) -> bool:
         state = self.node.state
@@ -183,7 +198,7 @@ class ReplicaManager:
                                              topic=name, partitions=partitions)
             self._log.create_topic(name, partitions)
         self.node.leader_appended()
-        self._await_commit(entry.index, role.leader_epoch, name)
+        self._await_entry(entry, role.leader_epoch, name)
 
     def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
         """Tombstone the topic's committed offsets, then journal the delete; every broker
@@ -202,18 +217,7 @@ class ReplicaManager:
                 raise
         try:
             self.node.leader_appended()
-            self._await_commit(entry.index, role.leader_epoch, name)
+            self._await_entry(entry, role.leader_epoch, name)
         finally:
             with self._metadata_lock:
                 self._deleting.discard(name)
-
-    def _await_commit(self, index: int, epoch: int, what: str) -> None:
-        node = self.node
-        node.wait_changed(lambda: node.state.commit > index or not self._leads(epoch),
-                          self._ack_timeout_s)
-        if node.state.commit > index:
-            return
-        if not self._leads(epoch):
-            raise self._not_leader(what, self.role(what, 0))
-        raise NotEnoughReplicasError(f"{what}: not on a majority of brokers within "
-                                     f"{self._ack_timeout_s:.0f} s")

@@ -16,9 +16,12 @@ class ReplicationError(KaskaError):
 
 
 class CorruptJournalError(ReplicationError):
-    """A journal file whose header is not a Kaska journal's (no `KJNL` magic, unknown format
-    version, shorter than the header). Never repaired automatically: an empty journal would
-    make `reconcile` delete every topic, so the broker refuses to start instead."""
+    """A journal file that is damaged beyond a torn tail: its header is not a Kaska journal's
+    (no `KJNL` magic, unknown format version, shorter than the header), or a record before the
+    last one is bad (CRC, length, fields), or a whole record does not follow the one before it
+    (index, epoch). Never repaired automatically: cutting the journal there would drop
+    committed entries and make `reconcile` delete the topics they created, so the broker
+    refuses to start instead."""
 
 
 class InvalidJournalEntryError(ReplicationError):

@@ -29,10 +29,26 @@ Invariants:
   An append is one `os.write` on an O_APPEND descriptor (a failed or short write is cut off
   again), truncation is one `ftruncate` at a remembered record position.
 
-Recovery on open: records are read in order and the first one that is torn (short), too long
-or short for its fields, fails its CRC, has an unknown kind or a non-utf-8 topic, has an index
-other than the previous + 1 (the first must be 0), or an epoch below the previous entry's ends
-the journal: the file is cut there (ftruncate + fsync) with a logged warning.
+Recovery on open tells a torn tail from corruption. Only the LAST record can be torn (an
+append is one write at the end of the file; a crash can leave it short, or, after a machine
+crash, with bytes that never reached the disk): a record that runs past the end of the file,
+a bad CRC or an impossible length in a record that is the last one (nothing after its extent;
+for an impossible length: less than one record's bytes left), or a tail of zero bytes
+(space the file system allocated but never wrote) is cut (ftruncate + fsync) with a logged
+warning. Anything else -- a bad CRC, an impossible length or unreadable fields with records
+after it, or a whole record (good CRC) whose index is not the previous + 1, whose epoch goes
+back or whose kind is unknown -- is corruption, not a crash: `CorruptJournalError` naming the
+byte position, and the broker refuses to start. Cutting there would silently drop committed
+entries and make `reconcile` delete the topics they created (issue 20, finding 7).
+
+Topic ids (issue 20, findings 1 and 4): every incarnation of a topic is named by the
+(epoch, index) of the CREATE_TOPIC entry that made it, `TopicId`. The journal derives the id of
+every entry as it appends or reads it (a CREATE_TOPIC names itself; a BATCH, SKIPPED or
+DELETE_TOPIC names the incarnation the journal's latest CREATE_TOPIC of its topic made, None for
+a topic never created in the journal, such as the internal `__offsets`). Every replica derives
+the same ids from the same prefix (Raft's log matching: one entry per (epoch, index)), so they
+travel neither on disk nor on the wire; a journal that is ever compacted must keep them in its
+snapshot. `incarnation(topic)` is the id the journal's latest CREATE_TOPIC of `topic` gave.
 
 Full disk: the journal is written with `write` (no map), so a full disk is an ordinary error:
 the failed or short write is cut off again and `append` / `append_replica` raise
@@ -65,8 +81,9 @@ import os
 import struct
 import threading
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import crc32c
 
@@ -82,7 +99,7 @@ from services.broker.replication.errors import (
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.partition import fsync_directory
 
-__all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH"]
+__all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH", "TopicId"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +120,13 @@ PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MIN + TOPIC_BYTES_MAX
 _READ_CHUNK_BYTES = 1 << 20
 
 
+class TopicId(NamedTuple):
+    """One incarnation of a topic: the (epoch, index) of the CREATE_TOPIC entry that made it."""
+
+    epoch: int
+    index: int
+
+
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One journal entry; fields a kind does not use stay at their defaults."""
@@ -116,6 +140,8 @@ class JournalEntry:
     record_count: int = 0  # BATCH, SKIPPED
     partitions: int = 0  # CREATE_TOPIC
     batch_bytes: int = 0  # BATCH: the batch's size in its partition file
+    # Derived by the journal (see the module docstring), never stored; None: no incarnation.
+    topic_id: TopicId | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, EntryKind):
@@ -152,7 +178,17 @@ def encode_entry(entry: JournalEntry) -> bytes:
 
 
 class _InvalidRecord(Exception):
-    """Why recovery stops at a record (never escapes this module)."""
+    """Why recovery stops at a record (never escapes this module). `record_end`: where the
+    record ends by its own length, None when that length is unknown or impossible;
+    `past_end`: the record runs past the end of the file (a short, torn write); `bad_length`:
+    its length prefix is impossible (so where it ends is unknown)."""
+
+    def __init__(self, reason: str, record_end: int | None = None, past_end: bool = False,
+                 bad_length: bool = False):
+        super().__init__(reason)
+        self.record_end = record_end
+        self.past_end = past_end
+        self.bad_length = bad_length
 
 
 def decode_payload(payload: bytes | memoryview) -> JournalEntry:
@@ -223,21 +259,25 @@ class _Scan:
     positions: array = field(default_factory=lambda: array("q"))
     end_position: int = FILE_HEADER_BYTES
     stop_reason: str | None = None  # None: the file ended cleanly
+    incarnations: dict[str, TopicId] = field(default_factory=dict)
 
 
 def _read_record(reader: _Reader) -> JournalEntry:
     prefix = reader.take(RECORD_PREFIX_BYTES)
     if prefix is None:
-        raise _InvalidRecord("torn record prefix")
+        raise _InvalidRecord("torn record prefix", past_end=True)
     length, crc = _PREFIX.unpack(prefix)
     if not PAYLOAD_BYTES_MIN <= length <= PAYLOAD_BYTES_MAX:
-        raise _InvalidRecord(f"payload length {length} out of bounds")
+        raise _InvalidRecord(f"payload length {length} out of bounds", bad_length=True)
     payload = reader.take(length)
     if payload is None:
-        raise _InvalidRecord(f"torn record (payload of {length} bytes)")
+        raise _InvalidRecord(f"torn record (payload of {length} bytes)", past_end=True)
     computed = crc32c.crc32c(payload)
     if computed != crc:
-        raise _InvalidRecord(f"crc32c {crc:#010x} != computed {computed:#010x}")
+        raise _InvalidRecord(f"crc32c {crc:#010x} != computed {computed:#010x}",
+                             record_end=reader.position)
+    # The CRC held: these are the bytes that were written, so no crash explains a field that
+    # does not decode (record_end None: never a torn tail, see _is_torn_tail).
     return decode_payload(payload)
 
 
@@ -249,7 +289,9 @@ def _check_follows(scan: _Scan, entry: JournalEntry) -> None:
         raise _InvalidRecord(f"epoch {entry.epoch} after epoch {scan.entries[-1].epoch}")
 
 
-def _scan(fd: int) -> _Scan:
+def _scan(fd: int, path: Path) -> _Scan:
+    """Read every record; a torn tail ends the scan (stop_reason), anything else that is not a
+    valid next entry raises CorruptJournalError."""
     file_bytes = os.fstat(fd).st_size
     scan = _Scan()
     reader = _Reader(fd, FILE_HEADER_BYTES)
@@ -257,14 +299,48 @@ def _scan(fd: int) -> _Scan:
         start = reader.position
         try:
             entry = _read_record(reader)
+        except _InvalidRecord as exc:
+            if _is_torn_tail(fd, start, file_bytes, exc):
+                scan.stop_reason = f"{exc} at byte {start}"
+                break
+            raise CorruptJournalError(
+                f"{path}: {exc} at byte {start} (after {len(scan.entries)} valid entries, "
+                f"{file_bytes - start} bytes before the end of the file): corruption inside "
+                "the journal, not a torn tail; refusing to start rather than drop the entries "
+                "after it (restore the data directory, or empty it to rebuild this broker "
+                "from its peers)") from None
+        try:
             _check_follows(scan, entry)
         except _InvalidRecord as exc:
-            scan.stop_reason = f"{exc} at byte {start}"
-            break
-        scan.entries.append(entry)
+            raise CorruptJournalError(f"{path}: record at byte {start}: {exc} (a whole record "
+                                      "with a valid CRC: corruption, not a torn tail)") from None
+        scan.entries.append(_identified(entry, scan.incarnations))
         scan.positions.append(start)
         scan.end_position = reader.position
     return scan
+
+
+def _is_torn_tail(fd: int, start: int, file_bytes: int, invalid: _InvalidRecord) -> bool:
+    """Whether the bad record at `start` can be what a crash leaves of the LAST append: it runs
+    past the end of the file, or it is the last record (by its own length; with an impossible
+    length: less than one record's bytes are left), or all that follows is zero bytes."""
+    if invalid.past_end:
+        return True
+    if invalid.record_end is not None and invalid.record_end >= file_bytes:
+        return True
+    if invalid.bad_length and file_bytes - start < RECORD_PREFIX_BYTES + PAYLOAD_BYTES_MAX:
+        return True
+    return _zeros_to_end(fd, start, file_bytes)
+
+
+def _zeros_to_end(fd: int, start: int, file_bytes: int) -> bool:
+    position = start
+    while position < file_bytes:
+        chunk = os.pread(fd, min(_READ_CHUNK_BYTES, file_bytes - position), position)
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        position += len(chunk)
+    return True
 
 
 def _check_header(fd: int, path: Path) -> None:
@@ -296,6 +372,24 @@ def _open_file(path: Path) -> int:
     if not path.exists():
         _create_file(path)
     return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+
+
+def _identified(entry: JournalEntry, incarnations: dict[str, TopicId]) -> JournalEntry:
+    """The entry with its derived topic id; `incarnations` (topic -> the id its latest
+    CREATE_TOPIC gave) is updated for a CREATE_TOPIC."""
+    if entry.kind is EntryKind.NOOP:
+        topic_id = None
+    elif entry.kind is EntryKind.CREATE_TOPIC:
+        topic_id = TopicId(entry.epoch, entry.index)
+        incarnations[entry.topic] = topic_id
+    else:
+        topic_id = incarnations.get(entry.topic)
+    return entry if entry.topic_id == topic_id else replace(entry, topic_id=topic_id)
+
+
+def _incarnations(entries: list[JournalEntry]) -> dict[str, TopicId]:
+    return {entry.topic: entry.topic_id for entry in entries
+            if entry.kind is EntryKind.CREATE_TOPIC}
 
 
 def _epoch_cache(entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
@@ -331,12 +425,13 @@ class Journal:
             os.close(self._fd)
             raise
         self._entries = scan.entries
+        self._incarnations = scan.incarnations
         self._positions = scan.positions
         self._file_bytes = scan.end_position
         self._epochs = _epoch_cache(self._entries)
 
     def _recover(self) -> _Scan:
-        scan = _scan(self._fd)
+        scan = _scan(self._fd, self.path)
         if scan.stop_reason is not None:
             log.warning("%s: valid entries end at byte %d after %d entries (%s); the rest is "
                         "cut", self.path, scan.end_position, len(scan.entries),
@@ -361,6 +456,16 @@ class Journal:
     def epochs(self) -> tuple[tuple[int, int], ...]:
         """The epoch cache: (epoch, first index) of every epoch with entries, ascending."""
         return self._epochs
+
+    def end_and_epochs(self) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """`end` and `epochs()` of one moment (the lock-free reads may straddle an append)."""
+        with self._lock:
+            return len(self._entries), self._epochs
+
+    def incarnation(self, topic: str) -> TopicId | None:
+        """The id of `topic`'s latest CREATE_TOPIC in the journal; None when there is none."""
+        with self._lock:
+            return self._incarnations.get(topic)
 
     @property
     def leading_epoch(self) -> int | None:
@@ -399,6 +504,26 @@ class Journal:
         with self._lock:
             return self._entries[max(0, start):stop]
 
+    def find_batch(self, topic: str, partition: int, base_offset: int) -> JournalEntry | None:
+        """The BATCH entry of the journal's current incarnation of `topic` whose batch starts at
+        `base_offset` (a producer's retry names its original this way), None when there is
+        none. Searches back from the end and stops at the partition's first lower batch, since
+        one incarnation's batches are journaled in offset order."""
+        with self._lock:
+            topic_id = self._incarnations.get(topic)
+            for position in range(len(self._entries) - 1, -1, -1):
+                entry = self._entries[position]
+                if entry.topic != topic:
+                    continue
+                if entry.topic_id != topic_id or entry.kind is EntryKind.CREATE_TOPIC:
+                    return None  # an older incarnation from here on
+                if entry.kind is EntryKind.BATCH and entry.partition == partition:
+                    if entry.base_offset == base_offset:
+                        return entry
+                    if entry.base_offset < base_offset:
+                        return None
+        return None
+
     # -- appending -----------------------------------------------------------------------
 
     def set_leading_epoch(self, epoch: int | None) -> None:
@@ -418,20 +543,20 @@ class Journal:
                                      f"(leading epoch {self._leading_epoch})")
             entry = JournalEntry(len(self._entries), epoch, kind, topic, partition,
                                  base_offset, record_count, partitions, batch_bytes)
-            self._append_locked(entry)
-            return entry
+            return self._append_locked(entry)
 
-    def append_replica(self, entry: JournalEntry) -> None:
-        """A follower's copy of the leader's entry. JournalGapError unless entry.index is
-        `end`; JournalEpochError when its epoch is below the last one."""
+    def append_replica(self, entry: JournalEntry) -> JournalEntry:
+        """A follower's copy of the leader's entry (returned as stored, with its topic id).
+        JournalGapError unless entry.index is `end`; JournalEpochError when its epoch is below
+        the last one."""
         with self._lock:
             self._check_open()
             if entry.index != len(self._entries):
                 raise JournalGapError(f"entry {entry.index} does not follow the journal end "
                                       f"{len(self._entries)}")
-            self._append_locked(entry)
+            return self._append_locked(entry)
 
-    def _append_locked(self, entry: JournalEntry) -> None:
+    def _append_locked(self, entry: JournalEntry) -> JournalEntry:
         epochs = self._epochs
         last_epoch = epochs[-1][0] if epochs else 0
         if entry.epoch < last_epoch:
@@ -439,11 +564,13 @@ class Journal:
                                     f"{last_epoch}")
         record = encode_entry(entry)
         self._write_locked(record)
+        entry = _identified(entry, self._incarnations)
         self._entries.append(entry)
         self._positions.append(self._file_bytes)
         self._file_bytes += len(record)
         if not epochs or entry.epoch != last_epoch:
             self._epochs = (*epochs, (entry.epoch, entry.index))
+        return entry
 
     def _write_locked(self, record: bytes) -> None:
         """One write; whatever part of a failed or short one reached the file is cut off, so
@@ -477,6 +604,7 @@ class Journal:
             os.fsync(self._fd)
             del self._entries[end:]
             del self._positions[end:]
+            self._incarnations = _incarnations(self._entries)
             self._file_bytes = position
             self._epochs = tuple(pair for pair in self._epochs if pair[1] < end)
 

@@ -53,7 +53,12 @@ from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.peer_link import PeerLink, PeerSigner
-from services.broker.replication.quorum_store import CommitStore, QuorumState, QuorumStore
+from services.broker.replication.quorum_store import (
+    AppliedStore,
+    CommitStore,
+    QuorumState,
+    QuorumStore,
+)
 from services.broker.replication.reconcile import reconcile
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
@@ -110,6 +115,7 @@ class ReplicationCounters:
     elections_won: int = 0
     truncations: int = 0
     entries_applied: int = 0
+    stale_divergences: int = 0  # DIVERGING answers below the commit index (nothing truncated)
 
 
 class ReplicationNode:
@@ -143,10 +149,16 @@ class ReplicationNode:
         self.journal = Journal(directory, log_store.space)
         self._quorum_store = QuorumStore(directory)
         self._commit_store = CommitStore(directory)
+        self._applied_store = AppliedStore(directory)
         quorum = self._quorum_store.load()
         if upgrading:
             self._adopt_unjournaled_data()
-        commit = min(self._commit_store.load(), self.journal.end)
+        # Only committed entries are ever applied, so the persisted applied index is a commit
+        # index too, and it may be the newer one (saved after each delete, the commit index
+        # only now and then): reconcile must count those deletes as committed, since their
+        # effects are not done again below.
+        applied = self._applied_store.load()
+        commit = min(max(self._commit_store.load(), applied), self.journal.end)
         reconcile(self.journal, log_store, commit)
         commit = min(commit, self.journal.end)
         self._lock = threading.Lock()
@@ -154,7 +166,11 @@ class ReplicationNode:
         self._state = raft.initial_state(self.raft_config, quorum.epoch, quorum.voted_for,
                                          self._view(), commit, clock(), self._rng)
         self._hw: dict[tuple[str, int], int] = {}
-        self._applied = 0
+        self._applied = 0  # entries below it are applied (in memory: the high watermarks)
+        # The effects of the entries below it were done before this start (issue 20, finding
+        # 1). Not past the journal's end: entries reconcile cut come again from the leader, and
+        # applying one of their deletes again is harmless (it names its incarnation).
+        self._effects_from = min(applied, self.journal.end)
         with self._lock:
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
@@ -254,6 +270,19 @@ class ReplicationNode:
     def high_watermark(self, topic: str, partition: int) -> int:
         return self._hw.get((topic, partition), 0)
 
+    def entry_committed(self, index: int, epoch: int) -> bool:
+        """Whether the committed prefix holds THE entry (index, epoch) -- not merely something
+        at that index: an acknowledgement names the entry that was committed (Raft's log
+        matching: one entry per (epoch, index)). Lock-free, so it can be a `wait_changed`
+        predicate: an entry below the commit index never changes, and the commit index never
+        goes back."""
+        if self._state.commit <= index:
+            return False
+        try:
+            return self.journal.entry(index).epoch == epoch
+        except IndexError:
+            return False  # a wiped journal (commit from an older incarnation): not ours
+
     def wait_changed(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Block until predicate() holds (checked on every commit, append or role change)."""
         with self._changed:
@@ -343,6 +372,11 @@ class ReplicationNode:
     # -- carrying out actions (under _lock) ------------------------------------------------
 
     def _step_locked(self, event) -> list:
+        if not isinstance(event, raft.LogChanged) and self._state.log != self._view():
+            # The journal grew behind the state machine's back (a produce's append whose
+            # leader_appended() has not run yet): no step -- a vote, a step-down, an election
+            # and its NOOP's index -- is taken on a view without it (issue 20, finding 5).
+            self._step_locked(raft.LogChanged(self._view()))
         state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
                                    self._rng)
         # The writes the new state stands on first, and the state adopted only once they are
@@ -392,9 +426,13 @@ class ReplicationNode:
         self._changed.notify_all()
 
     def _apply_commits_locked(self, commit: int) -> None:
-        """Make entries below `commit` visible: high watermarks, and deletes (applied only once
-        committed, since a delete cannot be undone by truncation)."""
+        """Make entries below `commit` visible, one by one in index order: high watermarks, and
+        a DELETE_TOPIC's removal of the incarnation it names (only once committed, since a
+        delete cannot be undone by truncation). Entries below `_effects_from` (the persisted
+        applied index) only rebuild the high watermarks -- their effects were done before the
+        restart -- so every committed entry is applied once, across restarts."""
         touched: set[tuple[str, int]] = set()
+        deleted = False
         for entry in self.journal.entries(self._applied, commit):
             kind = entry.kind
             if kind in (EntryKind.BATCH, EntryKind.SKIPPED):
@@ -402,19 +440,43 @@ class ReplicationNode:
                 self._hw[key] = max(self._hw.get(key, 0), entry.end_offset)
                 touched.add(key)
             elif kind is EntryKind.DELETE_TOPIC:
-                self._apply_delete_locked(entry.topic)
+                # In index order every high watermark of the topic so far is the deleted
+                # incarnation's; a newer one's batches come after this entry.
+                for key in [key for key in self._hw if key[0] == entry.topic]:
+                    del self._hw[key]
                 touched = {key for key in touched if key[0] != entry.topic}
+                if entry.index >= self._effects_from:
+                    self._apply_delete_locked(entry)
+                    deleted = True
+            self._applied = entry.index + 1
         self._applied = max(self._applied, commit)
+        if deleted:
+            self._persist_applied_locked()
         for topic, partition in touched:
             self._on_partition_visible(topic, partition)
         self._changed.notify_all()
 
-    def _apply_delete_locked(self, topic: str) -> None:
-        for key in [key for key in self._hw if key[0] == topic]:
-            del self._hw[key]
+    def _apply_delete_locked(self, entry: JournalEntry) -> None:
+        """Remove the incarnation the DELETE_TOPIC names, and only that one: when the journal
+        already holds a newer CREATE_TOPIC of the name (re-created after this delete), the
+        topic on disk is that newer incarnation and stays (Kafka's topic ids)."""
+        topic = entry.topic
+        current = self.journal.incarnation(topic)
+        if entry.topic_id is not None and current != entry.topic_id:
+            log.info("broker %d: delete of topic %r (id %s, entry %d) applied; the topic on "
+                     "disk is the newer incarnation %s and stays", self.config.node_id, topic,
+                     tuple(entry.topic_id), entry.index, current and tuple(current))
+            return
         if topic in self._log.topics():
             self._log.delete_topic(topic)
         self._on_topic_deleted(topic)
+
+    def _persist_applied_locked(self) -> None:
+        try:
+            with self._space.writing(self._directory):
+                self._applied_store.save(self._applied)
+        except StorageFullError:
+            pass  # a restart applies from an older index: DELETEs are idempotent (topic ids)
 
     def _persist_commit_locked(self, force: bool = False) -> None:
         commit = self._state.commit
@@ -427,12 +489,13 @@ class ReplicationNode:
         try:
             with self._space.writing(self._directory):
                 self._commit_store.save(commit)
+                self._applied_store.save(self._applied)
         except StorageFullError:
             return  # a restart then starts from an older commit, which is safe; tried again
         self._persisted_commit = commit
 
     def _view(self) -> raft.LogView:
-        return raft.LogView(self.journal.end, self.journal.epochs())
+        return raft.LogView(*self.journal.end_and_epochs())
 
     # -- the replication loop --------------------------------------------------------------
 
@@ -524,40 +587,63 @@ class ReplicationNode:
         if response is None:
             self._stop.wait(self.config.tick_interval_s)
             return
-        self._absorb_fetch(target, response)
+        self._absorb_fetch(target, response, request.fetch_end)
 
     def _round_robin_peer(self) -> int:
         peers = sorted(self._peers)
         self._next_peer = (self._next_peer + 1) % len(peers)
         return peers[self._next_peer]
 
-    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse) -> None:
+    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse,
+                      fetch_end: int | None = None) -> None:
+        """`fetch_end`: the request's (default: the state machine's journal end, which is what
+        `_fetch_once` sends). Only that prefix and the entries appended from this answer are
+        known to match the leader, so only they may count as committed (finding 5)."""
+        if fetch_end is None:
+            fetch_end = self._state.log.end
         leader = None if response.leader_id == NO_LEADER else response.leader_id
         event = raft.FetchAnswered(sender, _OUTCOME_FROM_WIRE[response.outcome], response.epoch,
                                    leader, response.diverging_epoch, response.diverging_end)
         with self._lock:
-            actions = self._step_locked(event)
+            actions = self._step_locked(event)  # on the whole journal (see _step_locked)
             if any(isinstance(action, raft.ApplyEntries) for action in actions):
                 # The commit first: a committed delete must go before a later re-create.
-                self._step_locked(raft.LogChanged(self._view(), response.commit))
+                self._step_locked(raft.LogChanged(self._view(), response.commit, fetch_end))
+                start = self.journal.end
                 try:
-                    self._apply_entries_locked(response)
+                    self._apply_entries_locked(response, fetch_end)
                 finally:
                     # Also after a refused apply (full disk): the entries applied before it
                     # are in the journal, and the next fetch must start after them.
-                    self._step_locked(raft.LogChanged(self._view(), response.commit))
+                    matched = fetch_end + (self.journal.end - start if start == fetch_end
+                                           else 0)
+                    self._step_locked(raft.LogChanged(self._view(), response.commit, matched))
             for action in actions:
                 if isinstance(action, raft.Truncate):
                     self._truncate_locked(action.end)
+                elif isinstance(action, raft.StaleDivergence):
+                    self._stale_divergence_locked(action)
+
+    def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
+        self.counters.stale_divergences += 1
+        log.warning("broker %d: leader %d says the journal diverges at %d, below the commit "
+                    "index %d; nothing truncated (a stale answer, or committed entries that "
+                    "differ: then this broker stays behind)", self.config.node_id,
+                    action.leader_id, action.end, action.commit)
 
     # -- applying what the leader sent (loop thread, under _lock) ---------------------------
 
-    def _apply_entries_locked(self, response: ReplicaFetchResponse) -> None:
+    def _apply_entries_locked(self, response: ReplicaFetchResponse, fetch_end: int) -> None:
+        """Append the leader's entries one by one, in order, as if each came alone: before a
+        CREATE_TOPIC the commit index is brought up to it, so that a committed DELETE_TOPIC
+        of the name in the same answer is applied first (finding 4)."""
         for header, data in response.batches():
             if header.index != self.journal.end:
                 log.warning("broker %d: entry %d arrived at journal end %d; fetching again",
                             self.config.node_id, header.index, self.journal.end)
                 return
+            if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
+                self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
             self._apply_entry(header, data)
             self.counters.entries_applied += 1
 
@@ -572,13 +658,27 @@ class ReplicationNode:
         if kind is EntryKind.SKIPPED:
             self._skip_to(entry)
         elif kind is EntryKind.CREATE_TOPIC:
-            # The topic before its entry (like a batch): if the disk refuses the topic, the
-            # entry is not journaled either and comes again with the next fetch.
-            if entry.topic not in self._log.topics():
-                self._log.create_topic(entry.topic, entry.partitions)
+            self._replace_topic(entry)
             self.journal.append_replica(entry)
             return
         self.journal.append_replica(entry)
+
+    def _replace_topic(self, entry: JournalEntry) -> None:
+        """The topic before its entry (like a batch): if the disk refuses the topic, the entry
+        is not journaled either and comes again with the next fetch. A topic of that name
+        already here is another incarnation -- an older one whose DELETE_TOPIC this broker has
+        not applied yet (a leader journals a CREATE_TOPIC only once that delete is committed),
+        or the empty leftover of this very entry's refused append -- and makes way, so the
+        result is what applying the entries one by one gives (finding 4)."""
+        topic = entry.topic
+        if topic in self._log.topics():
+            log.info("broker %d: topic %r re-created by entry %d; the incarnation %s on disk "
+                     "makes way", self.config.node_id, topic, entry.index,
+                     self.journal.incarnation(topic))
+            self._log.delete_topic(topic)
+            for key in [key for key in self._hw if key[0] == topic]:
+                del self._hw[key]
+        self._log.create_topic(topic, entry.partitions)
 
     def _apply_batch(self, entry: JournalEntry, data: memoryview) -> None:
         partition = self._log.partition(entry.topic, entry.partition)

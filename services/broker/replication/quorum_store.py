@@ -5,6 +5,7 @@ common/checkpoint.py):
 
     quorum.current / quorum.old   {"epoch": int >= 0, "voted_for": int | null}
     commit.current / commit.old   {"commit": int >= 0}
+    applied.current / applied.old {"applied": int >= 0}
 
 Both fall back like CheckpointStore: a torn or corrupt CURRENT is passed over for OLD. When
 neither is valid the two stores differ on purpose:
@@ -13,6 +14,10 @@ neither is valid the two stores differ on purpose:
   which breaks election safety, so the broker must not start until someone looks.
 - CommitStore.load returns 0: the commit index is only a lower bound the broker starts from
   (the leader tells it the real one), and 0 never shows an offset above a real commit.
+- AppliedStore (a CommitStore of its own name): the index below which every committed entry's
+  effects (a DELETE_TOPIC's removal of its incarnation) are done, so a restart applies each
+  committed entry once (issue 20, finding 1). It returns 0 when unreadable, too: applying again
+  from 0 is safe, since a DELETE_TOPIC only removes the incarnation it names (topic ids).
 
 Invariants: `QuorumStore.save` is durable when it returns (the vote is answered after it).
 `CommitStore` never writes a commit index below the last one it saved or loaded.
@@ -82,8 +87,11 @@ class QuorumStore:
 class CommitStore:
     """The last commit index this broker knew, persisted now and then."""
 
+    NAME = COMMIT_NAME
+    KEY = "commit"
+
     def __init__(self, directory: Path | str):
-        self._store = CheckpointStore(directory, COMMIT_NAME, _PAYLOAD_BYTES_MAX)
+        self._store = CheckpointStore(directory, self.NAME, _PAYLOAD_BYTES_MAX)
         self._lock = threading.Lock()
         self._saved: int | None = None  # the highest value saved or loaded; None: not read yet
 
@@ -98,13 +106,13 @@ class CommitStore:
         """Persist `commit`, unless it is below (or equal to) the last one saved: a commit
         index never goes back, and a stale caller must not make it."""
         if not _is_count(commit):
-            raise ValueError(f"not a commit index: {commit!r}")
+            raise ValueError(f"not an index for {self.KEY}: {commit!r}")
         with self._lock:
             if self._saved is None:
                 self._saved = self._read()
             if commit <= self._saved:
                 return
-            self._store.save_json({"commit": commit})
+            self._store.save_json({self.KEY: commit})
             self._saved = commit
 
     def _read(self) -> int:
@@ -112,14 +120,22 @@ class CommitStore:
             value = self._store.load_json()
         except (CheckpointError, ValueError) as exc:
             # ValueError: valid checksum, but not JSON (written by something else).
-            log.warning("%s: commit index unreadable (%s); starting from 0",
-                        self._store.current_path, exc)
+            log.warning("%s: %s index unreadable (%s); starting from 0",
+                        self._store.current_path, self.KEY, exc)
             return 0
         if value is None:
             return 0
-        commit = value.get("commit") if isinstance(value, dict) else None
+        commit = value.get(self.KEY) if isinstance(value, dict) else None
         if not _is_count(commit):
-            log.warning("%s: not a commit index: %r; starting from 0",
-                        self._store.current_path, value)
+            log.warning("%s: not a %s index: %r; starting from 0",
+                        self._store.current_path, self.KEY, value)
             return 0
         return commit
+
+
+class AppliedStore(CommitStore):
+    """The index below which this broker applied every committed entry (see the module
+    docstring); saved after each DELETE_TOPIC it applies, and with the commit index."""
+
+    NAME = "applied"
+    KEY = "applied"

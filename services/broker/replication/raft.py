@@ -18,7 +18,13 @@ Rules (docs/replication.md has the why):
   entries of its own epoch are counted (Raft §5.4.2);
 - a leader not fetched from by a majority within `quorum_timeout_s` steps down;
 - followers fetch `(fetch_end, last_fetched_epoch)`; the leader answers entries, or where the
-  follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there.
+  follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there;
+- a follower's commit index counts only entries known to match the leader: the prefix the
+  leader's answer vouched for plus the entries appended from that answer (Raft Figure 2:
+  min(leaderCommit, index of the last NEW entry)), never whatever else its journal holds (a
+  deposed leader's tail that its state machine had not been told of yet, issue 20, finding 5);
+- a divergence the follower cannot act on (it lies below its commit index) is reported
+  (`StaleDivergence`: logged and counted by the node), never dropped silently.
 
 Indexes are journal entry indexes, dense from 0; `end` is the next index; `commit` is the
 end of the committed prefix.
@@ -189,10 +195,13 @@ class FetchAnswered:
 @dataclass(frozen=True, slots=True)
 class LogChanged:
     """The journal changed under the state machine's feet: the leader appended, the follower
-    applied entries or truncated. `leader_commit`: the commit index the leader sent with them."""
+    applied entries or truncated. `leader_commit`: the commit index the leader sent with them;
+    `matched_end` (required with it): the end of the prefix known to match the leader -- the
+    fetch's `fetch_end`, which the leader checked, plus the entries appended from its answer."""
 
     log: LogView
     leader_commit: int | None = None
+    matched_end: int | None = None
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -234,6 +243,17 @@ class CommitAdvanced:
 
 
 @dataclass(frozen=True, slots=True)
+class StaleDivergence:
+    """The leader says the journal diverges at `end`, below the commit index `commit`: nothing
+    is truncated (committed entries never diverge, so the answer is stale or a rule broke),
+    but the node reports it (log line and counter) rather than drop it silently."""
+
+    end: int
+    commit: int
+    leader_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class RoleChanged:
     role: Role
     epoch: int
@@ -261,7 +281,7 @@ class AnswerFetch:
 
 Event = Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
 Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | CommitAdvanced
-          | RoleChanged | AnswerVote | AnswerFetch)
+          | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch)
 
 
 # -- the step function ----------------------------------------------------------------------
@@ -470,8 +490,10 @@ def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
     else:
         _own, own_end = state.log.end_of_epoch(event.diverging_epoch)
         end = min(event.diverging_end, own_end)
-        if end >= state.commit:  # below it: a stale answer (committed entries never diverge)
+        if end >= state.commit:
             actions.append(Truncate(end))
+        else:  # a stale answer (committed entries never diverge), or a broken rule: say so
+            actions.append(StaleDivergence(end, state.commit, event.sender))
     return state
 
 
@@ -492,7 +514,9 @@ def _on_log_changed(config, state, event: LogChanged, now, rng, actions):
     if state.role is Role.LEADER:
         return _advance_leader_commit(config, state, actions)
     if event.leader_commit is not None:
-        commit = max(state.commit, min(event.leader_commit, event.log.end))
+        assert event.matched_end is not None, "a leader's commit comes with the matched end"
+        matched = min(event.matched_end, event.log.end)
+        commit = max(state.commit, min(event.leader_commit, matched))
         if commit > state.commit:
             actions.append(CommitAdvanced(commit))
             state = replace(state, commit=commit)

@@ -91,6 +91,8 @@ def test_leader_reports_role_epoch_commit_and_follower_lag():
     age = found["kaska_replication_follower_last_fetch_age_seconds"].samples
     assert [(s.labels["follower"], s.value) for s in age] == [("2", 0.25)]
     assert found["kaska_replication_elections_won"].type == "counter"
+    divergences = found["kaska_replication_stale_divergences"]
+    assert divergences.type == "counter" and divergences.samples[0].value == 6
     refused = sample_values(found["kaska_replication_requests_refused"])
     assert refused[("kaska_replication_requests_refused_total",
                     (("reason", "stale_epoch"),))] == 2

@@ -15,13 +15,30 @@ of `(epoch, payload)` entries:
 - followers keep one fetch in flight (the broker's fetch is a blocking request/response; a late
   answer to a request it gave up on is never read): to `fetch_target(state)`, or round-robin;
 - clients append payloads at every node whose state machine says LEADER;
-- the network drops, duplicates, delays (so reorders) packets and partitions nodes.
+- the network drops, duplicates, delays (so reorders) packets and partitions nodes;
+- a client append may land in the journal DURING the node's next step (another thread's
+  produce, after the node's last look at the journal) and be announced (`LogChanged`) only
+  some rounds later, as a produce thread paused before `leader_appended()`; that step may
+  depose the leader (issue 20, finding 5). As node.py, every other step first shows the state
+  machine the whole journal, and fetches are built from the state machine's view;
+- every client append waits for its acknowledgement, checked now and then (a held answer, as
+  a pipelined produce in connection.py): acknowledged only once the commit index passes its
+  index AND the entry there is of its epoch, NOT_LEADER once the node stopped leading that
+  epoch. The checker: an acknowledged append is the entry committed at its index;
+- some appends create or delete topics `t0`/`t1` (a topic op rides in the payload: `+t0`,
+  `-t0`): as node.py, a CREATE makes its incarnation (named by its (epoch, index)) on append,
+  replacing any older one on disk; a committed DELETE removes only the incarnation it names;
+  a truncated CREATE's topic goes; the applied index is persisted after each delete (and now
+  and then); a restart reconciles the disk with the journal and applies the committed prefix
+  again with effects only from the persisted applied index (issue 20, findings 1 and 4).
 
 After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
 election safety, one vote per voter and epoch, leader completeness, state machine safety, log
 matching, no truncation below the commit index (nor of any committed entry a node holds),
-persisted quorum state equal to the state machine's, and the state machine's view of the
-journal equal to the journal.
+persisted quorum state equal to the state machine's, the state machine's view of the
+journal equal to the journal (but for appends it has not heard of yet), an acknowledgement
+naming the committed entry, and the topics on disk: the newest incarnation of every topic not
+deleted after it is on disk, an incarnation whose delete was applied is not, and nothing else.
 """
 
 from __future__ import annotations
@@ -85,11 +102,16 @@ class Faults:
     client_append: float = 0.3  # per round and leader
     tick_skip: float = 0.2  # per node and round: this node's loop is late
     dt_max_s: float = 0.12  # a round advances the clock by up to this much
+    unannounced: float = 0.1  # per client append: the state machine hears of it late
+    ack_hold: float = 0.2  # per client append: its answer is held up to ack_hold_max_s
+    ack_hold_max_s: float = 3.0
+    announce: float = 0.1  # per round and node: a late-announced append is announced
+    topic_ops: float = 0.1  # per client append: a topic create or delete instead of data
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
                       leader_crash=0.0, crash_mid_step=0.0, partition=0.0, client_append=0.0,
-                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s)
+                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0)
 
 
 # Leaders die often with a busy client: uncommitted tails diverge, Figure 8 lurks.
@@ -103,7 +125,44 @@ PROFILES = {"default": Faults(), "crashy": CRASHY, "lossy": LOSSY}
 
 NO_FAULTS = Faults(drop=0.0, duplicate=0.0, delay_max_s=0.02, long_delay=0.0, crash=0.0,
                    crash_mid_step=0.0, partition=0.0, client_append=0.0, tick_skip=0.0,
-                   dt_max_s=0.05)
+                   dt_max_s=0.05, unannounced=0.0)
+TOPICS = ("t0", "t1")
+ACK_TIMEOUT_S = 10.0
+TopicId = tuple[int, int]  # (epoch, index) of the CREATE that made the incarnation
+
+
+def topic_op(payload: str) -> tuple[str | None, str]:
+    """("create" | "delete" | None, topic) of an entry's payload."""
+    for mark, kind in (("+", "create"), ("-", "delete")):
+        if mark in payload:
+            return kind, payload.split(mark, 1)[1]
+    return None, ""
+
+
+def reconciled_disk(node: SimNode, commit: int) -> dict[str, TopicId]:
+    """reconcile.py's replay: every CREATE makes its incarnation, a committed DELETE removes
+    the one it names."""
+    disk: dict[str, TopicId] = {}
+    for topic, events in node.topic_events.items():
+        for index, kind, epoch in events:
+            if kind == "create":
+                disk[topic] = (epoch, index)
+            elif index < commit and disk.get(topic) == node.topic_id_before(index, topic):
+                disk.pop(topic, None)
+    return disk
+
+
+@dataclass
+class Waiter:
+    """A client append waiting for its acknowledgement at the node that took it."""
+
+    node_id: int
+    life: int  # the node's restart count when it took the append
+    index: int
+    epoch: int
+    payload: str
+    since_s: float
+    held_until_s: float  # not looked at before (a held answer, a paused thread)
 
 
 @dataclass(frozen=True)
@@ -150,6 +209,13 @@ class Stats:
     entries_applied: int = 0
     step_downs: int = 0  # a leader became a follower
     lost_after_healing: int = 0  # appends cut by a leader change in a healed cluster
+    acks: int = 0  # acknowledgements given (each checked against the committed entry)
+    not_leader_answers: int = 0  # waiters answered NOT_LEADER (the leader moved on)
+    unannounced_appends: int = 0  # appends the state machine heard of late
+    stale_tails: int = 0  # fetch answers not applied: the journal held an unannounced tail
+    topic_creates: int = 0
+    topic_deletes: int = 0
+    deletes_of_older_incarnations: int = 0  # committed deletes that found a newer topic
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -170,6 +236,15 @@ class SimNode:
     outstanding: tuple[int, float, FetchRequest] | None = None  # (request id, sent at, req)
     next_peer: int = 0
     down_until: float = 0.0
+    unannounced: int = 0  # journal entries at the end that the state machine has not seen
+    landing: tuple[Entry, Waiter] | None = None  # a client append landing during the next step
+    life: int = 0  # restarts so far
+    disk: dict[str, TopicId] = field(default_factory=dict)  # topics on disk (durable)
+    # The journal's topic ops, per topic in index order: (index, "create"/"delete", epoch).
+    topic_events: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
+    applied: int = 0  # entries below it applied (volatile)
+    applied_persisted: int = 0  # durable; effects below it are done
+    effects_from: int = 0  # applied_persisted as of the last start
 
     @property
     def node_id(self) -> int:
@@ -182,8 +257,25 @@ class SimNode:
     def view(self) -> LogView:
         return LogView(len(self.journal), tuple(self.epochs))
 
+    def topic_id_before(self, index: int, topic: str) -> TopicId | None:
+        """The incarnation an entry at `index` names: the latest CREATE of `topic` before."""
+        for at, kind, epoch in reversed(self.topic_events.get(topic, ())):
+            if at < index and kind == "create":
+                return epoch, at
+        return None
+
 
 class Simulation:
+    # The acknowledgement rule (a mutant may use "index": commit past the index is enough).
+    ack_rule = "entry"
+    # How a restart applies committed deletes ("replay": from 0, by name -- the old rule).
+    apply_rule = "once"
+    # How a follower takes a CREATE ("keep": the old rule -- the commit only after the whole
+    # answer, and a topic of that name already on disk is kept).
+    create_rule = "replace"
+    # Whether a step first shows the state machine the whole journal ("stale": the old rule).
+    view_rule = "refresh"
+
     def __init__(self, ids=(1, 2, 3), seed: int = 0, faults: Faults | None = None,
                  election_timeout_min_s: float = 1.0, election_timeout_max_s: float = 2.0,
                  quorum_timeout_s: float = 2.0, request_timeout_s: float = 0.5,
@@ -216,6 +308,7 @@ class Simulation:
         self.commit_epoch: list[int] = []  # the epoch it was first seen committed in
         self.canon: dict[tuple[int, int], int] = {}  # (index, epoch) -> prefix hash
         self.leaders_checked: set[tuple[int, int]] = set()  # (node, epoch)
+        self.waiters: list[Waiter] = []
 
     # -- the driver --------------------------------------------------------------------------
 
@@ -241,11 +334,18 @@ class Simulation:
         while self.network and self.network[0].deliver_at <= self.now:
             self._deliver(heapq.heappop(self.network))
         for node in self._up_nodes():
+            if node.up and node.unannounced and rng.random() < faults.announce:
+                # The paused produce thread goes on: leader_appended(), whatever the role now.
+                self._step(node, LogChanged(node.view()))
+            if node.up and rng.random() < 0.05:
+                node.applied_persisted = max(node.applied_persisted, node.applied)
+        for node in self._up_nodes():
             if node.up and node.state.role is not Role.LEADER:
                 self._maybe_fetch(node)
         for node in self._up_nodes():
             if node.up and node.state.role is Role.LEADER and rng.random() < faults.client_append:
                 self.client_append(node.node_id)
+        self._settle_acks()
 
     def settle(self) -> None:
         """Heal everything, restart every node; from now on no faults and no clients."""
@@ -335,6 +435,8 @@ class Simulation:
         self._log(f"{node_id} crashes")
         node.state = None
         node.outstanding = None
+        node.unannounced = 0  # the journal keeps those entries; a restart sees them all
+        node.landing = None
         node.down_until = self.now + self.rng.uniform(0.0, self.faults.down_max_s)
 
     def restart(self, node_id: int) -> None:
@@ -343,9 +445,19 @@ class Simulation:
         self.stats.restarts += 1
         real = node.seen_commit
         commit = 0 if self.rng.random() < 0.3 else self.rng.randint(0, real)
+        if self.apply_rule == "once":  # as node.py: the applied index is a commit index too
+            commit = min(max(commit, node.applied_persisted), len(node.journal))
         node.state = initial_state(node.config, node.epoch, node.voted_for, node.view(),
                                    commit, self.now, node.rng)
         node.seen_commit = node.state.commit
+        node.life += 1
+        # reconcile, then apply the committed prefix again: effects only from the persisted
+        # applied index (the old rule: all of them again, by name).
+        node.disk = reconciled_disk(node, node.state.commit)
+        node.applied = 0
+        node.effects_from = (min(node.applied_persisted, len(node.journal))
+                             if self.apply_rule == "once" else 0)
+        self._apply_commits(node, node.state.commit)
         self._log(f"{node_id} restarts: epoch {node.epoch} voted {node.voted_for} "
                   f"end {len(node.journal)} commit {node.state.commit}")
         self._check_node(node)
@@ -355,12 +467,74 @@ class Simulation:
         node = self.nodes[node_id]
         if not node.up or node.state.role is not Role.LEADER:
             return None
+        if node.landing is not None:
+            return None  # one at a time
         self._payloads += 1
-        payload = f"c{self._payloads}"
+        payload = f"c{self._payloads}" + self._topic_op(node)
         self.stats.client_appends += 1
-        self._append(node, (node.state.epoch, payload))
+        epoch = node.state.epoch
+        held_s = (self.rng.uniform(0.0, self.faults.ack_hold_max_s)
+                  if self.rng.random() < self.faults.ack_hold else 0.0)
+        waiter = Waiter(node_id, node.life, len(node.journal), epoch, payload, self.now,
+                        self.now + held_s)
+        if self.rng.random() < self.faults.unannounced:
+            node.landing = ((epoch, payload), waiter)  # lands during the node's next step
+            return payload
+        self._append(node, (epoch, payload))
+        self.waiters.append(waiter)
         self._step(node, LogChanged(node.view()))
         return payload
+
+    def _topic_op(self, node: SimNode) -> str:
+        """As replica_manager.py: create a topic that is not on disk, delete one that is."""
+        if self.rng.random() >= self.faults.topic_ops:
+            return ""
+        topic = self.rng.choice(TOPICS)
+        pending = any(topic_op(payload) == ("delete", topic)
+                      for _epoch, payload in node.journal[node.state.commit:])
+        if pending:
+            return ""  # its delete is on the way (a client would wait for it)
+        if topic in node.disk:
+            self.stats.topic_deletes += 1
+            return f"-{topic}"
+        self.stats.topic_creates += 1
+        return f"+{topic}"
+
+    # -- acknowledgements ----------------------------------------------------------------------
+
+    def _settle_acks(self) -> None:
+        keep: list[Waiter] = []
+        for waiter in self.waiters:
+            node = self.nodes[waiter.node_id]
+            if not node.up or node.life != waiter.life:
+                continue  # the broker died: the client times out and retries
+            if self.now < waiter.held_until_s:
+                keep.append(waiter)  # the answer is held (a pipelined produce, a pause)
+                continue
+            if self._acknowledged(node, waiter):
+                self.stats.acks += 1
+                if (waiter.index >= len(self.committed)
+                        or self.committed[waiter.index] != (waiter.epoch, waiter.payload)):
+                    committed = (self.committed[waiter.index]
+                                 if waiter.index < len(self.committed) else None)
+                    raise SafetyViolation(
+                        f"{node.node_id} acknowledged {waiter.payload} (index {waiter.index}, "
+                        f"epoch {waiter.epoch}), but the entry committed there is {committed}")
+            elif (node.state.role is not Role.LEADER or node.state.epoch != waiter.epoch):
+                self.stats.not_leader_answers += 1
+            elif self.now - waiter.since_s < ACK_TIMEOUT_S:
+                keep.append(waiter)
+        self.waiters = keep
+
+    def _acknowledged(self, node: SimNode, waiter: Waiter) -> bool:
+        """replica_manager.py's rule: the commit passed the index and the entry there is of the
+        append's epoch (node.entry_committed); a mutant may use the index alone."""
+        if node.state.commit <= waiter.index:
+            return False
+        if self.ack_rule == "index":
+            return True
+        return (waiter.index < len(node.journal)
+                and node.journal[waiter.index][0] == waiter.epoch)
 
     # -- the network -------------------------------------------------------------------------
 
@@ -432,7 +606,7 @@ class Simulation:
                 return
             node.next_peer = (node.next_peer + 1) % len(peers)
             target = peers[node.next_peer]
-        view = node.view()
+        view = node.state.log  # as node.py: what the state machine knows, not the journal
         request = FetchRequest(node.node_id, node.state.epoch, view.end, view.last_epoch)
         self._request_ids += 1
         node.outstanding = (self._request_ids, self.now, request)
@@ -457,15 +631,28 @@ class Simulation:
                 if answer.outcome is not Outcome.ENTRIES:
                     raise SafetyViolation(f"ApplyEntries on a {answer.outcome} answer")
                 # As node.py: the commit first (below fetch_end), then the entries.
-                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               answer.fetch_end)) is None:
                     return
+                applied = 0
                 if len(node.journal) != answer.fetch_end:
-                    raise SafetyViolation(f"{node.node_id}: journal end {len(node.journal)} "
-                                          f"moved while fetching at {answer.fetch_end}")
-                for entry in entries:
-                    self._append(node, entry)
-                self.stats.entries_applied += len(entries)
-                if self._step(node, LogChanged(node.view(), answer.commit)) is None:
+                    # A tail the request did not know of (an append announced late): as
+                    # node.py, nothing is applied; the next fetch finds the divergence.
+                    self.stats.stale_tails += 1
+                else:
+                    for entry in entries:
+                        index = len(node.journal)
+                        # As node.py: a committed DELETE goes before the next CREATE.
+                        if (topic_op(entry[1])[0] == "create" and index > answer.fetch_end
+                                and self.create_rule == "replace"
+                                and self._step(node, LogChanged(node.view(), answer.commit,
+                                                                index)) is None):
+                            return
+                        self._append(node, entry)
+                        applied += 1
+                self.stats.entries_applied += applied
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               answer.fetch_end + applied)) is None:
                     return
             elif isinstance(action, Truncate):
                 self._truncate(node, action.end)
@@ -480,7 +667,16 @@ class Simulation:
         """Step the node's state machine and carry out its actions; None if it died doing so.
         `finish`: check the node against its journal at the end (the caller does it itself
         when it still has ApplyEntries/Truncate to carry out)."""
+        # As node.py's _step_locked: no step on a view without the whole journal.
+        if (not isinstance(event, LogChanged) and node.unannounced
+                and self.view_rule == "refresh"
+                and self._step(node, LogChanged(node.view())) is None):
+            return None
+        landed = self._land(node) if node.landing is not None else 0
         before = node.state
+        if isinstance(event, LogChanged) and event.log == node.view().truncated(
+                len(node.journal) - landed):
+            node.unannounced = landed  # it sees the whole journal but what just landed
         state, actions = step(node.config, before, event, self.now, node.rng)
         self.stats.steps += 1
         if self.trace is not None and actions:
@@ -547,6 +743,7 @@ class Simulation:
             if action.commit != state.commit:
                 raise SafetyViolation(f"CommitAdvanced({action.commit}) but state has "
                                       f"{state.commit}")
+            self._apply_commits(node, action.commit)
         elif isinstance(action, RoleChanged):
             if action.role is Role.LEADER:
                 self.stats.elections += 1
@@ -555,6 +752,22 @@ class Simulation:
             elif action.role is Role.CANDIDATE:
                 pass
         # AnswerFetch: the caller sends it; ApplyEntries and Truncate: the fetch path.
+
+    def _land(self, node: SimNode) -> int:
+        """Another thread's produce appends at the journal (fenced: only while the node still
+        leads the append's epoch) and pauses before telling the state machine. Returns the
+        number of entries appended (0 or 1)."""
+        (entry, waiter), node.landing = node.landing, None
+        state = node.state
+        if state.role is not Role.LEADER or state.epoch != entry[0]:
+            self.stats.not_leader_answers += 1  # the journal's fence: NOT_LEADER at once
+            return 0
+        waiter.index = len(node.journal)
+        self._append(node, entry)
+        self.waiters.append(waiter)
+        node.unannounced += 1
+        self.stats.unannounced_appends += 1
+        return 1
 
     # -- the journal -------------------------------------------------------------------------
 
@@ -570,10 +783,22 @@ class Simulation:
         digest = hash((previous, entry))
         node.journal.append(entry)
         node.hashes.append(digest)
+        kind, topic = topic_op(entry[1])
+        if kind is not None:
+            node.topic_events.setdefault(topic, []).append((index, kind, epoch))
+        if kind == "create":
+            self._create_on_append(node, topic, (epoch, index))
         known = self.canon.setdefault((index, epoch), digest)
         if known != digest:
             raise SafetyViolation(f"log matching: node {node.node_id} holds an entry of epoch "
                                   f"{epoch} at {index} whose journal differs from another's")
+
+    def _create_on_append(self, node: SimNode, topic: str, topic_id: TopicId) -> None:
+        """The topic with its entry, replacing an older incarnation still on disk."""
+        if self.create_rule == "replace":
+            node.disk[topic] = topic_id
+        else:
+            node.disk.setdefault(topic, topic_id)
 
     def _truncate(self, node: SimNode, end: int) -> None:
         state = node.state
@@ -587,10 +812,31 @@ class Simulation:
         if end < len(node.journal):
             self.stats.truncations += 1
             self._log(f"{node.node_id} truncates {len(node.journal)} -> {end}")
+        for _epoch, payload in node.journal[end:]:
+            kind, topic = topic_op(payload)
+            if kind == "create":  # as node.py: a truncated CREATE's topic goes
+                node.disk.pop(topic, None)
+        for events in node.topic_events.values():
+            while events and events[-1][0] >= end:
+                events.pop()
         del node.journal[end:]
         del node.hashes[end:]
         while node.epochs and node.epochs[-1][1] >= end:
             node.epochs.pop()
+
+    def _apply_commits(self, node: SimNode, commit: int) -> None:
+        """node.py's _apply_commits_locked: committed deletes, in order, once."""
+        for index in range(node.applied, commit):
+            kind, topic = topic_op(node.journal[index][1])
+            if kind == "delete" and index >= node.effects_from:
+                named = node.topic_id_before(index, topic)
+                newest = node.topic_id_before(len(node.journal), topic)
+                if self.apply_rule == "once" and named is not None and newest != named:
+                    self.stats.deletes_of_older_incarnations += 1
+                else:
+                    node.disk.pop(topic, None)
+                node.applied_persisted = max(node.applied_persisted, index + 1)
+        node.applied = max(node.applied, commit)
 
     # -- the invariants ------------------------------------------------------------------------
 
@@ -639,9 +885,14 @@ class Simulation:
     def _check_node(self, node: SimNode) -> None:
         """The edge agrees with the state machine once a step is fully carried out."""
         state = node.state
-        if state.log != node.view():
+        known = node.view().truncated(len(node.journal) - node.unannounced)
+        if state.log != known:
             raise SafetyViolation(f"{node.node_id}: state machine sees {state.log}, the "
-                                  f"journal is {node.view()}")
+                                  f"journal is {node.view()} ({node.unannounced} unannounced)")
+        if node.applied != state.commit:
+            raise SafetyViolation(f"{node.node_id}: applied {node.applied}, commit "
+                                  f"{state.commit}")
+        self._check_topics(node)
         if (state.epoch, state.voted_for) != (node.epoch, node.voted_for):
             raise SafetyViolation(f"{node.node_id}: state ({state.epoch}, {state.voted_for}) "
                                   f"but persisted ({node.epoch}, {node.voted_for})")
@@ -650,6 +901,30 @@ class Simulation:
         if node.epochs and node.epochs[-1][0] > state.epoch:
             raise SafetyViolation(f"{node.node_id}: journal holds epoch {node.epochs[-1][0]} "
                                   f"above its own {state.epoch}")
+
+    def _check_topics(self, node: SimNode) -> None:
+        """The newest incarnation of a topic not deleted after it is on disk; one whose delete
+        was applied is not; nothing else is (an older incarnation never outlives a newer)."""
+        newest: dict[str, tuple[TopicId, int | None]] = {}  # topic -> (id, index of its delete)
+        for topic, events in node.topic_events.items():
+            deleted_at = None
+            for at, kind, epoch in reversed(events):  # only deletes follow the last create
+                if kind == "create":
+                    newest[topic] = ((epoch, at), deleted_at)
+                    break
+                deleted_at = at
+        for topic, (topic_id, deleted_at) in newest.items():
+            held = node.disk.get(topic)
+            if deleted_at is None and held != topic_id:
+                raise SafetyViolation(f"{node.node_id}: topic {topic} {topic_id} (created, not "
+                                      f"deleted) is not on disk (holds {held})")
+            if deleted_at is not None and deleted_at < node.applied and held is not None:
+                raise SafetyViolation(f"{node.node_id}: topic {topic} {held} on disk after the "
+                                      f"delete at {deleted_at} was applied")
+        for topic, held in node.disk.items():
+            if topic not in newest or newest[topic][0] != held:
+                raise SafetyViolation(f"{node.node_id}: topic {topic} {held} on disk is not "
+                                      "the journal's newest incarnation")
 
     def check_all(self) -> None:
         """The whole-history checks, over every journal (slower; call now and then)."""

@@ -233,22 +233,74 @@ def test_torn_tail_is_cut(journal, directory, caplog, cut_bytes):
     assert Journal(directory).end == 3
 
 
-def test_corrupt_crc_in_the_middle_cuts_everything_after(journal, directory, caplog):
+def flip_byte(path, position):
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ 0x01]))
+
+
+@pytest.mark.parametrize("damaged", [0, 2, 3])
+def test_corrupt_crc_before_the_last_record_refuses_to_start(journal, directory, damaged):
+    """Finding 7: a bad CRC with whole records after it is corruption, not a torn tail: the
+    journal refuses to open, names the position, and leaves the file as it was (record 0
+    included: cutting there would empty the journal and reconcile would delete every topic)."""
     fill(journal, [1, 1, 2, 2, 2])
+    positions = record_positions(journal)
+    journal.close()
+    path = directory / JOURNAL_FILE
+    flip_byte(path, positions[damaged] + 8 + 20)  # inside the payload
+    before = path.read_bytes()
+    with pytest.raises(CorruptJournalError, match=f"at byte {positions[damaged]} "):
+        Journal(directory)
+    assert path.read_bytes() == before
+
+
+def test_corrupt_length_before_the_last_record_refuses_to_start(journal, directory):
+    fill(journal, [1] * 40)  # more than one record's worth of bytes after the damage
+    positions = record_positions(journal)
+    journal.close()
+    path = directory / JOURNAL_FILE
+    with open(path, "r+b") as f:
+        f.seek(positions[1])
+        f.write(struct.pack(">I", 10**6))
+    with pytest.raises(CorruptJournalError, match="payload length"):
+        Journal(directory)
+
+
+def test_torn_write_of_the_last_record_is_cut(journal, directory, caplog):
+    """A last record whose bytes did not all reach the disk (bad CRC, full length) is a torn
+    tail: cut, with a warning."""
+    fill(journal, [1, 1, 2])
     positions = record_positions(journal)
     expected = journal.entries(0, 2)
     journal.close()
-    with open(directory / JOURNAL_FILE, "r+b") as f:
-        f.seek(positions[2] + 8 + 20)  # inside entry 2's payload
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x01]))
+    flip_byte(directory / JOURNAL_FILE, positions[2] + 8 + 20)
     with caplog.at_level(logging.WARNING):
         reopened = Journal(directory)
     try:
         assert reopened.entries() == expected
-        assert reopened.epochs() == ((1, 0),)
         assert "crc32c" in caplog.text
+        assert (directory / JOURNAL_FILE).stat().st_size == positions[2]
+    finally:
+        reopened.close()
+
+
+def test_a_tail_of_zeros_is_cut(journal, directory, caplog):
+    """Space the file system allocated but never wrote (a machine crash) reads as zeros, over
+    several records' worth: a torn tail, however long."""
+    fill(journal, [1, 1])
+    positions = record_positions(journal)
+    expected = journal.entries()
+    journal.close()
+    with open(directory / JOURNAL_FILE, "ab") as f:
+        f.write(bytes(4096))
+    with caplog.at_level(logging.WARNING):
+        reopened = Journal(directory)
+    try:
+        assert reopened.entries() == expected
+        assert "out of bounds" in caplog.text
         assert (directory / JOURNAL_FILE).stat().st_size == positions[2]
     finally:
         reopened.close()
@@ -261,45 +313,33 @@ def write_records(directory, entries):
     (directory / JOURNAL_FILE).write_bytes(data)
 
 
-@pytest.mark.parametrize(("indexes", "kept"), [
-    ([0, 1, 3, 4], 2),  # a gap
-    ([0, 1, 1], 2),  # a repeat
-    ([1, 2], 0),  # the first entry must be 0
+@pytest.mark.parametrize("indexes", [
+    [0, 1, 3, 4],  # a gap
+    [0, 1, 1],  # a repeat
+    [1, 2],  # the first entry must be 0
 ])
-def test_non_dense_index_ends_the_journal(directory, caplog, indexes, kept):
+def test_non_dense_index_refuses_to_start(directory, indexes):
+    """A whole record (good CRC) out of place is no torn write: corruption, even at the end."""
     write_records(directory, [batch_entry(index, 1) for index in indexes])
-    with caplog.at_level(logging.WARNING):
-        journal = Journal(directory)
-    try:
-        assert journal.end == kept
-        assert "index" in caplog.text
-    finally:
-        journal.close()
+    with pytest.raises(CorruptJournalError, match="where .* was expected"):
+        Journal(directory)
 
 
-def test_epoch_going_back_ends_the_journal(directory, caplog):
+def test_epoch_going_back_refuses_to_start(directory):
     write_records(directory, [batch_entry(0, 2), batch_entry(1, 3), batch_entry(2, 2)])
-    with caplog.at_level(logging.WARNING):
-        journal = Journal(directory)
-    try:
-        assert journal.end == 2 and journal.last_epoch == 3
-        assert "epoch 2 after epoch 3" in caplog.text
-    finally:
-        journal.close()
+    with pytest.raises(CorruptJournalError, match="epoch 2 after epoch 3"):
+        Journal(directory)
 
 
-def test_unknown_kind_on_disk_ends_the_journal(directory):
+def test_unknown_kind_on_disk_refuses_to_start(directory):
     good = encode_entry(batch_entry(0, 1))
     bad = bytearray(encode_entry(batch_entry(1, 1)))
     bad[8 + 12] = 77  # the kind byte
     struct.pack_into(">I", bad, 4, crc32c.crc32c(bytes(bad[8:])))
     directory.mkdir(parents=True)
     (directory / JOURNAL_FILE).write_bytes(b"KJNL\x00\x01\x00\x00" + good + bytes(bad))
-    journal = Journal(directory)
-    try:
-        assert journal.end == 1
-    finally:
-        journal.close()
+    with pytest.raises(CorruptJournalError, match="77"):
+        Journal(directory)
 
 
 @pytest.mark.parametrize("length", [0, 5, 10**6])
@@ -423,3 +463,33 @@ def test_flush_and_close(journal):
         journal.flush()
     with pytest.raises(JournalClosedError):
         journal.truncate(0)
+
+
+# -- topic ids -------------------------------------------------------------------------------
+
+
+def test_entries_name_the_incarnation_of_their_topic(journal, directory):
+    """Each CREATE_TOPIC starts an incarnation named by its (epoch, index); later entries of
+    the topic carry it, across a delete and re-create, a truncation and a reopen."""
+    journal.set_leading_epoch(2)
+    first = journal.append(2, EntryKind.CREATE_TOPIC, topic="t", partitions=1)
+    batch = journal.append(2, EntryKind.BATCH, topic="t", record_count=1, batch_bytes=10)
+    delete = journal.append(2, EntryKind.DELETE_TOPIC, topic="t")
+    second = journal.append(2, EntryKind.CREATE_TOPIC, topic="t", partitions=1)
+    later = journal.append(2, EntryKind.BATCH, topic="t", record_count=1, batch_bytes=10)
+    internal = journal.append(2, EntryKind.BATCH, topic="__offsets", record_count=1,
+                              batch_bytes=10)
+    assert first.topic_id == batch.topic_id == delete.topic_id == (2, 0)
+    assert second.topic_id == later.topic_id == (2, 3)
+    assert internal.topic_id is None and journal.incarnation("t") == (2, 3)
+    journal = reopen(journal, directory)
+    try:
+        assert [entry.topic_id for entry in journal.entries()] == [
+            (2, 0), (2, 0), (2, 0), (2, 3), (2, 3), None]
+        journal.truncate(3)  # the re-create is gone: the journal's t is the first again
+        assert journal.incarnation("t") == (2, 0)
+        stored = journal.append_replica(JournalEntry(3, 3, EntryKind.BATCH, "t", 0, 1, 1,
+                                                     batch_bytes=10))
+        assert stored.topic_id == (2, 0)
+    finally:
+        journal.close()

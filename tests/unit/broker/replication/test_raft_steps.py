@@ -24,6 +24,7 @@ from services.broker.replication.raft import (
     Role,
     RoleChanged,
     SendVotes,
+    StaleDivergence,
     Tick,
     Truncate,
     VoteRequest,
@@ -432,11 +433,34 @@ def test_follower_applies_entries_and_takes_the_commit_up_to_its_own_end():
     actions = node(FetchAnswered(2, Outcome.ENTRIES, 2, leader_id=2), at=3.0)
     assert actions == [ApplyEntries(), RoleChanged(Role.FOLLOWER, 2, 2)]
     assert node.state.last_leader_contact_s == 3.0 and fetch_target(node.state) == 2
-    assert node(LogChanged(node.state.log, leader_commit=9)) == [CommitAdvanced(3)]
-    assert node(LogChanged(node.state.log.appended(2, 4), leader_commit=5)) == [
+    assert node(LogChanged(node.state.log, leader_commit=9, matched_end=3)) == [
+        CommitAdvanced(3)]
+    assert node(LogChanged(node.state.log.appended(2, 4), leader_commit=5, matched_end=7)) == [
         CommitAdvanced(5)]
-    assert node(LogChanged(node.state.log, leader_commit=2)) == [], "never goes back"
+    assert node(LogChanged(node.state.log, leader_commit=2, matched_end=7)) == [], \
+        "never goes back"
     assert node(LogChanged(node.state.log.truncated(6))) == [] and node.state.commit == 5
+
+
+def test_follower_commit_counts_only_entries_that_match_the_leader():
+    """Finding 5: a journal tail the leader did not vouch for (a deposed leader's entry its
+    state machine learnt of late) is never counted committed, whatever the leader's commit."""
+    node = Node(1, epoch=2, log=_log((1, 2)))
+    node(FetchAnswered(2, Outcome.ENTRIES, 2, leader_id=2), at=3.0)
+    # The journal holds 3 entries (the last one unvalidated); the fetch was from end 2.
+    assert node(LogChanged(_log((1, 3)), leader_commit=9, matched_end=2)) == [
+        CommitAdvanced(2)]
+    assert node.state.commit == 2
+
+
+def test_divergence_below_the_commit_is_reported_not_dropped():
+    node = Node(1, epoch=2, log=_log((1, 4)))
+    node(FetchAnswered(2, Outcome.ENTRIES, 2, leader_id=2), at=3.0)
+    node(LogChanged(node.state.log, leader_commit=4, matched_end=4))
+    actions = node(FetchAnswered(2, Outcome.DIVERGING, 2, 2, diverging_epoch=1,
+                                 diverging_end=2), at=3.1)
+    assert actions == [StaleDivergence(2, 4, 2)]
+    assert node.state.log.end == 4 and node.state.commit == 4
 
 
 def test_follower_truncates_to_the_smaller_end_of_the_diverging_epoch():
