@@ -113,6 +113,15 @@ chaos-verify: $(STAMP) $(if $(CHAOS_LOCAL),,docker-image)
 		--pause-ratio $(CHAOS_PAUSE_RATIO) --victims $(CHAOS_VICTIMS) \
 		$(if $(CHAOS_LOCAL),--local) $(CHAOS_VERIFY_ARGS)
 
+# The replication state machine's soak (tests/unit/broker/replication/test_raft_property.py):
+# SOAK_ROUNDS rounds of the simulated cluster (about 3.4 steps a round), every safety and
+# liveness check on; a benchmark, not part of `make test`.
+SOAK_ROUNDS ?= 2000000
+.PHONY: soak
+soak: $(STAMP)
+	RAFT_SOAK_STEPS=$(SOAK_ROUNDS) $(PY) -m pytest -q -s --timeout=0 -k soak \
+		tests/unit/broker/replication/test_raft_property.py
+
 # Benchmarks (figures and how to read them: docs/benchmarks.md). BENCH_ROWS sizes the query one,
 # PIPELINE_ROWS the pipeline-vs-Spark-vs-DuckDB one (a generated sample, kept in /tmp).
 PIPELINE_ROWS ?= 2000000

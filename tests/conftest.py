@@ -29,6 +29,20 @@ def running_in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in CI_VALUES
 
 
+SOAK_ENV = "RAFT_SOAK_STEPS"
+
+
+def _deselect_soaks(config, items) -> None:
+    """Soaks are benchmarks (`make soak`), not tests of `make test`: deselected (not skipped)
+    unless RAFT_SOAK_STEPS sizes one."""
+    if os.environ.get(SOAK_ENV):
+        return
+    soaks = [item for item in items if item.get_closest_marker("soak")]
+    if soaks:
+        config.hook.pytest_deselected(items=soaks)
+        items[:] = [item for item in items if item not in soaks]
+
+
 def docker_problem() -> str | None:
     """Why no Docker engine answers here, or None when one does."""
     if shutil.which("docker") is None:
@@ -44,6 +58,7 @@ def docker_problem() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_soaks(config, items)
     if not any(item.get_closest_marker("docker") for item in items):
         return
     problem = docker_problem()

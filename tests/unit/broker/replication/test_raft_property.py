@@ -16,8 +16,9 @@ into partitions, while clients write at whoever leads:
   entry on every node.
 
 A soak runs more: `RAFT_SOAK_STEPS=2000000 pytest tests/unit/broker/replication/
-test_raft_property.py -k soak -s --timeout=0` (rounds in all; skipped when the variable is
-unset; `--timeout=0` lifts the suite's 600 s per-test limit)."""
+test_raft_property.py -k soak -s --timeout=0` (rounds in all; `make soak`; a benchmark, not part
+of `make test`: deselected when the variable is unset, tests/conftest.py; `--timeout=0` lifts the
+suite's 600 s per-test limit)."""
 
 import dataclasses
 import os
@@ -272,8 +273,7 @@ def test_broken_rules_are_caught(name, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("RAFT_SOAK_STEPS"),
-                    reason="set RAFT_SOAK_STEPS (rounds in all) to soak")
+@pytest.mark.soak
 def test_soak():
     budget = int(os.environ["RAFT_SOAK_STEPS"])
     total = Stats()
