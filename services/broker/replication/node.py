@@ -62,6 +62,7 @@ from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
+from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import (
@@ -358,7 +359,8 @@ class ReplicationNode:
     def sync_appended(self, upto: int | None = None) -> None:
         """Policy `entry`: fsync the journal and the partition bytes of its entries up to at
         least `upto` (default: the journal's end now), then let the state machine count them
-        as held. Nothing with policy `none`, nor when they are synced already. Grouped: callers
+        as held (SyncFailedError when an fsync fails: nothing more counts). Nothing with
+        policy `none`, nor when they are synced already. Grouped: callers
         queue on `_sync_lock`, and each sync covers everything appended before it started, so
         the waiters behind it usually find their entries covered and return at once."""
         if not self._syncing:
@@ -371,8 +373,14 @@ class ReplicationNode:
             start = self._synced_end
             if target <= start or (upto is not None and start >= upto):
                 return
-            self._sync_partitions(self.journal.entries(start, target))
-            self.journal.flush()  # after the partitions: an entry never outlives its bytes
+            try:
+                self._sync_partitions(self.journal.entries(start, target))
+                self.journal.flush()  # after the partitions: an entry never outlives its bytes
+            except OSError as exc:
+                log.error("broker %d: fsync of journal entries %d..%d failed: %s; they do not "
+                          "count as held", self.config.node_id, start, target, exc)
+                raise SyncFailedError(f"fsync of journal entries {start}..{target} failed: "
+                                      f"{exc}") from exc
             self.syncs += 1
             with self._lock:
                 if generation != self._truncation_generation:

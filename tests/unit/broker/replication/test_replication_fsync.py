@@ -5,6 +5,7 @@ fsync covered. The network is played by hand as in test_replication_safety.py.""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from concurrent.futures import Future
@@ -16,6 +17,7 @@ import pytest
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
 from services.broker.config import BrokerConfig
 from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal import JOURNAL_FILE
 from services.broker.replication.node import (
     PeerAddress,
@@ -144,6 +146,26 @@ def test_entry_follower_reports_no_fetch_end_past_what_it_fsynced(log, monkeypat
         assert request.fetch_end == 4 and follower.syncs == syncs_before + 1  # one per round
         assert fsyncs.journal_synced_end() >= 4 and fsyncs.t_synced_end_offset() >= 2
     finally:
+        follower.stop()
+
+
+def test_entry_follower_whose_fsync_fails_acknowledges_nothing_more(log, monkeypatch):
+    follower = node_with(ReplicationFsync.ENTRY, 2, log, Clock())
+    try:
+        data = stamped(batch(b"a"), 0)
+        follower._absorb_fetch(1, answer(1, 0, three_entries(data), data, leader=1))
+
+        def failing_fsync(_fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing_fsync)
+        sent: list[ReplicaFetchRequest] = []
+        monkeypatch.setattr(follower, "_send", lambda _peer, request: sent.append(request))
+        with pytest.raises(SyncFailedError, match="entries 0..3 failed"):
+            follower._fetch_once(1)  # the loop logs it and tries again next round
+        assert sent == [] and follower.synced_end == 0
+    finally:
+        monkeypatch.undo()
         follower.stop()
 
 
