@@ -4,10 +4,14 @@
         [--failovers 20]
 
 Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
-this machine; `repeats` rounds interleave them (single, cluster all, cluster one, ...) so the
-machine's noise is shared, each round producing the same pre-encoded idempotent batches (see
-scripts/bench_broker.py) with up to `--in-flight` requests unanswered. The ratio that matters
-is `cluster_acks_all_vs_single` = single round time / cluster round time, median over rounds.
+this machine, and beside them a second three-broker cluster started with
+`--replication-fsync entry` (acks=all; the others run the default, `none`: docs/replication.md);
+`repeats` rounds interleave them (single, cluster all, cluster one, cluster all fsync entry,
+...) so the machine's noise is shared, each round producing the same pre-encoded idempotent
+batches (see scripts/bench_broker.py) with up to `--in-flight` requests unanswered. The ratios
+that matter are `cluster_acks_all_vs_single` = single round time / cluster round time, and
+`fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
+cluster (the share of throughput the fsync policy keeps), medians over rounds.
 
 Failover: `failovers` times, the cluster's leader is SIGKILLed while a producer sends one
 small batch after another (acks=all) through the bootstrap list; the time from the kill to
@@ -60,8 +64,10 @@ def free_ports(count: int) -> list[int]:
 class LocalCluster:
     """N brokers (child processes) that know each other; `size` 1 is a lone broker."""
 
-    def __init__(self, work: Path, size: int, name: str) -> None:
+    def __init__(self, work: Path, size: int, name: str, extra_args: tuple[str, ...] = ()
+                 ) -> None:
         self.work = work
+        self.extra_args = extra_args  # passed to every broker (e.g. the fsync policy)
         # The brokers sign their peer frames with it (common/cluster_secret.py).
         self.secret_file = work / f"{name}-cluster-secret"
         write_secret_file(self.secret_file)
@@ -78,7 +84,7 @@ class LocalCluster:
                 f"127.0.0.1:{self.ports[node]}", "--data-dir",
                 str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING",
                 "--secret-file", str(self.secret_file)]
-        return argv + (["--peers", peers] if peers else [])
+        return argv + list(self.extra_args) + (["--peers", peers] if peers else [])
 
     def start(self, node: int) -> None:
         self.children[node] = Child(self.argv(node), self.work / f"{self.name}-{node}.log")
@@ -147,10 +153,13 @@ def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int
 def throughput(work: Path, args: argparse.Namespace) -> dict:
     single = LocalCluster(work, 1, "single")
     cluster = LocalCluster(work, args.brokers, "cluster")
-    rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": []}
+    synced = LocalCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
+    rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": [],
+                                      "cluster_acks_all_fsync_entry": []}
     try:
         create_topic(single)
         create_topic(cluster)
+        create_topic(synced)
         for repeat in range(args.repeats):
             # A fresh producer id per round: the broker would take the same sequences for
             # retries of the previous round's batches.
@@ -166,11 +175,18 @@ def throughput(work: Path, args: argparse.Namespace) -> dict:
                                     producer_id=(2000 + repeat).to_bytes(16, "big"))
             rounds["cluster_acks_1"].append(throughput_round(cluster, batches, args.in_flight,
                                                              ACKS_LEADER)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(3000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_all_fsync_entry"].append(throughput_round(
+                synced, batches, args.in_flight, ACKS_ALL)[0])
     finally:
         single.stop()
         cluster.stop()
+        synced.stop()
     payload_mb = args.records * args.record_bytes / 1e6
     ratios = [s / c for s, c in zip(rounds["single"], rounds["cluster_acks_all"], strict=True)]
+    fsync_ratios = [n / e for n, e in zip(rounds["cluster_acks_all"],
+                                          rounds["cluster_acks_all_fsync_entry"], strict=True)]
     return {
         "single_produce_mb_s": round(payload_mb / statistics.median(rounds["single"]), 1),
         "cluster_acks_all_produce_mb_s": round(
@@ -179,6 +195,12 @@ def throughput(work: Path, args: argparse.Namespace) -> dict:
             payload_mb / statistics.median(rounds["cluster_acks_1"]), 1),
         "cluster_acks_all_vs_single": round(statistics.median(ratios), 2),
         "cluster_acks_all_vs_single_each": [round(r, 2) for r in ratios],
+        "cluster_acks_all_fsync_entry_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_all_fsync_entry"]), 1),
+        "fsync_entry_vs_none": round(statistics.median(fsync_ratios), 2),
+        "fsync_entry_vs_none_each": [round(r, 2) for r in fsync_ratios],
+        "round_s_median": {name: round(statistics.median(times), 3)
+                           for name, times in rounds.items()},
     }
 
 

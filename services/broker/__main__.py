@@ -20,6 +20,7 @@ from common.heartbeat import HeartbeatSender, parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from services.broker.config import BrokerConfig, Peer
 from services.broker.metrics import broker_registry
+from services.broker.replication.node import ReplicationFsync
 from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
@@ -96,6 +97,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retention-check-interval-ms", type=int,
                         default=_default("retention_check_interval_ms"))
     parser.add_argument("--flush-interval-ms", type=int, default=None)
+    parser.add_argument("--replication-fsync", choices=[p.value for p in ReplicationFsync],
+                        default=_default("replication_fsync").value,
+                        help="when a broker counts a journal entry as held toward acks=all: "
+                             "none = in the page cache (Kafka's default; survives a SIGKILL "
+                             "and a minority of machines lost, not a power cut of every "
+                             "broker at once), entry = after fsyncing the journal and the "
+                             "data (Raft's, Redpanda's; survives that power cut too, costs "
+                             "throughput; docs/replication.md)")
     parser.add_argument("--fetch-wait-ms-max", type=int, default=_default("fetch_wait_ms_max"),
                         help="longest a caught-up FETCH long-polls, whatever it asks for")
     parser.add_argument("--replica-fetch-bytes-max", type=int,
@@ -127,7 +136,8 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         election_timeout_ms_min=args.election_timeout_ms_min,
         election_timeout_ms_max=args.election_timeout_ms_max,
         quorum_timeout_ms=args.quorum_timeout_ms,
-        replica_fetch_bytes_max=args.replica_fetch_bytes_max)
+        replica_fetch_bytes_max=args.replica_fetch_bytes_max,
+        replication_fsync=args.replication_fsync)
 
 
 def main(argv: list[str] | None = None) -> int:

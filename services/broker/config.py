@@ -8,6 +8,7 @@ from pathlib import Path
 from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from common.kaska.protocol.replication_bounds import NODE_ID_MAX
+from services.broker.replication.node import ReplicationFsync
 
 MIB = 1024 * 1024
 
@@ -67,8 +68,15 @@ class BrokerConfig:
     # What a follower asks for per fetch (Kafka's replica.fetch.max.bytes): bounds the answer a
     # leader builds and a follower applies in one round trip.
     replica_fetch_bytes_max: int = 8 * MIB
+    # When a broker counts a journal entry as held, toward acks=all (docs/replication.md,
+    # "Durability"): "none" (default, Kafka's) once in the page cache; "entry" (Raft's,
+    # Redpanda's) once the journal and the partition bytes are fsynced. A string is parsed;
+    # anything else raises ReplicationFsyncError naming the allowed values.
+    replication_fsync: ReplicationFsync = ReplicationFsync.NONE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "replication_fsync",
+                           ReplicationFsync.parse(self.replication_fsync))
         if self.frame_bytes_max < 1024:
             raise ValueError("frame_bytes_max below 1 KiB")
         if not 1024 <= self.control_body_bytes_max <= self.frame_bytes_max:

@@ -166,6 +166,9 @@ class ReplicaManager:
         anew), never a success inferred from offsets or indexes that another leader's entries
         may now cover (issue 20, finding 2; Raft §5.3, Kafka's leader epochs)."""
         node = self.node
+        # Fsync policy `entry`: the leader's own copy counts toward the majority only once
+        # synced (the first waiter of a group syncs for all; nothing with policy `none`).
+        node.sync_appended(entry.index + 1)
 
         def settled() -> bool:
             return node.entry_committed(entry.index, entry.epoch) or not self._leads(epoch)

@@ -8,7 +8,7 @@ that one the client must see (and retry against the new leader).
 
 from __future__ import annotations
 
-from common.kaska.errors import KaskaError, NotLeaderError
+from common.kaska.errors import KaskaError, KaskaStorageError, NotLeaderError
 
 
 class ReplicationError(KaskaError):
@@ -41,3 +41,10 @@ class JournalClosedError(ReplicationError, NotLeaderError):
     """The journal was closed (the broker is stopping). On the wire it is NOT_LEADER
     (retriable): a produce racing the shutdown is discarded, and its client retries on the
     next leader instead of giving up."""
+
+
+class SyncFailedError(ReplicationError, KaskaStorageError):
+    """An fsync of replication's fsync policy `entry` failed (EIO, ...): the entries it was to
+    cover are not counted as held, and a produce waiting on it is answered KAFKA_STORAGE_ERROR
+    (retriable). Linux may mark the failed pages clean, so a later fsync can succeed without
+    them: an operator should treat this broker's disk as suspect (it is logged as an error)."""

@@ -24,6 +24,16 @@ leads on a vote or a leadership its disk does not hold) and the step is simply t
 later. A follower whose apply is refused keeps what it applied so far (each entry whole) and
 fetches again after `storage_full_pause_s`: it stays behind and catches up once there is room.
 The commit index is persisted when there is room (it is only a lower bound).
+
+Fsync policy (`ReplicationConfig.fsync`, docs/replication.md "Durability"): with `none`
+(Kafka's) an entry counts as held once it is in the page cache; with `entry` (Raft's and
+Redpanda's) only once this broker fsynced the journal and the partition bytes its entries
+describe (`sync_appended`): a follower syncs before the REPLICA_FETCH whose fetch_end
+acknowledges them, a leader before its own copy counts toward the majority (the state
+machine's `synced_end`). The fsyncs are grouped: one per fetch round on a follower; on a leader
+one per group of produces waiting for acks (the first waiter syncs everything appended so far,
+the others find their entry covered) and one per loop round for the rest (acks=1, the NOOP).
+They run outside `_lock` (votes and fetches are answered meanwhile) under `_sync_lock`.
 """
 
 from __future__ import annotations
@@ -35,9 +45,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
-from common.kaska.errors import KaskaError, UnknownReplicaError
+from common.kaska.errors import KaskaError, UnknownReplicaError, UnknownTopicOrPartitionError
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.replica_fetch import (
     EntryHeader,
@@ -51,6 +62,7 @@ from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
+from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import (
@@ -60,7 +72,7 @@ from services.broker.replication.quorum_store import (
     QuorumStore,
 )
 from services.broker.replication.reconcile import reconcile
-from services.broker.storage.errors import StorageFullError
+from services.broker.storage.errors import PartitionClosedError, StorageFullError
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
@@ -77,6 +89,36 @@ _OUTCOME_FROM_WIRE = {
 
 # A peer is what METADATA calls a broker: node id, host, port (and "host:port").
 PeerAddress = BrokerInfo
+
+
+class ReplicationFsyncError(ValueError):
+    """A replication fsync policy that is not one of ReplicationFsync's values."""
+
+
+class ReplicationFsync(Enum):
+    """When a broker counts a journal entry as held (docs/replication.md, "Durability").
+
+    NONE   in the page cache is enough (Kafka: durability through replication). Survives a
+           SIGKILL of any broker and the loss of any minority of machines; a power cut of
+           every broker at once loses what the page caches held.
+    ENTRY  fsynced first, journal entry and partition bytes (Raft, Redpanda): a follower
+           before the fetch that acknowledges them, a leader before its copy counts. An
+           acknowledged (acks=all) batch also survives a power cut of every broker at once.
+    """
+
+    NONE = "none"
+    ENTRY = "entry"
+
+    @classmethod
+    def parse(cls, value: ReplicationFsync | str) -> ReplicationFsync:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ReplicationFsyncError(
+                f"replication fsync policy {value!r} is not one of "
+                f"{', '.join(policy.value for policy in cls)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +139,10 @@ class ReplicationConfig:
     commit_persist_interval_s: float = 0.2
     storage_full_pause_s: float = 1.0  # a round refused for lack of disk space: wait this long
     token: str | None = None
+    fsync: ReplicationFsync = ReplicationFsync.NONE  # see ReplicationFsync
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fsync", ReplicationFsync.parse(self.fsync))
 
     def raft_config(self) -> raft.RaftConfig:
         voters = frozenset({self.node_id, *(peer.node_id for peer in self.peers)})
@@ -163,8 +209,18 @@ class ReplicationNode:
         commit = min(commit, self.journal.end)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._syncing = config.fsync is ReplicationFsync.ENTRY
+        # Group fsyncs (sync_appended); lock order: _sync_lock → _lock, never held by _lock.
+        self._sync_lock = threading.Lock()
+        # The synced prefix: nothing at start, since a SIGKILL may have left what recovery
+        # found in the page cache only (the first sync fsyncs it all). Its generation moves
+        # with every truncation, so a sync that straddles one adopts nothing.
+        self._synced_end = 0
+        self._truncation_generation = 0
+        self.syncs = 0  # sync_appended calls that fsynced (tests, logs)
         self._state = raft.initial_state(self.raft_config, quorum.epoch, quorum.voted_for,
-                                         self._view(), commit, clock(), self._rng)
+                                         self._view(), commit, clock(), self._rng,
+                                         synced_end=0 if self._syncing else None)
         self._hw: dict[tuple[str, int], int] = {}
         self._applied = 0  # entries below it are applied (in memory: the high watermarks)
         # The effects of the entries below it were done before this start (issue 20, finding
@@ -294,6 +350,53 @@ class ReplicationNode:
         with self._lock:
             self._step_locked(raft.LogChanged(self._view()))
             self._changed.notify_all()
+
+    @property
+    def synced_end(self) -> int | None:
+        """The end of the fsynced journal prefix (policy `entry`); None with policy `none`."""
+        return self._synced_end if self._syncing else None
+
+    def sync_appended(self, upto: int | None = None) -> None:
+        """Policy `entry`: fsync the journal and the partition bytes of its entries up to at
+        least `upto` (default: the journal's end now), then let the state machine count them
+        as held (SyncFailedError when an fsync fails: nothing more counts). Nothing with
+        policy `none`, nor when they are synced already. Grouped: callers
+        queue on `_sync_lock`, and each sync covers everything appended before it started, so
+        the waiters behind it usually find their entries covered and return at once."""
+        if not self._syncing:
+            return
+        if upto is not None and self._synced_end >= upto:
+            return
+        with self._sync_lock:
+            generation = self._truncation_generation  # before the end it may invalidate
+            target = self.journal.end
+            start = self._synced_end
+            if target <= start or (upto is not None and start >= upto):
+                return
+            try:
+                self._sync_partitions(self.journal.entries(start, target))
+                self.journal.flush()  # after the partitions: an entry never outlives its bytes
+            except OSError as exc:
+                log.error("broker %d: fsync of journal entries %d..%d failed: %s; they do not "
+                          "count as held", self.config.node_id, start, target, exc)
+                raise SyncFailedError(f"fsync of journal entries {start}..{target} failed: "
+                                      f"{exc}") from exc
+            self.syncs += 1
+            with self._lock:
+                if generation != self._truncation_generation:
+                    return  # truncated meanwhile: what was synced may not be those entries
+                self._synced_end = max(self._synced_end, target)
+                self._step_locked(raft.LogChanged(self._view(), synced_end=self._synced_end))
+                self._changed.notify_all()
+
+    def _sync_partitions(self, entries: list[JournalEntry]) -> None:
+        keys = {(entry.topic, entry.partition) for entry in entries
+                if entry.kind in (EntryKind.BATCH, EntryKind.SKIPPED)}
+        for topic, partition in sorted(keys):
+            try:
+                self._log.partition(topic, partition).sync()
+            except (UnknownTopicOrPartitionError, PartitionClosedError):
+                continue  # deleted since: no bytes left to keep
 
     def tick(self) -> None:
         with self._lock:
@@ -520,6 +623,8 @@ class ReplicationNode:
         self._settle_offsets()
         state = self._state
         if state.role is raft.Role.LEADER or not self._peers:
+            # What no produce waiter synced (its NOOP, acks=1 batches) counts within a round.
+            self.sync_appended()
             self._stop.wait(self.config.tick_interval_s)
             return
         if state.pre_voting or state.role is raft.Role.CANDIDATE:
@@ -572,7 +677,15 @@ class ReplicationNode:
 
     def _fetch_once(self, leader: int | None) -> None:
         target = leader if leader is not None else self._round_robin_peer()
+        # The request's fetch_end acknowledges every entry below it (the leader counts it in
+        # its match): with policy `entry` they are fsynced first, all of the last round's at
+        # once. Only this thread appends to a follower's journal, so none come in between.
+        self.sync_appended()
         state = self._state
+        if self._syncing and self._synced_end < state.log.end:
+            # A truncation straddled the sync: never report unsynced entries; next round.
+            self._stop.wait(self.config.tick_interval_s)
+            return
         request = ReplicaFetchRequest(
             self.config.node_id, state.epoch, state.log.end, state.log.last_epoch,
             self.config.fetch_bytes_max, self.config.fetch_wait_ms if leader is not None else 0)
@@ -726,13 +839,16 @@ class ReplicationNode:
         for topic in created:
             if topic in self._log.topics():
                 self._log.delete_topic(topic)
-        self.journal.truncate(end)
+        self.journal.truncate(end)  # fsynced: the prefix below `end` stays synced
+        self._truncation_generation += 1
+        self._synced_end = min(self._synced_end, end)
         self.counters.truncations += 1
         log.info("broker %d: truncated the journal to %d (%d entries dropped)",
                  self.config.node_id, end, len(doomed))
         if any(key[0] == OFFSETS_TOPIC for key in cut):
             self._offsets_reload = True
-        self._step_locked(raft.LogChanged(self._view()))
+        self._step_locked(raft.LogChanged(
+            self._view(), synced_end=self._synced_end if self._syncing else None))
 
     # -- network ----------------------------------------------------------------------------
 

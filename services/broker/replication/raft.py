@@ -15,7 +15,9 @@ Rules (docs/replication.md has the why):
   ignores vote requests (Raft §4.2.3), so a rejoining broker cannot depose a healthy leader;
 - a candidate wins with a majority; a new leader appends a NOOP entry of its epoch;
 - the leader commits index n once a majority holds it and n > epoch_start (its NOOP): only
-  entries of its own epoch are counted (Raft §5.4.2);
+  entries of its own epoch are counted (Raft §5.4.2); the leader itself holds the entries below
+  `synced_end` when one is kept (fsync policy `entry`: only what it fsynced counts), else its
+  whole journal;
 - a leader not fetched from by a majority within `quorum_timeout_s` steps down;
 - followers fetch `(fetch_end, last_fetched_epoch)`; the leader answers entries, or where the
   follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there;
@@ -130,6 +132,10 @@ class RaftState:
     epoch_start: int = 0  # leader: index of its NOOP
     match: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader: peer → end
     last_fetch_s: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader
+    # The end of this broker's fsynced journal prefix (fsync policy `entry`): a leader counts
+    # only it toward the majority. None: no fsync policy, the whole journal counts (Kafka's
+    # durability through replication alone).
+    synced_end: int | None = None
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -197,11 +203,13 @@ class LogChanged:
     """The journal changed under the state machine's feet: the leader appended, the follower
     applied entries or truncated. `leader_commit`: the commit index the leader sent with them;
     `matched_end` (required with it): the end of the prefix known to match the leader -- the
-    fetch's `fetch_end`, which the leader checked, plus the entries appended from its answer."""
+    fetch's `fetch_end`, which the leader checked, plus the entries appended from its answer.
+    `synced_end`: the new end of the fsynced prefix (fsync policy `entry`), None: unchanged."""
 
     log: LogView
     leader_commit: int | None = None
     matched_end: int | None = None
+    synced_end: int | None = None
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -288,11 +296,13 @@ Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | Com
 
 
 def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: LogView,
-                  commit: int, now: float, rng: random.Random) -> RaftState:
-    """A (re)started broker: a follower that knows no leader, with what it persisted."""
+                  commit: int, now: float, rng: random.Random,
+                  synced_end: int | None = None) -> RaftState:
+    """A (re)started broker: a follower that knows no leader, with what it persisted.
+    `synced_end`: see RaftState (0 with fsync policy `entry`: nothing counts until synced)."""
     deadline = now if config.voters == {config.node_id} else now + _timeout(config, rng)
     return RaftState(epoch=epoch, voted_for=voted_for, log=log, commit=min(commit, log.end),
-                     election_deadline_s=deadline)
+                     election_deadline_s=deadline, synced_end=synced_end)
 
 
 def step(config: RaftConfig, state: RaftState, event: Event, now: float,
@@ -463,8 +473,16 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     return state
 
 
+def _held_end(state: RaftState) -> int:
+    """The end of the journal prefix this broker counts as holding: all of it, or (fsync
+    policy `entry`) only what it fsynced -- a power cut would take the rest."""
+    if state.synced_end is None:
+        return state.log.end
+    return min(state.log.end, state.synced_end)
+
+
 def _advance_leader_commit(config, state, actions):
-    ends = sorted([state.log.end, *(state.match.get(p, 0) for p in config.peers)],
+    ends = sorted([_held_end(state), *(state.match.get(p, 0) for p in config.peers)],
                   reverse=True)
     candidate = ends[config.majority - 1]
     if candidate > state.commit and candidate > state.epoch_start:
@@ -511,6 +529,8 @@ def _on_leader_hint(config, state, event: FetchAnswered, now, rng, actions):
 
 def _on_log_changed(config, state, event: LogChanged, now, rng, actions):
     state = replace(state, log=event.log)
+    if event.synced_end is not None:
+        state = replace(state, synced_end=event.synced_end)
     if state.role is Role.LEADER:
         return _advance_leader_commit(config, state, actions)
     if event.leader_commit is not None:

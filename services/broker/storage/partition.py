@@ -53,6 +53,13 @@ partition is not synced either: if a machine crash lost its new segment file, re
 creates it again.) Snapshot files are fsynced only when `flush_interval_ms` is set; one torn
 by a machine crash fails its CRC and is ignored.
 
+`sync()` is replication's fsync (fsync policy `entry`, docs/replication.md), separate from the
+flush schedule above: it fsyncs the segment files appended to since the last `sync()` (all of
+them after an open: a SIGKILL may have left recovered bytes in the page cache only), and the
+directory when the segment list changed, with the fsyncs themselves outside the lock, so
+appends to the partition go on meanwhile. Truncations are not synced: bytes a machine crash
+brings back past the journal are cut by `reconcile` at the next start.
+
 Full disk (disk_space.py): every write that needs new blocks -- the reservation of a batch's
 bytes in the active segment, a roll's snapshot and segment files, the new segment of a restart
 -- raises StorageFullError before anything of it is visible: the append, roll or restart did
@@ -131,6 +138,9 @@ class PartitionLog:
         self._last_flush_ms = clock_ms()
         segments = self._recover()
         self._publish(segments)
+        # What sync() has yet to fsync, and the segment list it last saw (None: never synced).
+        self._unsynced: list[LogSegment] = list(segments)
+        self._synced_bases: tuple[int, ...] | None = None
         self._leo = segments[-1].next_offset
         self._snapshots.delete_outside(segments[0].base_offset, self._leo)
 
@@ -320,6 +330,11 @@ class PartitionLog:
             self._snapshots.write(offset, table, durable)
 
     def _note_written(self, segment: LogSegment) -> None:
+        # Kept whatever the flush schedule: each live segment at most once (see _forget); the
+        # membership test runs only when the append moved to another segment (a roll).
+        if (not self._unsynced or self._unsynced[-1] is not segment) \
+                and all(s is not segment for s in self._unsynced):
+            self._unsynced.append(segment)
         if self.config.flush_interval_ms is None:
             return
         if not self._unflushed or self._unflushed[-1] is not segment:
@@ -517,7 +532,9 @@ class PartitionLog:
                 and now_ms - segment.max_timestamp_ms > config.retention_ms)
 
     def _forget(self, segment: LogSegment) -> None:
+        """A segment leaves the log (deleted): nothing of it needs an fsync any more."""
         self._unflushed = [s for s in self._unflushed if s is not segment]
+        self._unsynced = [s for s in self._unsynced if s is not segment]
 
     # -- durability and lifetime ---------------------------------------------------------
 
@@ -541,6 +558,32 @@ class PartitionLog:
         self._dirty = False
         self._last_flush_ms = self._clock_ms()
 
+    def sync(self) -> int:
+        """fsync every segment appended to since the last sync (and the directory when the
+        segment list changed since); returns the number of files fsynced. Everything appended
+        before the call is durable when it returns. The fsyncs run outside the partition lock:
+        a segment object keeps its descriptor open (segment.py), even once sealed or deleted.
+        On an OSError the segments stay due, so a later sync tries them again."""
+        with self._lock:
+            self._check_open()
+            due, self._unsynced = self._unsynced, []
+            bases = self._view[1]
+            directory_changed = bases != self._synced_bases
+        try:
+            for segment in due:
+                # fsync on the descriptor also writes back pages dirtied through the map
+                # (Linux: one page cache), so the active segment needs no msync of its map.
+                os.fsync(segment.fd)
+            if directory_changed:
+                fsync_directory(self.directory)
+        except OSError:
+            with self._lock:
+                self._unsynced = [*due, *(s for s in self._unsynced if s not in due)]
+            raise
+        with self._lock:
+            self._synced_bases = bases
+        return len(due) + int(directory_changed)
+
     def close(self) -> None:
         """Unmap and close; readers still holding slices keep their files until done.
         Idempotent. Later calls raise PartitionClosedError."""
@@ -553,6 +596,9 @@ class PartitionLog:
             for segment in self._view[0]:
                 segment.close()
             self._view = ((), ())
+            # Their descriptors close with the last holder: these lists must not be one.
+            self._unsynced = []
+            self._unflushed = []
 
     # -- recovery ------------------------------------------------------------------------
 
