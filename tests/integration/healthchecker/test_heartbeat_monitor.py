@@ -208,7 +208,8 @@ def test_a_connection_closed_without_goodbye_is_a_loss_and_a_goodbye_is_not():
         # Both closes taken in hand (absence of a Lost cannot be waited on; this can): no
         # connection left, then an event from the server's one thread after those handlers.
         wait_until(lambda: server.connection_count == 0, 5)
-        later = HeartbeatSender("later", targets=[server.address], interval_s=0.05).start()
+        later = HeartbeatSender("later", targets=[server.address], interval_s=0.05,
+                                secret=SECRET).start()
         try:
             wait_until(lambda: Seen("later", later.instance) in events, 5)
         finally:
