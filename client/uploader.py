@@ -57,6 +57,10 @@ SENDER_QUEUE_DEPTH = 4  # messages waiting per sender: enough to never leave one
 ACK_POLL_S = 0.05
 
 
+class UploadConfigError(ValueError):
+    """An upload setting out of range."""
+
+
 class UploadInterruptedError(Exception):
     """The stop event was set (SIGTERM): the upload stopped between two messages."""
 
@@ -88,7 +92,7 @@ class UploadSettings:
 
     def __post_init__(self) -> None:
         if self.rows_per_s_max < 0:
-            raise ValueError(f"rows_per_s_max must be >= 0 (0: no ceiling), got "
+            raise UploadConfigError(f"rows_per_s_max must be >= 0 (0: no ceiling), got "
                              f"{self.rows_per_s_max}")
 
 

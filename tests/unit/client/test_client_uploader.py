@@ -11,6 +11,7 @@ from client.patience import BrokerRefusedError
 from client.uploader import (
     AckedPrefix,
     FileUploader,
+    UploadConfigError,
     UploadInterruptedError,
     UploadPacer,
     UploadSettings,
@@ -205,5 +206,5 @@ def test_a_paced_upload_sends_everything_and_a_stop_cuts_its_wait_short(tmp_path
 
 
 def test_upload_settings_refuse_a_negative_ceiling():
-    with pytest.raises(ValueError, match="rows_per_s_max"):
+    with pytest.raises(UploadConfigError, match="rows_per_s_max"):
         UploadSettings(rows_per_s_max=-1.0)
