@@ -221,6 +221,11 @@ def test_each_broker_killed_once_leader_included_session_exact_upload_kept_movin
     events = EventRecorder(deployment).start()
     progress = ProgressReader(results_dir / "state").start()
     deployment.wait_for_log("client-1", r"session of", START_TIMEOUT_S)
+    # The first kill must land while acknowledgements flow: on a quiet machine a killed broker
+    # is back in ~2 s, which once fell entirely before the client's first acknowledgement.
+    deployment.wait_for("the client's first acknowledged message",
+                        lambda: progress.readings and progress.readings[-1].acked > 0,
+                        START_TIMEOUT_S)
 
     kills: list[BrokerKill] = []
     while len(kills) < len(BROKERS):
