@@ -10,9 +10,9 @@ while the others elect a new leader within 1-3 s. So an answer that is late by
 makes the client ask another broker for METADATA every `leader_probe_interval_s`, in turn,
 each bounded by `leader_probe_timeout_s`; when one names a newer leader (higher epoch), the
 request is abandoned (LeaderMovedError, maybe delivered: idempotence makes the retry safe)
-and retried there at once, and the silent broker is shunned (leaders.py). Metadata itself is asked with
-the probe's short bound, one broker after another, so a paused broker first in the bootstrap
-list costs one bound, not the request timeout.
+and retried there at once, and the silent broker is shunned (leaders.py). METADATA itself is
+asked with the probe's short bound, one broker after another, so a paused broker first in the
+bootstrap list costs one bound, not the request timeout.
 
 Thread-safe: one lock guards the connection table and the bootstrap rotation; the leader
 table has its own; requests run outside both.

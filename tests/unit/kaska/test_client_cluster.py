@@ -13,8 +13,8 @@ from common.kaska.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from common.kaska.protocol.metadata import BrokerInfo, MetadataResponse, PartitionInfo
 from common.kaska.producer import producer_id_bytes
+from common.kaska.protocol.metadata import BrokerInfo, MetadataResponse, PartitionInfo
 from common.kaska.retry import RetryPolicy
 
 
