@@ -705,10 +705,11 @@ class ReplicationNode:
 
     def _await_fetch_answer(self, future: Future, epoch: int, target: int) -> bool:
         """Wait for a fetch's answer (at most request_timeout_s; `_result` then judges it);
-        False when, meanwhile, this broker took a newer epoch or learned another leader. A
-        server thread does that when it grants a vote: the target is frozen or deposed, and
-        the successor needs this follower's next fetch to commit its first entry -- waiting
-        out a paused leader's fetch would add up to request_timeout_s to every failover."""
+        False when, meanwhile, this broker took a newer epoch or learned another leader, or
+        its election timeout passed. A server thread takes a newer epoch when it grants a
+        vote: the target is frozen or deposed, and the successor needs this follower's next
+        fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
+        request_timeout_s to every failover, at the election and again at the commit."""
         deadline = time.monotonic() + self.config.request_timeout_s
         while not future.done():
             remaining_s = deadline - time.monotonic()
@@ -718,6 +719,12 @@ class ReplicationNode:
             if state.epoch != epoch or raft.fetch_target(state) not in (None, target):
                 log.info("broker %d: fetch from %d abandoned: epoch %d, leader %s now",
                          self.config.node_id, target, state.epoch, state.leader_id)
+                return False
+            if state.role is raft.Role.FOLLOWER and self._clock() >= state.election_deadline_s:
+                # The leader has been silent for a whole election timeout: the loop must
+                # tick (and run the pre-vote) now, not after this fetch's own timeout.
+                log.info("broker %d: fetch from %d abandoned: election timeout",
+                         self.config.node_id, target)
                 return False
             try:
                 future.result(timeout=min(remaining_s, self.config.tick_interval_s))
