@@ -176,8 +176,8 @@ class Cluster:
 
     def _probe(self, other: Address, route, address: Address) -> str | None | bool:
         """Ask `other` who leads `route` (the cluster when None): why waiting on `address` is
-        pointless (`other` names a newer leader), None (it does not), or False when `other`
-        did not answer or cannot tell (the next broker is asked)."""
+        pointless (`other` names a newer leader), None (it names `address`), or False when
+        `other` did not answer or names no leader (the next broker is asked at once)."""
         request = MetadataRequest((route[0],) if route else ())
         try:
             response = self._connection(other, self.leader_probe_timeout_s).request(
@@ -187,7 +187,9 @@ class Cluster:
             return False
         if route is None:
             named = self.leaders.absorb_cluster_leader(response)
-            if named is None or named[0] == address:
+            if named is None:
+                return False
+            if named[0] == address:
                 return None
             with self._lock:
                 self._controller = named[0]
@@ -198,7 +200,9 @@ class Cluster:
         except UnknownTopicOrPartitionError:
             return False  # a lagging broker that has not created the topic yet
         leader = self.leaders.leader(route)
-        if leader is None or leader == address:
+        if leader is None:
+            return False  # an election under way there: another broker may know its outcome
+        if leader == address:
             return None
         return (f"{other[0]}:{other[1]} names {leader[0]}:{leader[1]} leader of "
                 f"{route[0]}/{route[1]} at epoch {self.leaders.epoch(route)}")

@@ -695,7 +695,11 @@ class ReplicationNode:
                 self._step_locked(raft.FetchAnswered(target, raft.Outcome.FAILED))
             self._stop.wait(self.config.tick_interval_s)
             return
-        if not self._await_fetch_answer(future, state.epoch, target):
+        # A fetch to find the leader asks for no wait: a live peer answers it at once, so one
+        # that does not within vote_timeout_s is paused or gone -- ask the next.
+        answer_timeout_s = self.config.request_timeout_s if leader is not None \
+            else self.config.vote_timeout_s
+        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s):
             return  # the epoch moved on meanwhile: fetch from whoever leads it, at once
         response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
         if response is None:
@@ -703,14 +707,15 @@ class ReplicationNode:
             return
         self._absorb_fetch(target, response, request.fetch_end)
 
-    def _await_fetch_answer(self, future: Future, epoch: int, target: int) -> bool:
-        """Wait for a fetch's answer (at most request_timeout_s; `_result` then judges it);
+    def _await_fetch_answer(self, future: Future, epoch: int, target: int,
+                            timeout_s: float) -> bool:
+        """Wait for a fetch's answer (at most timeout_s; `_result` then judges it);
         False when, meanwhile, this broker took a newer epoch or learned another leader, or
         its election timeout passed. A server thread takes a newer epoch when it grants a
         vote: the target is frozen or deposed, and the successor needs this follower's next
         fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
         request_timeout_s to every failover, at the election and again at the commit."""
-        deadline = time.monotonic() + self.config.request_timeout_s
+        deadline = time.monotonic() + timeout_s
         while not future.done():
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
