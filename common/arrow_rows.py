@@ -35,8 +35,24 @@ FRAME_MAGIC = {b"\x04\x22\x4d\x18": "lz4", b"\x28\xb5\x2f\xfd": "zstd"}
 _CODECS = {"lz4": pa.Codec("lz4"), "zstd": pa.Codec("zstd", compression_level=1)}
 
 
+# What one payload may decode to. A client's slice is ~0.1-1 MB decoded; a frame that inflates
+# past this is hostile (LZ4 reaches ~250x, Zstandard far more), and is refused before the
+# memory of a Spark Python worker is.
+DECODED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+
+
 class MalformedRowsPayloadError(ValueError):
     """A record that is not an Arrow IPC stream of one or more record batches."""
+
+
+class RowsPayloadTooLargeError(MalformedRowsPayloadError):
+    """A compressed payload that decodes to more than its bound (`decoded_bytes_max`)."""
+
+    decoded_bytes_max: int
+
+    def __init__(self, decoded_bytes_max: int) -> None:
+        super().__init__(f"rows payload decodes to more than {decoded_bytes_max} bytes")
+        self.decoded_bytes_max = decoded_bytes_max
 
 
 def encode_rows(batch: pa.RecordBatch, compression: str | None = COMPRESSION_DEFAULT) -> bytes:
@@ -54,15 +70,21 @@ def encode_rows(batch: pa.RecordBatch, compression: str | None = COMPRESSION_DEF
     return _CODECS[compression].compress(sink.getvalue(), asbytes=True)
 
 
-def open_rows(payload: bytes | memoryview,
-              options: ipc.IpcReadOptions | None = None) -> ipc.RecordBatchStreamReader:
+def open_rows(payload: bytes | memoryview, options: ipc.IpcReadOptions | None = None,
+              decoded_bytes_max: int = DECODED_BYTES_MAX_DEFAULT
+              ) -> ipc.RecordBatchStreamReader:
     """An IPC stream reader over one payload, whichever form it has; raises
-    MalformedRowsPayloadError when it is no stream."""
+    MalformedRowsPayloadError when it is no stream, RowsPayloadTooLargeError when a frame
+    decodes to more than `decoded_bytes_max` (a plain stream is bounded by its own size)."""
     source = pa.BufferReader(pa.py_buffer(payload))
     codec = FRAME_MAGIC.get(bytes(payload[:4]))
-    if codec is not None:
-        source = pa.CompressedInputStream(source, codec)
     try:
+        if codec is not None:
+            # Decoded whole, at most one byte past the bound: never more memory than that.
+            decoded = pa.CompressedInputStream(source, codec).read_buffer(decoded_bytes_max + 1)
+            if decoded.size > decoded_bytes_max:
+                raise RowsPayloadTooLargeError(decoded_bytes_max)
+            source = pa.BufferReader(decoded)
         return ipc.open_stream(source, options=options)
     except (pa.ArrowInvalid, pa.ArrowIOError) as err:
         raise MalformedRowsPayloadError(f"not an Arrow IPC rows payload: {err}") from err

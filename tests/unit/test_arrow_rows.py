@@ -4,10 +4,14 @@ import pyarrow as pa
 import pytest
 
 from common.arrow_rows import (
+    DECODED_BYTES_MAX_DEFAULT,
     FRAME_MAGIC,
     MalformedRowsPayloadError,
+    RowsPayloadTooLargeError,
     decode_rows,
     encode_rows,
+    open_rows,
+    read_all,
     with_row_ids,
 )
 
@@ -90,3 +94,21 @@ def test_torn_or_corrupt_frames_are_a_named_error(compression, cut):
         return  # the usual outcome
     # A flipped byte inside string data may still decode: then it is data, with row ids intact.
     assert table.num_rows == 3
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_frame_that_inflates_past_the_bound_is_refused_before_it_is_decoded(codec):
+    # 96 MiB of zeros squeezed into a frame of a few KB: a decompression bomb.
+    bomb = pa.Codec(codec).compress(b"\0" * (96 << 20), asbytes=True)
+    assert len(bomb) < 1 << 20
+    with pytest.raises(RowsPayloadTooLargeError) as info:
+        decode_rows(bomb)
+    assert info.value.decoded_bytes_max == DECODED_BYTES_MAX_DEFAULT
+
+
+def test_the_bound_is_the_callers():
+    payload = encode_rows(_rows(), compression="lz4")
+    decoded = len(encode_rows(_rows(), compression=None))
+    assert read_all(open_rows(payload, decoded_bytes_max=decoded)).num_rows == 3
+    with pytest.raises(RowsPayloadTooLargeError):
+        open_rows(payload, decoded_bytes_max=decoded - 1)
