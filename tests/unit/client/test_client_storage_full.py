@@ -45,7 +45,7 @@ def test_the_cluster_retries_a_storage_error(monkeypatch):
         def __init__(self, address, **_options):
             self.address = address
 
-        def request(self, request, timeout_s=None):
+        def request(self, request, timeout_s=None, watch=None):
             return answer()
 
         def close(self, reason=""):
