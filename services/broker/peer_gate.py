@@ -40,7 +40,6 @@ from common.kaska.errors import InvalidRequestError, InvalidResponseError
 from common.kaska.protocol.frames import VERSION
 from common.kaska.protocol.peer_auth import (
     AnswerMac,
-    ForeignClusterPeerFrameError,
     ForgedPeerFrameError,
     ImpostorPeerFrameError,
     MalformedPeerFrameError,

@@ -53,8 +53,8 @@ from common.kaska.errors import AuthenticationError
 TAG_BYTES = 32
 CLUSTER_ID_BYTES_MAX = 32
 # sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation, learner
-_REQUEST_STAMP = struct.Struct(">IIQQQ%dsQB" % CLUSTER_ID_BYTES_MAX)
-_ANSWER_STAMP = struct.Struct(">I%dsQ" % CLUSTER_ID_BYTES_MAX)  # responder, cluster_id, data_inc.
+_REQUEST_STAMP = struct.Struct(f">IIQQQ{CLUSTER_ID_BYTES_MAX}sQB")
+_ANSWER_STAMP = struct.Struct(f">I{CLUSTER_ID_BYTES_MAX}sQ")  # responder, cluster_id, data_inc.
 _BINDING = struct.Struct(">IIQQ")  # the request's sender, receiver, incarnation, counter
 _API_VERSION = struct.Struct(">HH")
 _API = struct.Struct(">H")

@@ -43,7 +43,7 @@ from services.broker.replication.errors import ReplicationError
 IDENTITY_NAME = "identity"
 CLUSTER_ID_ENV = "FLIGHTS_KASKA_CLUSTER_ID"
 _PAYLOAD_BYTES_MAX = 4096
-_CLUSTER_ID = re.compile(r"[A-Za-z0-9._-]{1,%d}" % CLUSTER_ID_BYTES_MAX)
+_CLUSTER_ID = re.compile(rf"[A-Za-z0-9._-]{{1,{CLUSTER_ID_BYTES_MAX}}}")
 INCARNATION_MAX = 2**64 - 1
 
 

@@ -4,8 +4,8 @@
 secret, its incarnation (start time in nanoseconds) and one counter for all its frames (each
 receiver sees a rising subsequence, which its replay window accepts), and its identity: the
 cluster id, its broker (data directory) incarnation and whether it is a learner, which the
-replication node sets (`identify`) from replication/identity.py and its state machine. `PeerLink` wraps the
-connection to one peer: it encodes a request, signs it for that peer
+replication node sets (`identify`) from replication/identity.py and its state machine.
+`PeerLink` wraps the connection to one peer: it encodes a request, signs it for that peer
 (common/kaska/protocol/peer_auth.py) and checks the answer before anyone reads it -- signed by
 that peer, for this very request, every number in range
 (common/kaska/protocol/replication_bounds.py). A refused answer fails the request's future with
