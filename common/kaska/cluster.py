@@ -1,35 +1,59 @@
 """What the admin, producer and consumer share: the bootstrap list, one connection per broker,
-who leads which partition (METADATA, refreshed on NOT_LEADER and unknown-partition answers,
-NOT_LEADER's leader hint followed at once) and the retry loop with exponential backoff.
+who leads which partition (`LeaderTable`: METADATA fenced by leader epoch, refreshed on
+NOT_LEADER and unknown-partition answers, NOT_LEADER's leader hint followed at once) and the
+retry loop with exponential backoff.
 
-Thread-safe: one lock guards the connection and leader tables; requests run outside it.
+A frozen leader costs seconds, not the request timeout (issue 21). A SIGSTOPped or cut-off
+broker keeps its connections open, so its requests would wait out `request_timeout_s` (30 s)
+while the others elect a new leader within 1-3 s. So an answer that is late by
+`leader_probe_after_s` (a long poll too: a frozen leader looks like one with nothing to send)
+makes the client ask another broker for METADATA every `leader_probe_interval_s`, in turn,
+each bounded by `leader_probe_timeout_s`; when one names a newer leader (higher epoch), the
+request is abandoned (LeaderMovedError, maybe delivered: idempotence makes the retry safe)
+and retried there at once, and the silent broker is shunned (leaders.py). METADATA itself is
+asked with the probe's short bound, one broker after another, so a paused broker first in the
+bootstrap list costs one bound, not the request timeout.
+
+Thread-safe: one lock guards the connection table and the bootstrap rotation; the leader
+table has its own; requests run outside both.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Sequence
 
-from common.kaska.connection import RESPONSE_BYTES_MAX_DEFAULT, BrokerConnection
+from common.kaska.connection import RESPONSE_BYTES_MAX_DEFAULT, BrokerConnection, RequestWatch
 from common.kaska.errors import (
     BrokerUnavailableError,
     ConnectionLostError,
     InvalidResponseError,
     KaskaError,
+    LeaderMovedError,
     NotLeaderError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest
+from common.kaska.leaders import LeaderTable
+from common.kaska.protocol.metadata import MetadataRequest
 from common.kaska.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 # Failures after which the request may have reached the broker and been applied.
-MAYBE_DELIVERED = (ConnectionLostError, RequestTimedOutError, InvalidResponseError)
+MAYBE_DELIVERED = (ConnectionLostError, RequestTimedOutError, InvalidResponseError,
+                   LeaderMovedError)
+# Errors after which the broker is dropped: its connection is closed and the next attempt
+# looks elsewhere.
+BROKER_FAILED = (BrokerUnavailableError, ConnectionLostError, RequestTimedOutError,
+                 InvalidResponseError, LeaderMovedError)
+LEADER_PROBE_AFTER_S_DEFAULT = 1.0
+LEADER_PROBE_INTERVAL_S_DEFAULT = 0.5
+LEADER_PROBE_TIMEOUT_S_DEFAULT = 1.0
 
 
 def parse_address(text: str) -> Address:
@@ -51,17 +75,24 @@ class Cluster:
     def __init__(self, brokers: str | Sequence[str], *, token: str | None = None,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0,
                  retry: RetryPolicy | None = None,
-                 response_bytes_max: int = RESPONSE_BYTES_MAX_DEFAULT) -> None:
+                 response_bytes_max: int = RESPONSE_BYTES_MAX_DEFAULT,
+                 leader_probe_after_s: float = LEADER_PROBE_AFTER_S_DEFAULT,
+                 leader_probe_interval_s: float = LEADER_PROBE_INTERVAL_S_DEFAULT,
+                 leader_probe_timeout_s: float = LEADER_PROBE_TIMEOUT_S_DEFAULT) -> None:
+        if min(leader_probe_after_s, leader_probe_interval_s, leader_probe_timeout_s) <= 0:
+            raise ValueError("the leader probe's after, interval and timeout must be > 0 s")
         self._bootstrap = parse_brokers(brokers)
         self._token = token
         self.request_timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
         self.retry = retry or RetryPolicy()
         self._response_bytes_max = response_bytes_max
+        self.leader_probe_after_s = leader_probe_after_s
+        self.leader_probe_interval_s = leader_probe_interval_s
+        self.leader_probe_timeout_s = leader_probe_timeout_s
         self._lock = threading.Lock()
         self._connections: dict[Address, BrokerConnection] = {}
-        self._leaders: dict[tuple[str, int], Address] = {}
-        self._partition_counts: dict[str, int] = {}
+        self.leaders = LeaderTable()
         self._last_good = 0  # index into the bootstrap list
         # Where requests without a partition (create/delete topic) go: the broker a NOT_LEADER
         # answer named, i.e. the cluster's leader; None: any broker.
@@ -70,16 +101,18 @@ class Cluster:
     # -- the retry loop ----------------------------------------------------------------------
 
     def call(self, request, *, route: tuple[str, int] | None = None,
-             timeout_s: float | None = None,
+             timeout_s: float | None = None, server_wait_s: float = 0.0,
              ok_after_delivery: tuple[type[KaskaError], ...] = (),
              no_retry: tuple[type[KaskaError], ...] = ()):
         """Send `request` to the leader of `route` (or any broker) and return its response,
         retrying retriable errors with backoff up to `retry.retries_max` times.
 
-        `ok_after_delivery`: errors that mean success when an earlier attempt may already
-        have been applied (a retried produce answered DuplicateSequence); the call then
-        returns None. `no_retry`: retriable errors this caller wants at once. A final error
-        carries `maybe_delivered` for the caller.
+        `timeout_s` bounds one attempt (default `request_timeout_s`), plus `server_wait_s`,
+        the time the request asks the broker to hold it (a long poll). `ok_after_delivery`:
+        errors that mean success when an earlier attempt may already have been applied (a
+        retried produce answered DuplicateSequence); the call then returns None. `no_retry`:
+        retriable errors this caller wants at once. A final error carries `maybe_delivered`
+        for the caller.
         """
         maybe_delivered = False
         attempt = 0
@@ -87,7 +120,10 @@ class Cluster:
             address = None
             try:
                 address = self._leader(*route) if route else self._controller_or_any()
-                return self._connection(address).request(request, timeout_s)
+                attempt_s = (self.request_timeout_s if timeout_s is None else timeout_s) \
+                    + server_wait_s
+                return self._connection(address).request(
+                    request, attempt_s, watch=self._watch(route, address))
             except KaskaError as error:
                 if maybe_delivered and isinstance(error, ok_after_delivery):
                     return None
@@ -104,32 +140,92 @@ class Cluster:
                 attempt += 1
 
     def _recover(self, error: KaskaError, route, address: Address | None) -> None:
-        if isinstance(error, BrokerUnavailableError | ConnectionLostError |
-                      RequestTimedOutError | InvalidResponseError) and address is not None:
+        if isinstance(error, LeaderMovedError) and address is not None:
+            self.leaders.mark_silent(address)
+        if isinstance(error, BROKER_FAILED) and address is not None:
             self._drop(address)
         elif isinstance(error, NotLeaderError) and route is None:
+            hint = parse_address(error.leader) if error.leader else None
             with self._lock:
-                self._controller = parse_address(error.leader) if error.leader else None
+                self._controller = hint
         elif isinstance(error, NotLeaderError):
-            hint = error.leader
-            with self._lock:
-                self._leaders.pop(route, None)
-                if hint:
-                    self._leaders[route] = parse_address(hint)
+            self.leaders.follow_hint(route, error.leader, parse_address)
         elif isinstance(error, UnknownTopicOrPartitionError) and route is not None:
+            self.leaders.forget_topic(route[0])
+
+    # -- the leader probe --------------------------------------------------------------------
+
+    def _watch(self, route, address: Address) -> RequestWatch:
+        # A long poll on a healthy leader is probed too (from `leader_probe_after_s`, however
+        # long the broker may hold it): a frozen leader looks exactly like one with nothing to
+        # send. Each probe asks one other broker, in turn, so an idle poller costs one small
+        # METADATA per interval.
+        others = self._others(address)
+        turn = itertools.count()
+
+        def still_worth_waiting() -> str | None:
+            start = next(turn)
+            for k in range(len(others)):
+                verdict = self._probe(others[(start + k) % len(others)], route, address)
+                if verdict is not False:
+                    return verdict
+            return None
+
+        return RequestWatch(still_worth_waiting, after_s=self.leader_probe_after_s,
+                            every_s=self.leader_probe_interval_s)
+
+    def _probe(self, other: Address, route, address: Address) -> str | None | bool:
+        """Ask `other` who leads `route` (the cluster when None): why waiting on `address` is
+        pointless (`other` names a newer leader), None (it names `address`), or False when
+        `other` did not answer or names no leader (the next broker is asked at once)."""
+        request = MetadataRequest((route[0],) if route else ())
+        try:
+            response = self._connection(other, self.leader_probe_timeout_s).request(
+                request, self.leader_probe_timeout_s)
+        except KaskaError as error:
+            log.debug("leader probe at %s:%d: %s", *other, error)
+            return False
+        if route is None:
+            named = self.leaders.absorb_cluster_leader(response)
+            if named is None:
+                return False
+            if named[0] == address:
+                return None
             with self._lock:
-                self._leaders.pop(route, None)
-                self._partition_counts.pop(route[0], None)
+                self._controller = named[0]
+            return (f"{other[0]}:{other[1]} names {named[0][0]}:{named[0][1]} the cluster's "
+                    f"leader at epoch {named[1]}")
+        try:
+            self.leaders.absorb(route[0], response)
+        except UnknownTopicOrPartitionError:
+            return False  # a lagging broker that has not created the topic yet
+        leader = self.leaders.leader(route)
+        if leader is None:
+            return False  # an election under way there: another broker may know its outcome
+        if leader == address:
+            return None
+        return (f"{other[0]}:{other[1]} names {leader[0]}:{leader[1]} leader of "
+                f"{route[0]}/{route[1]} at epoch {self.leaders.epoch(route)}")
+
+    def _others(self, address: Address) -> list[Address]:
+        """Every broker the client knows of but `address`: the bootstrap list, then the ones
+        METADATA answers listed."""
+        known = list(self._bootstrap)
+        known += sorted(self.leaders.brokers() - set(known))
+        return [other for other in known if other != address]
 
     # -- connections -------------------------------------------------------------------------
 
-    def _connection(self, address: Address) -> BrokerConnection:
+    def _connection(self, address: Address,
+                    connect_timeout_s: float | None = None) -> BrokerConnection:
         with self._lock:
             connection = self._connections.get(address)
             if connection is not None and connection.alive:
                 return connection
         connection = BrokerConnection(
-            address, token=self._token, connect_timeout_s=self._connect_timeout_s,
+            address, token=self._token,
+            connect_timeout_s=(self._connect_timeout_s if connect_timeout_s is None
+                               else min(connect_timeout_s, self._connect_timeout_s)),
             request_timeout_s=self.request_timeout_s,
             response_bytes_max=self._response_bytes_max)
         with self._lock:
@@ -154,8 +250,7 @@ class Cluster:
                 # A paused broker still accepts connections: move on rather than retry it.
                 self._last_good = (self._last_good + 1) % len(self._bootstrap)
             connection = self._connections.pop(address, None)
-            for route in [r for r, a in self._leaders.items() if a == address]:
-                del self._leaders[route]
+        self.leaders.forget_address(address)
         if connection is not None:
             connection.close("dropped after an error")
 
@@ -182,43 +277,41 @@ class Cluster:
     # -- metadata ----------------------------------------------------------------------------
 
     def _leader(self, topic: str, partition: int) -> Address:
-        with self._lock:
-            address = self._leaders.get((topic, partition))
+        address = self.leaders.leader((topic, partition))
         if address is None:
             self.refresh_metadata(topic)
-            with self._lock:
-                address = self._leaders.get((topic, partition))
+            address = self.leaders.leader((topic, partition))
             if address is None:
                 raise UnknownTopicOrPartitionError(f"no leader known for {topic}/{partition}")
         return address
 
     def refresh_metadata(self, topic: str) -> None:
-        """Ask any broker who leads the partitions of `topic` (one attempt)."""
-        response = self._connection(self._any_broker()).request(MetadataRequest((topic,)))
-        self._absorb_metadata(topic, response)
+        """Ask the brokers who leads the partitions of `topic`: one after another, starting
+        with the last that worked, each bounded by `leader_probe_timeout_s` (a paused broker
+        accepts connections and never answers), until one answers."""
+        self.leaders.absorb(topic, self._ask_metadata(MetadataRequest((topic,))))
 
-    def _absorb_metadata(self, topic: str, response) -> None:
-        partitions = response.topics.get(topic)
-        if partitions is None:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-        with self._lock:
-            self._partition_counts[topic] = len(partitions)
-            for info in partitions:
-                broker = response.broker(info.leader_id)
-                if info.leader_id == NO_LEADER or broker is None:
-                    self._leaders.pop((topic, info.partition), None)
-                else:
-                    self._leaders[(topic, info.partition)] = (broker.host, broker.port)
+    def _ask_metadata(self, request: MetadataRequest):
+        last_error: KaskaError | None = None
+        for _ in range(len(self._bootstrap)):
+            address = self._any_broker()
+            try:
+                return self._connection(address).request(request, self.leader_probe_timeout_s)
+            except KaskaError as error:
+                if not isinstance(error, BROKER_FAILED):
+                    raise
+                last_error = error
+                self._drop(address)
+        raise BrokerUnavailableError(f"no broker of {self._describe_bootstrap()} answered "
+                                     f"METADATA: {last_error}")
 
     def partition_count(self, topic: str) -> int:
         """Partitions of `topic` (cached; asked with retries when unknown)."""
-        with self._lock:
-            count = self._partition_counts.get(topic)
+        count = self.leaders.partition_count(topic)
         if count is not None:
             return count
-        self._absorb_metadata(topic, self.call(MetadataRequest((topic,))))
-        with self._lock:
-            return self._partition_counts[topic]
+        self.leaders.absorb(topic, self.call(MetadataRequest((topic,))))
+        return self.leaders.partition_count(topic)
 
     def close(self) -> None:
         with self._lock:

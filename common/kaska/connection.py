@@ -13,14 +13,18 @@ import logging
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
 
 from common.kaska.errors import (
     BrokerUnavailableError,
     ConnectionLostError,
     InvalidResponseError,
     KaskaError,
+    LeaderMovedError,
     RequestTimedOutError,
     error_for_code,
 )
@@ -37,6 +41,20 @@ from common.kaska.protocol.frames import (
 log = logging.getLogger(__name__)
 
 RESPONSE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024 + 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestWatch:
+    """How a client keeps an unanswered request honest. A leader that is frozen (SIGSTOP) or
+    cut off still holds the connection open, so the request timeout alone would make every
+    caller wait it out; from `after_s` into the wait, and every `every_s` after that,
+    `still_worth_waiting()` asks elsewhere (the other brokers' metadata). It returns None to
+    go on waiting, or why not (a newer leader is named), and the wait ends with
+    LeaderMovedError."""
+
+    still_worth_waiting: Callable[[], str | None]
+    after_s: float
+    every_s: float
 
 
 def send_parts(sock: socket.socket, parts: list) -> None:
@@ -105,7 +123,9 @@ class BrokerConnection:
         self._reader.start()
         if token is not None:
             try:
-                self.request(AuthenticateRequest(token.encode()))
+                # Part of connecting: a paused broker accepts the connection (the kernel
+                # does) but never answers, so it is bounded like the connect.
+                self.request(AuthenticateRequest(token.encode()), connect_timeout_s)
             except KaskaError:
                 self.close("authentication failed")
                 raise
@@ -137,22 +157,19 @@ class BrokerConnection:
                 raise ConnectionLostError(self._describe(f"send failed: {exc}")) from exc
         return future
 
-    def request(self, request, timeout_s: float | None = None):
+    def request(self, request, timeout_s: float | None = None, *,
+                watch: RequestWatch | None = None):
         """Send a protocol request object and wait for its decoded response.
 
         Raises the broker's error as its KaskaError class; RequestTimedOutError (and the
-        connection is closed) when no answer comes within timeout_s.
+        connection is closed) when no answer comes within timeout_s. `watch`, while the answer
+        is late, asks someone else whether waiting still makes sense (see RequestWatch).
         """
         parts = list(request.encode_parts()) if hasattr(request, "encode_parts") \
             else [request.encode()]
         future = self.send(request.API, parts)
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
-        try:
-            code, body = future.result(timeout_s)
-        except FutureTimeoutError as exc:
-            self.close(f"no answer within {timeout_s:.1f} s")
-            raise RequestTimedOutError(self._describe(f"no answer within {timeout_s:.1f} s")) \
-                from exc
+        code, body = self._wait(future, timeout_s, watch)
         if code:
             raise error_from_answer(code, body)
         try:
@@ -160,6 +177,27 @@ class BrokerConnection:
         except InvalidResponseError as exc:
             self.close(f"unreadable answer: {exc}")
             raise
+
+    def _wait(self, future: Future, timeout_s: float, watch: RequestWatch | None):
+        started = time.monotonic()
+        deadline = started + timeout_s
+        next_look = started + watch.after_s if watch is not None else deadline
+        while True:
+            try:
+                return future.result(max(0.0, min(deadline, next_look) - time.monotonic()))
+            except FutureTimeoutError as exc:
+                now = time.monotonic()
+                if now >= deadline:
+                    self.close(f"no answer within {timeout_s:.1f} s")
+                    raise RequestTimedOutError(
+                        self._describe(f"no answer within {timeout_s:.1f} s")) from exc
+            verdict = watch.still_worth_waiting()
+            if verdict is not None and not future.done():
+                # The answer is abandoned, not the connection: other requests on it may
+                # belong to partitions whose leader did not move. A late answer is dropped.
+                raise LeaderMovedError(self._describe(
+                    f"no answer after {time.monotonic() - started:.1f} s and {verdict}"))
+            next_look = time.monotonic() + watch.every_s
 
     def close(self, reason: str = "closed by the client") -> None:
         with self._lock:

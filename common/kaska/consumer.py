@@ -139,8 +139,7 @@ class Consumer:
         topic, partition = key
         position = self._positions[key]
         request = FetchRequest(topic, partition, position, self._fetch_bytes_max, wait_ms)
-        timeout_s = self._cluster.request_timeout_s + wait_ms / 1000
-        response = self._cluster.call(request, route=key, timeout_s=timeout_s)
+        response = self._cluster.call(request, route=key, server_wait_s=wait_ms / 1000)
         buffer = self._buffers[key]
         for header, batch in iter_batches(response.records):
             for offset, value in iter_records(batch, header):

@@ -125,6 +125,16 @@ class ConnectionLostError(KaskaError):
     retriable = True
 
 
+class LeaderMovedError(KaskaError):
+    """The broker a request waits on stays silent while another broker names a newer leader
+    (a higher epoch): a frozen or cut-off leader (client side only; never sent on the wire).
+    The request may still be applied there later, so it counts as maybe delivered; its retry
+    goes to the new leader, where idempotence finds it if it was."""
+
+    code = 1001
+    retriable = True
+
+
 class InvalidPartitionsError(KaskaError):
     """A partition count outside what the broker accepts (create topic)."""
 

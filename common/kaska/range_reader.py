@@ -108,12 +108,11 @@ class RangeReader:
         """The records of one fetch answer in [position, end); waits while none is visible."""
         request = FetchRequest(topic, partition, position, self._fetch_bytes_max,
                                self._fetch_wait_ms)
-        timeout_s = self._cluster.request_timeout_s + self._fetch_wait_ms / 1000
         waiting_since = self._clock()
         while True:
             response = self._with_retries(
                 lambda: self._cluster.call(request, route=(topic, partition),
-                                           timeout_s=timeout_s),
+                                           server_wait_s=self._fetch_wait_ms / 1000),
                 f"fetch {topic}/{partition}@{position}")
             if response.log_start_offset > position:
                 raise OffsetOutOfRangeError(

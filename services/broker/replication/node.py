@@ -773,12 +773,49 @@ class ReplicationNode:
                 self._step_locked(raft.FetchAnswered(target, raft.Outcome.FAILED))
             self._stop.wait(self.config.tick_interval_s)
             return
-        response = self._result(target, future, ReplicaFetchResponse,
-                                self.config.request_timeout_s)
+        # A fetch to find the leader asks for no wait: a live peer answers it at once, so one
+        # that does not within vote_timeout_s is paused or gone -- ask the next.
+        answer_timeout_s = self.config.request_timeout_s if leader is not None \
+            else self.config.vote_timeout_s
+        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s):
+            return  # the epoch moved on meanwhile: fetch from whoever leads it, at once
+        response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
         if response is None:
             self._stop.wait(self.config.tick_interval_s)
             return
         self._absorb_fetch(target, response, request.fetch_end)
+
+    def _await_fetch_answer(self, future: Future, epoch: int, target: int,
+                            timeout_s: float) -> bool:
+        """Wait for a fetch's answer (at most timeout_s; `_result` then judges it);
+        False when, meanwhile, this broker took a newer epoch or learned another leader, or
+        its election timeout passed. A server thread takes a newer epoch when it grants a
+        vote: the target is frozen or deposed, and the successor needs this follower's next
+        fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
+        request_timeout_s to every failover, at the election and again at the commit."""
+        deadline = time.monotonic() + timeout_s
+        while not future.done():
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return True
+            state = self._state
+            if state.epoch != epoch or raft.fetch_target(state) not in (None, target):
+                log.info("broker %d: fetch from %d abandoned: epoch %d, leader %s now",
+                         self.config.node_id, target, state.epoch, state.leader_id)
+                return False
+            if state.role is raft.Role.FOLLOWER and self._clock() >= state.election_deadline_s:
+                # The leader has been silent for a whole election timeout: the loop must
+                # tick (and run the pre-vote) now, not after this fetch's own timeout.
+                log.info("broker %d: fetch from %d abandoned: election timeout",
+                         self.config.node_id, target)
+                return False
+            try:
+                future.result(timeout=min(remaining_s, self.config.tick_interval_s))
+            except TimeoutError:
+                continue
+            except KaskaError:
+                return True  # `_result` logs it and drops the link
+        return True
 
     def _round_robin_peer(self) -> int:
         peers = sorted(self._peers)

@@ -24,6 +24,9 @@ log of full-disk episodes, the heartbeat's status), shared by every partition. A
 file system has no room for is not created (StorageFullError, nothing left behind); deleting
 needs no room.
 
+Deleting is a rename into @deleted under the lock; closing the partitions and unlinking the
+files run on the Log's Reaper thread (reaper.py), never on the caller's.
+
 Thread-safety: a lock serialises create/delete/close; `partition` and `topics` are lock-free
 reads of a dict that is replaced, never mutated, so request threads never wait on an admin
 operation.
@@ -57,6 +60,7 @@ from services.broker.storage.errors import (
     StorageFullError,
 )
 from services.broker.storage.partition import PartitionLog, fsync_directory, monotonic_ms
+from services.broker.storage.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,7 @@ class Log:
         self._lock_fd = _lock_directory(self.data_dir)
         self._closed = False
         self._topics: dict[str, tuple[PartitionLog, ...]] = {}
+        self._reaper = Reaper(f"reaper-{self.data_dir.name}")
         try:
             self._remove_unfinished()
             self._topics = self._open_topics()
@@ -138,8 +143,10 @@ class Log:
         log.info("created topic %r with %d partition(s)", name, partitions)
 
     def delete_topic(self, name: str) -> None:
-        """Gone at once for new requests; in-flight appends finish first, in-flight sends keep
-        their (unlinked) files until done."""
+        """Gone at once for new requests: a rename into @deleted, and the reaper closes the
+        partitions (in-flight appends finish first) and removes the files later; in-flight
+        sends keep their (unlinked) files until done. Without room for @deleted the topic is
+        closed and removed in place, here."""
         validate_topic_name(name)
         with self._lock:
             self._check_open()
@@ -156,12 +163,13 @@ class Log:
             if trash is not None:
                 os.rename(self._topic_dir(name), trash)
                 fsync_directory(self.data_dir)
-        for partition in partitions:
-            partition.close()
+                # Closing (it waits for appends in flight) and unlinking (GBs take seconds)
+                # happen on the reaper's thread: this one may be answering a follower's fetch.
+                self._reaper.discard(partitions, trash)
         if trash is None:
+            for partition in partitions:
+                partition.close()
             _remove_in_place(self._topic_dir(name))
-        else:
-            shutil.rmtree(trash)
         log.info("deleted topic %r", name)
 
     # -- whole-broker operations ---------------------------------------------------------
@@ -196,7 +204,12 @@ class Log:
             for partitions in topics.values():
                 for partition in partitions:
                     partition.close()
+            self._reaper.close()
             os.close(self._lock_fd)
+
+    def wait_deletes_done(self, timeout_s: float) -> bool:
+        """Until every deleted topic's files are gone (see Reaper.wait_idle)."""
+        return self._reaper.wait_idle(timeout_s)
 
     # -- internals -----------------------------------------------------------------------
 

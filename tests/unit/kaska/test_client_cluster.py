@@ -7,11 +7,14 @@ from common.kaska.cluster import Cluster, parse_brokers
 from common.kaska.errors import (
     ConnectionLostError,
     DuplicateSequenceError,
+    LeaderMovedError,
     NotLeaderError,
     OutOfOrderSequenceError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from common.kaska.producer import producer_id_bytes
+from common.kaska.protocol.metadata import BrokerInfo, MetadataResponse, PartitionInfo
 from common.kaska.retry import RetryPolicy
 
 
@@ -24,7 +27,7 @@ class ScriptedConnection:
         self.address = address
         self.alive = True
 
-    def request(self, request, timeout_s=None):
+    def request(self, request, timeout_s=None, watch=None):
         self._log.append((self.address, request))
         outcome = self._outcomes.pop(0)
         if isinstance(outcome, Exception):
@@ -95,7 +98,7 @@ def test_no_retry_hands_back_a_retriable_error_at_once(scripted):
 def test_not_leader_hint_is_followed(scripted, monkeypatch):
     outcomes, log = scripted
     cluster = _cluster()
-    cluster._leaders[("t", 0)] = ("h1", 1)
+    cluster.leaders.follow_hint(("t", 0), "h1:1", cluster_module.parse_address)
     hinted = NotLeaderError("moved")
     hinted.leader = "h2:2"
     outcomes += [hinted, "ok"]
@@ -127,3 +130,82 @@ def test_producer_id_forms():
     assert len(producer_id_bytes(None)) == 16
     with pytest.raises(ValueError):
         producer_id_bytes(b"short")
+
+
+class SilentOrAnswering:
+    """A broker that is frozen (consults the request's watch until it gives up, or raises
+    RequestTimedOutError after `looks_max` looks), or answers by request type."""
+
+    def __init__(self, address, log, frozen, answers, looks_max=50):
+        self.address = address
+        self._log = log
+        self._frozen = frozen
+        self._answers = answers
+        self._looks_max = looks_max
+        self.alive = True
+
+    def request(self, request, timeout_s=None, watch=None):
+        self._log.append((self.address, type(request).__name__))
+        if self.address in self._frozen:
+            for _ in range(self._looks_max if watch is not None else 0):
+                verdict = watch.still_worth_waiting()
+                if verdict is not None:
+                    raise LeaderMovedError(verdict)
+            raise RequestTimedOutError("no answer")
+        return self._answers[type(request).__name__](self.address)
+
+    def close(self, reason=""):
+        self.alive = False
+
+
+def _metadata_naming(leader_id, epoch):
+    brokers = (BrokerInfo(1, "h1", 1), BrokerInfo(2, "h2", 2), BrokerInfo(3, "h3", 3))
+    return lambda address: MetadataResponse(brokers, {"t": (PartitionInfo(0, leader_id, epoch),)})
+
+
+@pytest.fixture
+def frozen_cluster(monkeypatch):
+    log, frozen, answers = [], set(), {}
+    monkeypatch.setattr(
+        cluster_module, "BrokerConnection",
+        lambda address, **kw: SilentOrAnswering(address, log, frozen, answers))
+    monkeypatch.setattr(cluster_module.time, "sleep", lambda s: None)
+    return log, frozen, answers
+
+
+def test_a_request_at_a_frozen_leader_moves_to_the_successor_another_broker_names(
+        frozen_cluster):
+    log, frozen, answers = frozen_cluster
+    cluster = Cluster("h1:1,h2:2,h3:3", retry=RetryPolicy(3, 0.001, 0.002))
+    answers["MetadataRequest"] = _metadata_naming(1, 4)
+    answers["str"] = lambda address: f"ok from {address[0]}"
+    assert cluster.call("req", route=("t", 0)) == "ok from h1"
+    frozen.add(("h1", 1))
+    answers["MetadataRequest"] = _metadata_naming(3, 5)  # h2 and h3 elected h3
+    assert cluster.call("req", route=("t", 0)) == "ok from h3"
+    assert log[-3:] == [(("h1", 1), "str"), (("h2", 2), "MetadataRequest"), (("h3", 3), "str")]
+    # The ex-leader's hint-less return is refused until a newer epoch names it.
+    assert cluster.leaders.leader(("t", 0)) == ("h3", 3)
+
+
+def test_a_frozen_leader_named_by_everyone_is_waited_for_until_the_timeout(frozen_cluster):
+    log, frozen, answers = frozen_cluster
+    cluster = Cluster("h1:1,h2:2", retry=RetryPolicy(0, 0.001, 0.002))
+    answers["MetadataRequest"] = _metadata_naming(1, 4)  # nobody elected anyone else
+    cluster.leaders.absorb("t", _metadata_naming(1, 4)(None))
+    frozen.add(("h1", 1))
+    with pytest.raises(RequestTimedOutError) as info:
+        cluster.call("req", route=("t", 0))
+    assert info.value.maybe_delivered
+    assert sum(1 for _, kind in log if kind == "MetadataRequest") == 50
+
+
+def test_metadata_skips_a_frozen_broker_first_in_the_bootstrap_list(frozen_cluster):
+    log, frozen, answers = frozen_cluster
+    cluster = Cluster("h1:1,h2:2,h3:3", retry=RetryPolicy(0, 0.001, 0.002))
+    frozen.add(("h1", 1))
+    answers["MetadataRequest"] = _metadata_naming(2, 3)
+    answers["str"] = lambda address: f"ok from {address[0]}"
+    assert cluster.call("req", route=("t", 0)) == "ok from h2"
+    assert log == [(("h1", 1), "MetadataRequest"), (("h2", 2), "MetadataRequest"),
+                   (("h2", 2), "str")]

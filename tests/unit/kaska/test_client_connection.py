@@ -9,6 +9,7 @@ from common.kaska import connection as conn_module
 from common.kaska.connection import BrokerConnection
 from common.kaska.errors import (
     ConnectionLostError,
+    LeaderMovedError,
     NotLeaderError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
@@ -108,3 +109,33 @@ def test_answer_to_an_unknown_correlation_id_breaks_the_connection(pair):
 def test_unreadable_error_body_still_gives_the_error_class():
     error = conn_module.error_from_answer(TopicAlreadyExistsError.code, b"\xff")
     assert isinstance(error, TopicAlreadyExistsError)
+
+
+def test_a_watched_request_is_abandoned_when_the_watch_says_so_and_the_link_lives(pair):
+    client = BrokerConnection(("127.0.0.1", 1), request_timeout_s=60.0)
+    looks = []
+
+    def still_worth_waiting():
+        looks.append(len(looks))
+        return "broker 2 names broker 3 leader at epoch 7" if len(looks) == 3 else None
+
+    watch = conn_module.RequestWatch(still_worth_waiting, after_s=0.001, every_s=0.001)
+    with pytest.raises(LeaderMovedError, match="names broker 3") as info:
+        client.request(ListOffsetsRequest("a", 0), watch=watch)
+    assert info.value.retriable and looks == [0, 1, 2]
+    # Only the request was given up: the connection still carries the next one.
+    _read_request(pair)  # the abandoned one, never answered
+    pending = client.send(ListOffsetsRequest.API, [ListOffsetsRequest("b", 0).encode()])
+    header, _ = _read_request(pair)
+    _answer(pair, header.correlation_id, ListOffsetsResponse(0, 5).encode())
+    assert client.alive and ListOffsetsResponse.decode(pending.result(2)[1]).log_end_offset == 5
+    client.close()
+
+
+def test_a_watch_that_finds_nothing_leaves_the_timeout_in_charge(pair):
+    client = BrokerConnection(("127.0.0.1", 1))
+    looks = []
+    watch = conn_module.RequestWatch(lambda: looks.append(1), after_s=0.001, every_s=0.001)
+    with pytest.raises(RequestTimedOutError):
+        client.request(ListOffsetsRequest("a", 0), timeout_s=0.05, watch=watch)
+    assert looks and not client.alive

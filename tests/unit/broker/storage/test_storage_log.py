@@ -1,6 +1,8 @@
 import json
 import logging
 import os
+import shutil
+import threading
 
 import pytest
 
@@ -10,6 +12,7 @@ from common.kaska.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from services.broker.storage import reaper as reaper_module
 from services.broker.storage.errors import DataDirectoryLockedError, PartitionClosedError
 from services.broker.storage.log import Log
 
@@ -94,6 +97,7 @@ def test_delete_topic_removes_it_everywhere(data_dir):
         log.delete_topic("gone")
         assert log.topics() == {}
         assert not (data_dir / "gone").exists()
+        assert log.wait_deletes_done(10.0)
         assert list((data_dir / "@deleted").iterdir()) == []
         with pytest.raises(PartitionClosedError):
             partition.append(batch(b"y"))
@@ -148,3 +152,52 @@ def test_retention_runs_over_every_partition(data_dir):
                 log.partition("a", p).append(batch(b"v" * 400))
         assert log.apply_retention(now_ms=0) == 4
         assert all(log.partition("a", p).log_start_offset > 0 for p in range(2))
+
+
+def test_delete_returns_while_an_append_holds_the_partition_and_the_files_go_after(
+        data_dir, monkeypatch):
+    # A produce still receiving its body holds the partition lock (the close waits for it) and
+    # a big topic takes seconds to unlink: neither may hold up the caller (issue 21: the caller
+    # is a follower's fetch on the leader, or the replication loop).
+    unlink_may_go = threading.Event()
+    real_rmtree = shutil.rmtree
+
+    def slow_rmtree(path, *args, **kwargs):
+        assert unlink_may_go.wait(30)
+        real_rmtree(path, *args, **kwargs)
+
+    with Log(data_dir, SMALL) as log:
+        log.create_topic("big", 2)
+        partition = log.partition("big", 1)
+        partition.append(batch(b"x"))
+        monkeypatch.setattr(reaper_module.shutil, "rmtree", slow_rmtree)
+        with partition._lock:  # an append in flight
+            log.delete_topic("big")
+            assert log.topics() == {} and not (data_dir / "big").exists()
+            assert not log.wait_deletes_done(0.05)  # the close waits for the append
+        assert not log.wait_deletes_done(0.05)  # the unlink waits for its turn
+        assert len(list((data_dir / "@deleted").iterdir())) == 1
+        unlink_may_go.set()
+        assert log.wait_deletes_done(10.0)
+        assert list((data_dir / "@deleted").iterdir()) == []
+        with pytest.raises(PartitionClosedError):
+            partition.append(batch(b"y"))
+
+
+def test_a_delete_pending_at_close_is_finished_by_the_next_open(data_dir, monkeypatch):
+    never = threading.Event()
+    monkeypatch.setattr(reaper_module, "CLOSE_JOIN_S", 0.1)
+    with Log(data_dir, SMALL) as log:
+        log.create_topic("a", 1)
+        log.create_topic("b", 1)
+        monkeypatch.setattr(reaper_module.shutil, "rmtree", lambda path: never.wait(5))
+        log.delete_topic("a")
+        log.delete_topic("b")
+    monkeypatch.undo()
+    try:
+        assert len(list((data_dir / "@deleted").iterdir())) == 2
+        with Log(data_dir, SMALL) as log:
+            assert log.topics() == {}
+            assert not (data_dir / "@deleted").exists()
+    finally:
+        never.set()
