@@ -777,7 +777,8 @@ class ReplicationNode:
         # that does not within vote_timeout_s is paused or gone -- ask the next.
         answer_timeout_s = self.config.request_timeout_s if leader is not None \
             else self.config.vote_timeout_s
-        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s):
+        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s,
+                                        probe=probe is not None):
             return  # the epoch moved on meanwhile: fetch from whoever leads it, at once
         response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
         if response is None:
@@ -786,20 +787,23 @@ class ReplicationNode:
         self._absorb_fetch(target, response, request.fetch_end)
 
     def _await_fetch_answer(self, future: Future, epoch: int, target: int,
-                            timeout_s: float) -> bool:
+                            timeout_s: float, probe: bool = False) -> bool:
         """Wait for a fetch's answer (at most timeout_s; `_result` then judges it);
         False when, meanwhile, this broker took a newer epoch or learned another leader, or
         its election timeout passed. A server thread takes a newer epoch when it grants a
         vote: the target is frozen or deposed, and the successor needs this follower's next
         fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
-        request_timeout_s to every failover, at the election and again at the commit."""
+        request_timeout_s to every failover, at the election and again at the commit.
+        `probe`: a learner's question to a voter it has not heard from, whose answer it needs
+        whoever leads: a leader learned meanwhile does not abandon it."""
         deadline = time.monotonic() + timeout_s
         while not future.done():
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 return True
             state = self._state
-            if state.epoch != epoch or raft.fetch_target(state) not in (None, target):
+            if state.epoch != epoch or (not probe
+                                        and raft.fetch_target(state) not in (None, target)):
                 log.info("broker %d: fetch from %d abandoned: epoch %d, leader %s now",
                          self.config.node_id, target, state.epoch, state.leader_id)
                 return False
