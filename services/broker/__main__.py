@@ -20,6 +20,7 @@ from common.heartbeat import HeartbeatSender, parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from services.broker.config import BrokerConfig, Peer
 from services.broker.metrics import broker_registry
+from services.broker.replication.identity import CLUSTER_ID_ENV, ClusterIdMismatchError
 from services.broker.replication.node import ReplicationFsync
 from services.broker.server import BrokerServer, log_config
 
@@ -88,6 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="file holding the cluster's secret, which signs every frame between "
                              f"brokers and the heartbeats (default: ${SECRET_ENV}; never on the "
                              "command line)")
+    parser.add_argument("--cluster-id", default=os.environ.get(CLUSTER_ID_ENV) or None,
+                        help="the cluster's id, 1..32 characters of A-Z a-z 0-9 . _ - (default: "
+                             f"${CLUSTER_ID_ENV}, else derived from the voter ids): carried in "
+                             "every frame between brokers and kept in the data directory; a "
+                             "frame or a data directory of another cluster is refused")
     parser.add_argument("--frame-bytes-max", type=int, default=_default("frame_bytes_max"))
     parser.add_argument("--connections-max", type=int, default=_default("connections_max"))
     parser.add_argument("--segment-bytes-max", type=int,
@@ -137,7 +143,7 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         election_timeout_ms_max=args.election_timeout_ms_max,
         quorum_timeout_ms=args.quorum_timeout_ms,
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
-        replication_fsync=args.replication_fsync)
+        replication_fsync=args.replication_fsync, cluster_id=args.cluster_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop_requested.set())
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
     # SIGTERM says "stopping" to the health checkers before the port closes.
-    server = BrokerServer(config, companions=companions).start()
+    try:
+        server = BrokerServer(config, companions=companions).start()
+    except ClusterIdMismatchError as exc:  # a data directory of another cluster: named, exit 2
+        print(f"python -m services.broker: error: {exc}", file=sys.stderr)
+        return 2
     try:
         metrics = MetricsEndpoint.start_optional(args.metrics_listen,
                                                  lambda: broker_registry(server))

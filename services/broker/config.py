@@ -8,6 +8,7 @@ from pathlib import Path
 from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from common.kaska.protocol.replication_bounds import NODE_ID_MAX
+from services.broker.replication.identity import check_cluster_id
 from services.broker.replication.node import ReplicationFsync
 
 MIB = 1024 * 1024
@@ -73,10 +74,15 @@ class BrokerConfig:
     # Redpanda's) once the journal and the partition bytes are fsynced. A string is parsed;
     # anything else raises ReplicationFsyncError naming the allowed values.
     replication_fsync: ReplicationFsync = ReplicationFsync.NONE
+    # Carried in every frame between brokers and kept in the data directory
+    # (docs/replication.md, "Membership and identity"); None: derived from the voter ids.
+    cluster_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replication_fsync",
                            ReplicationFsync.parse(self.replication_fsync))
+        if self.cluster_id is not None:
+            check_cluster_id(self.cluster_id)  # ClusterIdError, a ValueError
         if self.frame_bytes_max < 1024:
             raise ValueError("frame_bytes_max below 1 KiB")
         if not 1024 <= self.control_body_bytes_max <= self.frame_bytes_max:

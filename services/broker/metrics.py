@@ -246,6 +246,10 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "kaska_replication_leader_id", "Node id of the leader this broker knows, -1: none.",
             value=NO_LEADER_ID if state.leader_id is None else state.leader_id)
+        yield GaugeMetricFamily(
+            "kaska_replication_voter", "1: this broker votes; 0: a learner, rejoining with a new "
+            "data directory until it has caught up (docs/replication.md).",
+            value=0 if state.learner else 1)
         yield GaugeMetricFamily("kaska_replication_commit_index",
                                 "Journal entries committed (on a majority).", value=state.commit)
         yield GaugeMetricFamily("kaska_replication_journal_end_index",
@@ -293,6 +297,10 @@ class BrokerCollector(Collector):
         refused.add_metric(["unknown_replica"], counters.unknown_replica_requests)
         refused.add_metric(["stale_epoch"], counters.stale_epoch_requests)
         yield refused
+        yield CounterMetricFamily("kaska_replication_peer_incarnation_changes",
+                                  "Followers that came back with another data directory "
+                                  "(their match index reset).",
+                                  value=counters.peer_incarnation_changes)
 
 
 def broker_registry(server) -> CollectorRegistry:

@@ -4,7 +4,8 @@ Every VOTE and REPLICA_FETCH request passes `PeerGate.open_request` before the r
 sees it (common/kaska/protocol/peer_auth.py has the wire format). In order:
 
 1. the HMAC with the cluster's secret (a broker without a secret takes no peer frames),
-2. addressed to this broker, signed by a configured peer,
+2. addressed to this broker, signed by a configured peer of this broker's cluster (the
+   stamp's cluster id: issue 20, finding 8),
 3. decoded, and every number in range (common/kaska/protocol/replication_bounds.py),
 4. bound: the id the body claims (candidate, follower) is the signer's, and a connection that
    once spoke for a broker speaks for no other,
@@ -48,6 +49,7 @@ from common.kaska.protocol.peer_auth import (
     RequestStamp,
     StalePeerFrameError,
     UnknownPeerFrameSenderError,
+    check_cluster,
     open_request,
 )
 from common.replay_guard import FRAME_AGE_S_MAX_DEFAULT, ReplayGuard, is_stale
@@ -113,8 +115,13 @@ class PeerGate:
                  refusals: PeerRefusals | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
-                 frame_age_s_max: float = FRAME_AGE_S_MAX_DEFAULT) -> None:
+                 frame_age_s_max: float = FRAME_AGE_S_MAX_DEFAULT,
+                 cluster_id: str = "", data_incarnation: int = 0) -> None:
+        """`cluster_id`: the one every request must carry (and every answer is sealed with,
+        with this broker's `data_incarnation`: replication/identity.py)."""
         self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.data_incarnation = data_incarnation
         self.peer_ids = frozenset(peer_ids)
         self._secret = secret or None
         self.refusals = refusals or PeerRefusals()
@@ -157,6 +164,7 @@ class PeerGate:
         if stamp.sender not in self.peer_ids:
             raise UnknownPeerFrameSenderError(f"signed by broker {stamp.sender}, not a peer of "
                                               f"{self.node_id}")
+        check_cluster(self.cluster_id, stamp.cluster_id, f"frame of broker {stamp.sender}")
         return stamp, body
 
     def _admit(self, stamp: RequestStamp) -> None:
@@ -193,4 +201,4 @@ class PeerGate:
                 mac.update(chunk)
                 position += len(chunk)
                 left -= len(chunk)
-        return mac.trailer(self.node_id)
+        return mac.trailer(self.node_id, self.cluster_id, self.data_incarnation)

@@ -78,7 +78,8 @@ def replication_config(config: BrokerConfig) -> ReplicationConfig:
         election_timeout_min_s=config.election_timeout_ms_min / 1000,
         election_timeout_max_s=config.election_timeout_ms_max / 1000,
         quorum_timeout_s=config.quorum_timeout_ms / 1000, token=config.token,
-        fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync)
+        fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync,
+        cluster_id=config.cluster_id)
 
 
 def _timeval(seconds: float) -> bytes:
@@ -142,7 +143,9 @@ class BrokerServer:
             config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
             notifier=notifier, metrics=self.metrics,
             peer_gate=PeerGate(config.node_id, [peer.node_id for peer in config.peers],
-                               config.cluster_secret, self.peer_refusals))
+                               config.cluster_secret, self.peer_refusals,
+                               cluster_id=self.node.identity.cluster_id,
+                               data_incarnation=self.node.identity.incarnation))
         self.node.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
                                           safe_offset=self.replicas.retention_safe_offset,

@@ -3,7 +3,8 @@
 A replication request (VOTE, REPLICA_FETCH, and whatever replaces them: every api in
 `REPLICATION_APIS`) is its API body followed by a request trailer:
 
-    body | u32 sender | u32 receiver | u64 incarnation | u64 counter | u64 sent_at_ms | tag[32]
+    body | u32 sender | u32 receiver | u64 incarnation | u64 counter | u64 sent_at_ms
+         | cluster_id[32] | u64 data_incarnation | u8 learner | tag[32]
 
     tag = HMAC-SHA256(secret, "kaska-peer-request\\0" | u16 api | u16 version | body
                               | the trailer before the tag)
@@ -15,13 +16,21 @@ sender's start time in nanoseconds and `counter` a number it increments for ever
 `common/replay_guard.py` refuses a counter seen before, and `sent_at_ms` (the sender's wall
 clock) bounds what a receiver that just started can be fooled with.
 
+`cluster_id` (issue 20, finding 8) is the sender's cluster id, ASCII padded with NUL bytes to
+CLUSTER_ID_BYTES_MAX: a frame of another cluster is refused (`ForeignClusterPeerFrameError`)
+even when the clusters share a secret. `data_incarnation` is the sender's broker incarnation:
+random, made with its data directory (services/broker/replication/identity.py), so a broker
+whose directory was emptied is recognised as a new incarnation (its peers forget what they knew
+of its journal); `learner` is 1 while it rejoins without a vote (docs/replication.md).
+
 A successful answer (error code 0) is its API body (for REPLICA_FETCH: prefix and data section)
 followed by an answer trailer:
 
-    body | u32 responder | tag[32]
+    body | u32 responder | cluster_id[32] | u64 data_incarnation | tag[32]
 
     tag = HMAC-SHA256(secret, "kaska-peer-answer\\0" | u16 api | the request's stamp
-                              (sender, receiver, incarnation, counter) | body | u32 responder)
+                              (sender, receiver, incarnation, counter) | body
+                              | u32 responder | cluster_id[32] | u64 data_incarnation)
 
 so an answer is bound to the one request it answers: an old answer replayed, or one meant for
 another request, does not verify. Error answers (a non-zero code) carry no trailer: nothing in
@@ -42,8 +51,10 @@ from dataclasses import dataclass
 from common.kaska.errors import AuthenticationError
 
 TAG_BYTES = 32
-_REQUEST_STAMP = struct.Struct(">IIQQQ")  # sender, receiver, incarnation, counter, sent_at_ms
-_ANSWER_STAMP = struct.Struct(">I")  # responder
+CLUSTER_ID_BYTES_MAX = 32
+# sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation, learner
+_REQUEST_STAMP = struct.Struct(f">IIQQQ{CLUSTER_ID_BYTES_MAX}sQB")
+_ANSWER_STAMP = struct.Struct(f">I{CLUSTER_ID_BYTES_MAX}sQ")  # responder, cluster_id, data_inc.
 _BINDING = struct.Struct(">IIQQ")  # the request's sender, receiver, incarnation, counter
 _API_VERSION = struct.Struct(">HH")
 _API = struct.Struct(">H")
@@ -103,6 +114,12 @@ class StalePeerFrameError(PeerFrameError):
     reason = "stale"
 
 
+class ForeignClusterPeerFrameError(PeerFrameError):
+    """Signed, but by a broker of another cluster (its cluster id is not this broker's)."""
+
+    reason = "cluster_mismatch"
+
+
 class ImpostorPeerFrameError(PeerFrameError):
     """The body speaks for another broker than the one that signed it (or the connection)."""
 
@@ -139,11 +156,14 @@ class RequestStamp:
     incarnation: int
     counter: int
     sent_at_ms: int
+    cluster_id: str = ""
+    data_incarnation: int = 0  # the broker incarnation (its data directory's), not the process's
+    learner: bool = False
 
     def __post_init__(self) -> None:
         assert 0 <= self.sender <= U32_MAX and 0 <= self.receiver <= U32_MAX
         assert 0 <= self.incarnation <= U64_MAX and 0 <= self.counter <= U64_MAX
-        assert 0 <= self.sent_at_ms <= U64_MAX
+        assert 0 <= self.sent_at_ms <= U64_MAX and 0 <= self.data_incarnation <= U64_MAX
 
     def binding(self) -> bytes:
         return _BINDING.pack(self.sender, self.receiver, self.incarnation, self.counter)
@@ -161,7 +181,9 @@ def request_trailer(secret: bytes, api: int, version: int, body: Iterable,
                     stamp: RequestStamp) -> bytes:
     """The trailer to send after `body` (its parts, in order)."""
     packed = _REQUEST_STAMP.pack(stamp.sender, stamp.receiver, stamp.incarnation,
-                                 stamp.counter, stamp.sent_at_ms)
+                                 stamp.counter, stamp.sent_at_ms,
+                                 stamp.cluster_id.encode("ascii"), stamp.data_incarnation,
+                                 1 if stamp.learner else 0)
     return packed + _request_mac(secret, api, version, body, packed)
 
 
@@ -178,7 +200,22 @@ def open_request(secret: bytes, api: int, version: int, frame) -> tuple[RequestS
     tag = view[len(view) - TAG_BYTES:]
     if not hmac.compare_digest(bytes(tag), _request_mac(secret, api, version, (body,), packed)):
         raise ForgedPeerFrameError("the frame's HMAC does not match")
-    return RequestStamp(*_REQUEST_STAMP.unpack(packed)), body
+    (sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation,
+     learner) = _REQUEST_STAMP.unpack(packed)
+    return RequestStamp(sender, receiver, incarnation, counter, sent_at_ms,
+                        _cluster_id(cluster_id), data_incarnation, learner != 0), body
+
+
+def _cluster_id(packed: bytes) -> str:
+    """A cluster id from the wire; bytes that are not ASCII (never sent by a broker) come out
+    escaped, so they compare unequal to every configured id and are refused as foreign."""
+    return packed.rstrip(b"\0").decode("ascii", errors="backslashreplace")
+
+
+def check_cluster(expected: str, got: str, what: str) -> None:
+    if got != expected:
+        raise ForeignClusterPeerFrameError(f"{what} of cluster {got!r}, this broker is of "
+                                           f"cluster {expected!r}")
 
 
 class AnswerMac:
@@ -192,18 +229,21 @@ class AnswerMac:
     def update(self, part) -> None:
         self._mac.update(part)
 
-    def trailer(self, responder: int) -> bytes:
-        packed = _ANSWER_STAMP.pack(responder)
+    def trailer(self, responder: int, cluster_id: str = "", data_incarnation: int = 0) -> bytes:
+        packed = _ANSWER_STAMP.pack(responder, cluster_id.encode("ascii"), data_incarnation)
         mac = self._mac.copy()
         mac.update(packed)
         return packed + mac.digest()
 
+    def digest(self) -> bytes:
+        return self._mac.digest()
+
 
 def open_answer(secret: bytes, api: int, stamp: RequestStamp, responder: int,
                 frame) -> memoryview:
-    """The body of a signed answer to the request stamped `stamp`, from `responder`; raises a
-    `PeerFrameError` when it is truncated, forged, meant for another request or from another
-    broker."""
+    """The body of a signed answer to the request stamped `stamp`, from `responder` of the
+    request's cluster; raises a `PeerFrameError` when it is truncated, forged, meant for
+    another request, from another broker or of another cluster."""
     view = memoryview(frame)
     if len(view) < ANSWER_TRAILER_BYTES:
         raise TruncatedPeerFrameError(f"an answer of {len(view)} bytes cannot hold the "
@@ -211,11 +251,13 @@ def open_answer(secret: bytes, api: int, stamp: RequestStamp, responder: int,
     body = view[:len(view) - ANSWER_TRAILER_BYTES]
     packed = view[len(body):len(view) - TAG_BYTES]
     tag = view[len(view) - TAG_BYTES:]
-    (signed_by,) = _ANSWER_STAMP.unpack(packed)
+    signed_by, cluster_id, data_incarnation = _ANSWER_STAMP.unpack(packed)
     mac = AnswerMac(secret, api, stamp)
     mac.update(body)
-    if not hmac.compare_digest(bytes(tag), mac.trailer(signed_by)[_ANSWER_STAMP.size:]):
+    mac.update(packed)
+    if not hmac.compare_digest(bytes(tag), mac.digest()):
         raise ForgedPeerFrameError("the answer's HMAC does not match its request")
     if signed_by != responder:
         raise MisdirectedPeerFrameError(f"answer signed by node {signed_by}, asked {responder}")
+    check_cluster(stamp.cluster_id, _cluster_id(cluster_id), f"answer of broker {signed_by}")
     return body

@@ -34,6 +34,13 @@ machine's `synced_end`). The fsyncs are grouped: one per fetch round on a follow
 one per group of produces waiting for acks (the first waiter syncs everything appended so far,
 the others find their entry covered) and one per loop round for the rest (acks=1, the NOOP).
 They run outside `_lock` (votes and fetches are answered meanwhile) under `_sync_lock`.
+
+Identity (issue 20, finding 8; identity.py): the data directory's cluster id is checked against
+the configured one before anything else is read (`ClusterIdMismatchError`: the broker refuses
+to start). A directory made now, in a cluster, holds a new broker incarnation and starts as a
+learner: it may be a broker that lost its state. While a learner, the loop also asks every
+voter it has not heard from yet (a REPLICA_FETCH that does not wait), since its promotion needs
+every voter's epoch; the promotion (`BecomeVoter`) is persisted before the state that votes.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from pathlib import Path
 
 from common.kaska.errors import KaskaError, UnknownReplicaError, UnknownTopicOrPartitionError
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
+from common.kaska.protocol.peer_auth import RequestStamp
 from common.kaska.protocol.replica_fetch import (
     EntryHeader,
     EntryKind,
@@ -63,6 +71,13 @@ from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
 from services.broker.replication.errors import SyncFailedError
+from services.broker.replication.identity import (
+    BrokerIdentity,
+    ClusterIdMismatchError,
+    IdentityStore,
+    check_cluster_id,
+    derived_cluster_id,
+)
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import (
@@ -79,7 +94,7 @@ log = logging.getLogger(__name__)
 
 REPLICATION_DIR = "@replication"
 # Actions whose writes a step's new state presupposes (see _step_locked).
-_WRITES_FIRST = (raft.PersistQuorum, raft.AppendNoop)
+_WRITES_FIRST = (raft.PersistQuorum, raft.AppendNoop, raft.BecomeVoter)
 _OUTCOME_FROM_WIRE = {
     WireOutcome.ENTRIES: raft.Outcome.ENTRIES,
     WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
@@ -140,9 +155,17 @@ class ReplicationConfig:
     storage_full_pause_s: float = 1.0  # a round refused for lack of disk space: wait this long
     token: str | None = None
     fsync: ReplicationFsync = ReplicationFsync.NONE  # see ReplicationFsync
+    cluster_id: str | None = None  # None: derived from the voter ids (identity.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", ReplicationFsync.parse(self.fsync))
+        if self.cluster_id is not None:
+            check_cluster_id(self.cluster_id)
+
+    def resolved_cluster_id(self) -> str:
+        if self.cluster_id is not None:
+            return self.cluster_id
+        return derived_cluster_id({self.node_id, *(peer.node_id for peer in self.peers)})
 
     def raft_config(self) -> raft.RaftConfig:
         voters = frozenset({self.node_id, *(peer.node_id for peer in self.peers)})
@@ -162,6 +185,7 @@ class ReplicationCounters:
     truncations: int = 0
     entries_applied: int = 0
     stale_divergences: int = 0  # DIVERGING answers below the commit index (nothing truncated)
+    peer_incarnation_changes: int = 0  # a follower came back with another data directory
 
 
 class ReplicationNode:
@@ -192,11 +216,18 @@ class ReplicationNode:
         upgrading = not any(directory.iterdir())
         self._directory = directory
         self._space = log_store.space
+        self._identity_store = IdentityStore(directory)
+        stored_identity = self._identity_store.load()
+        cluster_id = config.resolved_cluster_id()
+        if stored_identity is not None and stored_identity.cluster_id != cluster_id:
+            raise ClusterIdMismatchError(stored_identity.cluster_id, cluster_id,
+                                         self._identity_store.path)
         self.journal = Journal(directory, log_store.space)
         self._quorum_store = QuorumStore(directory)
         self._commit_store = CommitStore(directory)
         self._applied_store = AppliedStore(directory)
         quorum = self._quorum_store.load()
+        self.identity = stored_identity or self._first_identity(cluster_id, quorum, upgrading)
         if upgrading:
             self._adopt_unjournaled_data()
         # Only committed entries are ever applied, so the persisted applied index is a commit
@@ -220,7 +251,11 @@ class ReplicationNode:
         self.syncs = 0  # sync_appended calls that fsynced (tests, logs)
         self._state = raft.initial_state(self.raft_config, quorum.epoch, quorum.voted_for,
                                          self._view(), commit, clock(), self._rng,
-                                         synced_end=0 if self._syncing else None)
+                                         synced_end=0 if self._syncing else None,
+                                         learner=not self.identity.voter)
+        if self._signer is not None:
+            self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
+                                  self._state.learner)
         self._hw: dict[tuple[str, int], int] = {}
         self._applied = 0  # entries below it are applied (in memory: the high watermarks)
         # The effects of the entries below it were done before this start (issue 20, finding
@@ -241,6 +276,22 @@ class ReplicationNode:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-replication-{config.node_id}")
         self._next_peer = 0
+
+    def _first_identity(self, cluster_id: str, quorum: QuorumState,
+                        upgrading: bool) -> BrokerIdentity:
+        """The identity of a directory that has none: a voter when it already holds replication
+        state (written before identities existed: its votes are in `quorum.*`) or when the
+        broker is a cluster of one; otherwise a learner, since an empty directory in a cluster
+        may be a broker that lost its state (raft.py, "learners")."""
+        has_state = quorum.epoch > 0 or (not upgrading and self.journal.end > 0)
+        identity = BrokerIdentity.fresh(cluster_id, voter=has_state or not self._peers)
+        self._identity_store.save(identity)
+        log.warning("broker %d: data directory of cluster %r made a new incarnation (%d) of "
+                    "this broker, %s", self.config.node_id, cluster_id, identity.incarnation,
+                    "a voter (it already held replication state, or it is a cluster of one)"
+                    if identity.voter else "a learner until it has caught up with the cluster "
+                    "(docs/replication.md, \"Membership and identity\")")
+        return identity
 
     def _adopt_unjournaled_data(self) -> None:
         """A data directory from before replication (a single broker's): journal what it holds
@@ -422,16 +473,26 @@ class ReplicationNode:
         leader = NO_LEADER if answer.leader_id is None else answer.leader_id
         return WireVoteResponse(answer.epoch, answer.granted, leader, answer.pre_vote)
 
-    def answer_fetch(self, request: ReplicaFetchRequest
+    def answer_fetch(self, request: ReplicaFetchRequest, stamp: RequestStamp | None = None
                      ) -> tuple[ReplicaFetchResponse, list[JournalEntry]]:
         """The leader's answer (entries to send come back as journal entries; the caller
-        turns them into file slices). Long-polls when the follower is caught up."""
+        turns them into file slices). Long-polls when the follower is caught up. `stamp`: the
+        signed request's, whose broker incarnation and learner flag the state machine reads."""
         self.check_peer(request.follower)
         event = raft.FetchRequest(request.follower, request.epoch, request.fetch_end,
-                                  request.last_fetched_epoch)
+                                  request.last_fetched_epoch,
+                                  stamp.data_incarnation if stamp is not None else 0,
+                                  stamp.learner if stamp is not None else False)
         with self._lock:
             if request.epoch < self._state.epoch:
                 self.counters.stale_epoch_requests += 1
+            known = self._state.incarnations.get(request.follower)
+            if event.incarnation and known not in (None, event.incarnation):
+                self.counters.peer_incarnation_changes += 1
+                log.warning("broker %d: peer %d came back as another incarnation (%d, was "
+                            "%d): its data directory was replaced; its match starts again "
+                            "from 0", self.config.node_id, request.follower,
+                            event.incarnation, known)
             answer = self._first(self._step_locked(event), raft.AnswerFetch)
         if answer.outcome is not raft.Outcome.ENTRIES:
             return self._refusal(answer), []
@@ -515,6 +576,16 @@ class ReplicationNode:
                 raise
             self.counters.elections_won += 1
             self._offsets_reload = True  # the new leader's table: rebuilt from its own log
+        elif isinstance(action, raft.BecomeVoter):
+            self.identity = BrokerIdentity(self.identity.cluster_id, self.identity.incarnation,
+                                           voter=True)
+            with self._space.writing(self._directory):
+                self._identity_store.save(self.identity)
+            if self._signer is not None:
+                self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
+                                      learner=False)
+            log.warning("broker %d: caught up with the cluster; a voter from epoch %d on",
+                        self.config.node_id, self._state.epoch)
         elif isinstance(action, raft.CommitAdvanced):
             self._apply_commits_locked(action.commit)
         elif isinstance(action, raft.RoleChanged):
@@ -631,7 +702,13 @@ class ReplicationNode:
             # Votes are out; answers come in through _run_vote_round. Meanwhile ask around,
             # in case someone already leads this epoch.
             self._stop.wait(self.config.tick_interval_s)
-        self._fetch_once(raft.fetch_target(state))
+        target = raft.fetch_target(state)
+        unheard = sorted(raft.unheard_voters(self.raft_config, state) - {target})
+        if unheard:
+            # A learner needs every voter's epoch: ask one that has not spoken yet (it answers
+            # at once: a non-leader says NOT_LEADER with its epoch).
+            self._fetch_once(None, probe=unheard[self._next_peer % len(unheard)])
+        self._fetch_once(target)
 
     def _settle_offsets(self) -> None:
         with self._lock:
@@ -675,8 +752,9 @@ class ReplicationNode:
             return state.pre_voting and state.epoch + 1 == request.epoch
         return state.role is raft.Role.CANDIDATE and state.epoch == request.epoch
 
-    def _fetch_once(self, leader: int | None) -> None:
-        target = leader if leader is not None else self._round_robin_peer()
+    def _fetch_once(self, leader: int | None, probe: int | None = None) -> None:
+        target = leader if leader is not None else probe if probe is not None \
+            else self._round_robin_peer()
         # The request's fetch_end acknowledges every entry below it (the leader counts it in
         # its match): with policy `entry` they are fsynced first, all of the last round's at
         # once. Only this thread appends to a follower's journal, so none come in between.
@@ -699,7 +777,8 @@ class ReplicationNode:
         # that does not within vote_timeout_s is paused or gone -- ask the next.
         answer_timeout_s = self.config.request_timeout_s if leader is not None \
             else self.config.vote_timeout_s
-        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s):
+        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s,
+                                        probe=probe is not None):
             return  # the epoch moved on meanwhile: fetch from whoever leads it, at once
         response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
         if response is None:
@@ -708,20 +787,23 @@ class ReplicationNode:
         self._absorb_fetch(target, response, request.fetch_end)
 
     def _await_fetch_answer(self, future: Future, epoch: int, target: int,
-                            timeout_s: float) -> bool:
+                            timeout_s: float, probe: bool = False) -> bool:
         """Wait for a fetch's answer (at most timeout_s; `_result` then judges it);
         False when, meanwhile, this broker took a newer epoch or learned another leader, or
         its election timeout passed. A server thread takes a newer epoch when it grants a
         vote: the target is frozen or deposed, and the successor needs this follower's next
         fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
-        request_timeout_s to every failover, at the election and again at the commit."""
+        request_timeout_s to every failover, at the election and again at the commit.
+        `probe`: a learner's question to a voter it has not heard from, whose answer it needs
+        whoever leads: a leader learned meanwhile does not abandon it."""
         deadline = time.monotonic() + timeout_s
         while not future.done():
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 return True
             state = self._state
-            if state.epoch != epoch or raft.fetch_target(state) not in (None, target):
+            if state.epoch != epoch or (not probe
+                                        and raft.fetch_target(state) not in (None, target)):
                 log.info("broker %d: fetch from %d abandoned: epoch %d, leader %s now",
                          self.config.node_id, target, state.epoch, state.leader_id)
                 return False

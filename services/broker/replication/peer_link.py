@@ -2,8 +2,10 @@
 
 `PeerSigner` holds what every frame this broker sends is signed with: its node id, the cluster's
 secret, its incarnation (start time in nanoseconds) and one counter for all its frames (each
-receiver sees a rising subsequence, which its replay window accepts). `PeerLink` wraps the
-connection to one peer: it encodes a request, signs it for that peer
+receiver sees a rising subsequence, which its replay window accepts), and its identity: the
+cluster id, its broker (data directory) incarnation and whether it is a learner, which the
+replication node sets (`identify`) from replication/identity.py and its state machine.
+`PeerLink` wraps the connection to one peer: it encodes a request, signs it for that peer
 (common/kaska/protocol/peer_auth.py) and checks the answer before anyone reads it -- signed by
 that peer, for this very request, every number in range
 (common/kaska/protocol/replication_bounds.py). A refused answer fails the request's future with
@@ -60,13 +62,24 @@ class PeerSigner:
         self._wall_clock = wall_clock
         self._counter = 0
         self._lock = threading.Lock()
+        self.cluster_id = ""
+        self.data_incarnation = 0
+        self.learner = False
+
+    def identify(self, cluster_id: str, data_incarnation: int, learner: bool) -> None:
+        with self._lock:
+            self.cluster_id, self.data_incarnation, self.learner = \
+                cluster_id, data_incarnation, learner
 
     def stamp(self, receiver: int) -> RequestStamp:
         with self._lock:
             self._counter += 1
             counter = self._counter
+            cluster_id, data_incarnation, learner = \
+                self.cluster_id, self.data_incarnation, self.learner
         return RequestStamp(self.node_id, receiver, self.incarnation, counter,
-                            round(self._wall_clock() * 1000))
+                            round(self._wall_clock() * 1000), cluster_id, data_incarnation,
+                            learner)
 
 
 class PeerLink:

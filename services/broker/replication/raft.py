@@ -26,7 +26,16 @@ Rules (docs/replication.md has the why):
   min(leaderCommit, index of the last NEW entry)), never whatever else its journal holds (a
   deposed leader's tail that its state machine had not been told of yet, issue 20, finding 5);
 - a divergence the follower cannot act on (it lies below its commit index) is reported
-  (`StaleDivergence`: logged and counted by the node), never dropped silently.
+  (`StaleDivergence`: logged and counted by the node), never dropped silently;
+- learners (issue 20, finding 8): a broker whose data directory is new (it may have lost its
+  state: voted in an epoch it forgot, held entries a leader counted) fetches like a follower
+  but grants no vote, starts no pre-vote or election, and the leader counts neither its match
+  nor its fetches (commit, check quorum). It becomes a voter (`BecomeVoter`) once it has heard
+  from every other voter and either none of them has history (epoch 0: the cluster is being
+  formed) or its commit index reached the leader's commit as of its rejoin and its epoch is
+  the highest any voter holds (every epoch it could have voted in was some candidate's); it
+  then counts itself voted in that epoch, since it may have been. A leader that sees a peer's
+  broker incarnation change forgets that peer's match.
 
 Indexes are journal entry indexes, dense from 0; `end` is the next index; `commit` is the
 end of the committed prefix.
@@ -118,6 +127,15 @@ def _frozen(mapping: dict) -> MappingProxyType:
 
 
 @dataclass(frozen=True, slots=True)
+class Rejoin:
+    """A learner's progress toward a vote: the epochs it heard from each other voter, and the
+    leader's commit index when it first heard one (None: not yet)."""
+
+    heard: MappingProxyType = field(default_factory=lambda: _frozen({}))  # peer -> epoch
+    catch_up_commit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RaftState:
     role: Role = Role.FOLLOWER
     epoch: int = 0
@@ -136,6 +154,14 @@ class RaftState:
     # only it toward the majority. None: no fsync policy, the whole journal counts (Kafka's
     # durability through replication alone).
     synced_end: int | None = None
+    rejoin: Rejoin | None = None  # not None: a learner (no vote yet)
+    # Leader: each peer's broker incarnation as last seen, and the peers fetching as learners.
+    incarnations: MappingProxyType = field(default_factory=lambda: _frozen({}))
+    learners: frozenset[int] = frozenset()
+
+    @property
+    def learner(self) -> bool:
+        return self.rejoin is not None
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -177,6 +203,8 @@ class FetchRequest:
     epoch: int
     fetch_end: int
     last_fetched_epoch: int
+    incarnation: int = 0  # the follower's broker incarnation (0: unknown)
+    learner: bool = False
 
 
 class Outcome(Enum):
@@ -251,6 +279,11 @@ class CommitAdvanced:
 
 
 @dataclass(frozen=True, slots=True)
+class BecomeVoter:
+    """The learner may vote from now on: persist it before anything depends on it."""
+
+
+@dataclass(frozen=True, slots=True)
 class StaleDivergence:
     """The leader says the journal diverges at `end`, below the commit index `commit`: nothing
     is truncated (committed entries never diverge, so the answer is stale or a rule broke),
@@ -289,7 +322,7 @@ class AnswerFetch:
 
 Event = Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
 Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | CommitAdvanced
-          | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch)
+          | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch | BecomeVoter)
 
 
 # -- the step function ----------------------------------------------------------------------
@@ -297,19 +330,25 @@ Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | Com
 
 def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: LogView,
                   commit: int, now: float, rng: random.Random,
-                  synced_end: int | None = None) -> RaftState:
+                  synced_end: int | None = None, learner: bool = False) -> RaftState:
     """A (re)started broker: a follower that knows no leader, with what it persisted.
-    `synced_end`: see RaftState (0 with fsync policy `entry`: nothing counts until synced)."""
+    `synced_end`: see RaftState (0 with fsync policy `entry`: nothing counts until synced).
+    `learner`: its data directory was made in a cluster and it has not been promoted yet."""
     deadline = now if config.voters == {config.node_id} else now + _timeout(config, rng)
     return RaftState(epoch=epoch, voted_for=voted_for, log=log, commit=min(commit, log.end),
-                     election_deadline_s=deadline, synced_end=synced_end)
+                     election_deadline_s=deadline, synced_end=synced_end,
+                     rejoin=Rejoin() if learner and config.peers else None)
 
 
 def step(config: RaftConfig, state: RaftState, event: Event, now: float,
          rng: random.Random) -> tuple[RaftState, list[Action]]:
     actions: list[Action] = []
     before = (state.role, state.epoch, state.leader_id)
+    if state.rejoin is not None:
+        state = _heard(config, state, event)
     state = _HANDLERS[type(event)](config, state, event, now, rng, actions)
+    if state.rejoin is not None:
+        state = _maybe_promote(config, state, actions)
     if (state.role, state.epoch, state.leader_id) != before:
         actions.append(RoleChanged(state.role, state.epoch, state.leader_id))
     return state, actions
@@ -320,6 +359,48 @@ def fetch_target(state: RaftState) -> int | None:
     return state.leader_id if state.role is Role.FOLLOWER else None
 
 
+def unheard_voters(config: RaftConfig, state: RaftState) -> frozenset[int]:
+    """The voters a learner still has to hear from before it may vote (it asks them)."""
+    if state.rejoin is None:
+        return frozenset()
+    return config.peers - state.rejoin.heard.keys()
+
+
+def _heard(config: RaftConfig, state: RaftState, event) -> RaftState:
+    """A learner notes the epoch each voter speaks for (a pre-vote asks about its own + 1)."""
+    if isinstance(event, VoteRequest):
+        sender, epoch = event.candidate, event.epoch - (1 if event.pre_vote else 0)
+    elif isinstance(event, FetchRequest):
+        sender, epoch = event.follower, event.epoch
+    elif isinstance(event, FetchAnswered) and event.outcome is not Outcome.FAILED:
+        sender, epoch = event.sender, event.epoch
+    else:
+        return state
+    if sender not in config.peers:
+        return state
+    heard = state.rejoin.heard
+    epoch = max(epoch, heard.get(sender, 0))
+    return replace(state, rejoin=replace(state.rejoin, heard=_frozen({**heard, sender: epoch})))
+
+
+def _maybe_promote(config, state, actions):
+    """A learner becomes a voter once the rules in the module docstring allow it."""
+    rejoin = state.rejoin
+    if state.role is not Role.FOLLOWER or unheard_voters(config, state):
+        return state
+    highest = max([state.epoch, *rejoin.heard.values()])
+    if highest > 0:  # the cluster has history: catch up with it first
+        if (rejoin.catch_up_commit is None or state.commit < rejoin.catch_up_commit
+                or state.epoch < highest):
+            return state
+        if state.voted_for is None:
+            # It may have voted in this epoch before it lost its state: never vote in it again.
+            actions.append(PersistQuorum(state.epoch, config.node_id))
+            state = replace(state, voted_for=config.node_id)
+    actions.append(BecomeVoter())
+    return replace(state, rejoin=None)
+
+
 def _timeout(config: RaftConfig, rng: random.Random) -> float:
     return rng.uniform(config.election_timeout_min_s, config.election_timeout_max_s)
 
@@ -327,6 +408,10 @@ def _timeout(config: RaftConfig, rng: random.Random) -> float:
 def _on_tick(config, state, _event, now, rng, actions):
     if state.role is Role.LEADER:
         return _check_quorum(config, state, now, rng, actions)
+    if state.rejoin is not None:
+        if now >= state.election_deadline_s:  # never stands; only looks for a leader anew
+            return replace(state, leader_id=None, election_deadline_s=now + _timeout(config, rng))
+        return state
     if now >= state.election_deadline_s:
         return _start_pre_vote(config, state, now, rng, actions)
     return state
@@ -344,7 +429,7 @@ def _start_pre_vote(config, state, now, rng, actions):
 
 
 def _check_quorum(config, state, now, rng, actions):
-    recent = 1 + sum(1 for peer in config.peers
+    recent = 1 + sum(1 for peer in config.peers - state.learners
                      if now - state.last_fetch_s.get(peer, float("-inf"))
                      <= config.quorum_timeout_s)
     if recent >= config.majority:
@@ -404,7 +489,7 @@ def _on_vote_request(config, state, event: VoteRequest, now, rng, actions):
         state = _adopt_epoch(state, event.epoch, None, now, config, rng, actions)
     complete = (event.last_epoch, event.end) >= (state.log.last_epoch, state.log.end)
     free = state.voted_for in (None, event.candidate)
-    if not (complete and free and state.role is Role.FOLLOWER):
+    if not (complete and free and state.role is Role.FOLLOWER and state.rejoin is None):
         actions.append(AnswerVote(state.epoch, False, state.leader_id))
         return state
     if state.voted_for is None:
@@ -417,7 +502,7 @@ def _on_vote_request(config, state, event: VoteRequest, now, rng, actions):
 
 def _on_pre_vote_request(config, state, event: VoteRequest, now, actions):
     complete = (event.last_epoch, event.end) >= (state.log.last_epoch, state.log.end)
-    granted = (event.epoch > state.epoch and complete
+    granted = (event.epoch > state.epoch and complete and state.rejoin is None
                and not _hears_from_leader(config, state, now))
     actions.append(AnswerVote(event.epoch if granted else state.epoch, granted,
                               state.leader_id, pre_vote=True))
@@ -458,6 +543,7 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
                                    state.commit))
         return state
     state = replace(state, last_fetch_s=_frozen({**state.last_fetch_s, event.follower: now}))
+    state = _note_identity(state, event)
     if event.fetch_end > 0:
         found, end = state.log.end_of_epoch(event.last_fetched_epoch)
         if found != event.last_fetched_epoch or end < event.fetch_end:
@@ -473,6 +559,20 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     return state
 
 
+def _note_identity(state: RaftState, event: FetchRequest) -> RaftState:
+    """A follower with another broker incarnation than before lost its journal (or is another
+    directory): what the leader knew it held is void, so its match starts again from 0."""
+    follower = event.follower
+    known = state.incarnations.get(follower)
+    if event.incarnation and known != event.incarnation:
+        if known is not None:
+            state = replace(state, match=_frozen({**state.match, follower: 0}))
+        state = replace(state, incarnations=_frozen({**state.incarnations,
+                                                     follower: event.incarnation}))
+    learners = state.learners | {follower} if event.learner else state.learners - {follower}
+    return replace(state, learners=learners) if learners != state.learners else state
+
+
 def _held_end(state: RaftState) -> int:
     """The end of the journal prefix this broker counts as holding: all of it, or (fsync
     policy `entry`) only what it fsynced -- a power cut would take the rest."""
@@ -482,8 +582,8 @@ def _held_end(state: RaftState) -> int:
 
 
 def _advance_leader_commit(config, state, actions):
-    ends = sorted([_held_end(state), *(state.match.get(p, 0) for p in config.peers)],
-                  reverse=True)
+    ends = sorted([_held_end(state), *(state.match.get(p, 0) for p in config.peers
+                                       if p not in state.learners)], reverse=True)
     candidate = ends[config.majority - 1]
     if candidate > state.commit and candidate > state.epoch_start:
         actions.append(CommitAdvanced(candidate))
@@ -535,6 +635,9 @@ def _on_log_changed(config, state, event: LogChanged, now, rng, actions):
         return _advance_leader_commit(config, state, actions)
     if event.leader_commit is not None:
         assert event.matched_end is not None, "a leader's commit comes with the matched end"
+        if state.rejoin is not None and state.rejoin.catch_up_commit is None:
+            state = replace(state, rejoin=replace(state.rejoin,
+                                                  catch_up_commit=event.leader_commit))
         matched = min(event.matched_end, event.log.end)
         commit = max(state.commit, min(event.leader_commit, matched))
         if commit > state.commit:

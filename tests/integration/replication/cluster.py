@@ -36,6 +36,7 @@ from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.retry import RetryPolicy
+from services.broker.replication.identity import derived_cluster_id
 from services.broker.storage.log import Log
 from tests.integration.broker.broker_process import REPO, BrokerProcess
 from tests.integration.metrics_scrape import scrape
@@ -151,6 +152,8 @@ class BrokerCluster:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))
+        # The brokers are given no --cluster-id: they derive this one from the voter ids.
+        self.cluster_id = derived_cluster_id(self.ids)
         self.peer_via_proxy = peer_via_proxy
         reserved = reserve_ports(2 * size)  # each broker's client port and metrics port
         ports = {i: sock.getsockname()[1]

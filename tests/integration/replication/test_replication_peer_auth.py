@@ -1,6 +1,7 @@
 """No stranger is obeyed: forged, replayed, impostor and out-of-range peer frames sent to every
 broker of a real 3-broker cluster are refused and counted, and the cluster keeps taking
-acknowledged writes.
+acknowledged writes. Frames signed with the cluster's secret but carrying another cluster id are
+refused too (issue 20, finding 8).
 
 Issue 20, finding 3: before the peer frames were signed, one forged REPLICA_FETCH (follower=2,
 fetch_end = the leader's end) advanced the leader's commit over data only it held, and one VOTE
@@ -40,7 +41,8 @@ WAIT_S = 20.0
 REFUSED = "kaska_peer_frames_refused_total"
 # Every reason this test provokes at each broker, at least once.
 REASONS = ("truncated", "unauthenticated", "impostor", "out_of_range", "replayed",
-           "misdirected")
+           "misdirected", "cluster_mismatch")
+OTHER_CLUSTER = "another-cluster"
 
 
 def wait_until(condition, timeout_s: float, what: str):
@@ -54,10 +56,11 @@ def wait_until(condition, timeout_s: float, what: str):
 
 
 def signed(request, secret: bytes, sender: int, receiver: int, counter: int,
-           incarnation: int = 1) -> bytes:
-    """`request`'s body with a trailer signed by `secret` as broker `sender`."""
+           cluster_id: str, incarnation: int = 1) -> bytes:
+    """`request`'s body with a trailer signed by `secret` as broker `sender` of `cluster_id`."""
     body = request.encode()
-    stamp = RequestStamp(sender, receiver, incarnation, counter, round(time.time() * 1000))
+    stamp = RequestStamp(sender, receiver, incarnation, counter, round(time.time() * 1000),
+                         cluster_id)
     return body + request_trailer(secret, request.API, VERSION, (body,), stamp)
 
 
@@ -117,24 +120,32 @@ def attack(cluster: BrokerCluster, target: int, leader: int,
     peer = 2 if target != 2 else 1
     (other,) = [i for i in cluster.ids if i not in (target, peer)]
     secret = cluster.secret
+    ours = cluster.cluster_id
     huge_vote = VoteRequest(peer, HUGE_EPOCH, HUGE_EPOCH, 1 << 40, pre_vote=False)
     forged_fetch = ReplicaFetchRequest(peer, 1, leader_end, 1, 1 << 20, 0)
     answers = [
         ("unsigned vote of epoch 2**31-1",
          send_frame(cluster, target, Api.VOTE, huge_vote.encode())),
         ("vote of epoch 2**31-1 under another secret",
-         send_frame(cluster, target, Api.VOTE, signed(huge_vote, WRONG_SECRET, peer, target, 1))),
+         send_frame(cluster, target, Api.VOTE,
+                    signed(huge_vote, WRONG_SECRET, peer, target, 1, ours))),
         (f"fetch as follower {peer} to the leader's end under another secret",
          send_frame(cluster, target, Api.REPLICA_FETCH,
-                    signed(forged_fetch, WRONG_SECRET, peer, target, 1))),
+                    signed(forged_fetch, WRONG_SECRET, peer, target, 1, ours))),
         (f"fetch claiming follower {peer}, signed by {other}",
          send_frame(cluster, target, Api.REPLICA_FETCH,
-                    signed(forged_fetch, secret, other, target, 1))),
+                    signed(forged_fetch, secret, other, target, 1, ours))),
+        ("vote signed with the secret, of another cluster (finding 8)",
+         send_frame(cluster, target, Api.VOTE, signed(
+             VoteRequest(peer, 1, 0, 0, pre_vote=True), secret, peer, target, 1,
+             OTHER_CLUSTER))),
         ("signed vote of epoch 2**31-1",
-         send_frame(cluster, target, Api.VOTE, signed(huge_vote, secret, peer, target, 1))),
+         send_frame(cluster, target, Api.VOTE,
+                    signed(huge_vote, secret, peer, target, 1, ours))),
         ("signed fetch with fetch_end 2**63-1",
          send_frame(cluster, target, Api.REPLICA_FETCH, signed(
-             ReplicaFetchRequest(peer, 1, 2**63 - 1, 1, 1 << 20, 0), secret, peer, target, 1))),
+             ReplicaFetchRequest(peer, 1, 2**63 - 1, 1, 1 << 20, 0), secret, peer, target, 1,
+             ours))),
     ]
     # Replays. Real frames the other brokers sent to `target`: the leader always has its
     # followers' fetches; a follower has votes only if it listened during the election.
@@ -145,7 +156,8 @@ def attack(cluster: BrokerCluster, target: int, leader: int,
     # And, at every broker, one harmless signed frame sent twice (a pre-vote of epoch 0 changes
     # no state): the first is taken, or refused as older than `peer`'s real incarnation when
     # `target` already heard from it; the second is a replay either way.
-    pre_vote = signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, target, 1)
+    pre_vote = signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, target, 1,
+                      ours)
     send_frame(cluster, target, Api.VOTE, pre_vote)
     answers.append(("the same signed pre-vote again", send_frame(cluster, target, Api.VOTE,
                                                                  pre_vote)))
@@ -155,7 +167,8 @@ def attack(cluster: BrokerCluster, target: int, leader: int,
                         send_frame(cluster, target, api, body)))
     answers.append((f"pre-vote signed for broker {other}", send_frame(
         cluster, target, Api.VOTE,
-        signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, other, 2))))
+        signed(VoteRequest(peer, 0, 0, 0, pre_vote=True), secret, peer, other, 2,
+               ours))))
     return answers
 
 

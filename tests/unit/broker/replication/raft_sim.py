@@ -30,7 +30,14 @@ of `(epoch, payload)` entries:
   replacing any older one on disk; a committed DELETE removes only the incarnation it names;
   a truncated CREATE's topic goes; the applied index is persisted after each delete (and now
   and then); a restart reconciles the disk with the journal and applies the committed prefix
-  again with effects only from the persisted applied index (issue 20, findings 1 and 4).
+  again with effects only from the persisted applied index (issue 20, findings 1 and 4);
+- a crashed node may restart with its data directory wiped (`Faults.wipe`; issue 20, finding
+  8): journal, epoch, vote, topics and applied index gone, a new broker incarnation on its
+  fetches, and -- as node.py -- a learner until the state machine promotes it. At most one node
+  is without its state at a time (wiped, not yet promoted): losing a majority of directories
+  loses committed entries whatever the protocol. The checks below are unchanged; the
+  vote checker remembers votes across the wipe, so a wiped node that votes again in an epoch
+  it forgot is caught.
 
 After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
 election safety, one vote per voter and epoch, leader completeness, state machine safety, log
@@ -52,6 +59,7 @@ from services.broker.replication.raft import (
     AnswerVote,
     AppendNoop,
     ApplyEntries,
+    BecomeVoter,
     CommitAdvanced,
     FetchAnswered,
     FetchRequest,
@@ -71,6 +79,7 @@ from services.broker.replication.raft import (
     fetch_target,
     initial_state,
     step,
+    unheard_voters,
 )
 
 Entry = tuple[int, str]  # (epoch, payload id)
@@ -107,6 +116,7 @@ class Faults:
     ack_hold_max_s: float = 3.0
     announce: float = 0.1  # per round and node: a late-announced append is announced
     topic_ops: float = 0.1  # per client append: a topic create or delete instead of data
+    wipe: float = 0.0  # per crash: the node restarts with an empty data directory
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
@@ -216,6 +226,8 @@ class Stats:
     topic_creates: int = 0
     topic_deletes: int = 0
     deletes_of_older_incarnations: int = 0  # committed deletes that found a newer topic
+    wipes: int = 0  # restarts with an empty data directory
+    promotions: int = 0  # learners that became voters
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -245,6 +257,9 @@ class SimNode:
     applied: int = 0  # entries below it applied (volatile)
     applied_persisted: int = 0  # durable; effects below it are done
     effects_from: int = 0  # applied_persisted as of the last start
+    incarnation: int = 1  # the broker incarnation: a new one with every wiped directory
+    learner: bool = False  # persisted (identity.py's `voter`, negated)
+    wipe_pending: bool = False  # crashed, and restarts with an empty directory
 
     @property
     def node_id(self) -> int:
@@ -275,6 +290,8 @@ class Simulation:
     create_rule = "replace"
     # Whether a step first shows the state machine the whole journal ("stale": the old rule).
     view_rule = "refresh"
+    # What a node with a wiped directory restarts as ("voter": the old rule).
+    wipe_rule = "learner"
 
     def __init__(self, ids=(1, 2, 3), seed: int = 0, faults: Faults | None = None,
                  election_timeout_min_s: float = 1.0, election_timeout_max_s: float = 2.0,
@@ -438,17 +455,36 @@ class Simulation:
         node.unannounced = 0  # the journal keeps those entries; a restart sees them all
         node.landing = None
         node.down_until = self.now + self.rng.uniform(0.0, self.faults.down_max_s)
+        stateless = any(other.learner or other.wipe_pending for other in self.nodes.values())
+        if self.faults.wipe and not stateless and self.rng.random() < self.faults.wipe:
+            node.wipe_pending = True
+
+    def _wipe(self, node: SimNode) -> None:
+        """Everything the data directory held is gone; a new incarnation starts in it."""
+        self.stats.wipes += 1
+        self._log(f"{node.node_id} restarts WIPED (was epoch {node.epoch} voted "
+                  f"{node.voted_for} end {len(node.journal)})")
+        node.journal, node.epochs, node.hashes = [], [], []
+        node.epoch, node.voted_for = 0, None
+        node.seen_commit = 0
+        node.disk, node.topic_events = {}, {}
+        node.applied = node.applied_persisted = node.effects_from = 0
+        node.incarnation += 1
+        node.learner = self.wipe_rule == "learner"
+        node.wipe_pending = False
 
     def restart(self, node_id: int) -> None:
         node = self.nodes[node_id]
         assert not node.up
         self.stats.restarts += 1
+        if node.wipe_pending:
+            self._wipe(node)
         real = node.seen_commit
         commit = 0 if self.rng.random() < 0.3 else self.rng.randint(0, real)
         if self.apply_rule == "once":  # as node.py: the applied index is a commit index too
             commit = min(max(commit, node.applied_persisted), len(node.journal))
         node.state = initial_state(node.config, node.epoch, node.voted_for, node.view(),
-                                   commit, self.now, node.rng)
+                                   commit, self.now, node.rng, learner=node.learner)
         node.seen_commit = node.state.commit
         node.life += 1
         # reconcile, then apply the committed prefix again: effects only from the persisted
@@ -600,6 +636,9 @@ class Simulation:
                 return
             node.outstanding = None  # given up on; a late answer is never read
         target = fetch_target(node.state)
+        unheard = sorted(unheard_voters(node.config, node.state))
+        if unheard and (target is None or self.rng.random() < 0.5):
+            target = self.rng.choice(unheard)  # as node.py: a learner asks every voter
         if target is None:
             peers = sorted(node.config.peers)
             if not peers:
@@ -607,7 +646,8 @@ class Simulation:
             node.next_peer = (node.next_peer + 1) % len(peers)
             target = peers[node.next_peer]
         view = node.state.log  # as node.py: what the state machine knows, not the journal
-        request = FetchRequest(node.node_id, node.state.epoch, view.end, view.last_epoch)
+        request = FetchRequest(node.node_id, node.state.epoch, view.end, view.last_epoch,
+                               node.incarnation, node.state.learner)
         self._request_ids += 1
         node.outstanding = (self._request_ids, self.now, request)
         self._send(node.node_id, target, FetchMessage(request, self._request_ids))
@@ -738,6 +778,12 @@ class Simulation:
                 if previous != event.candidate:
                     raise SafetyViolation(f"{node_id} voted twice in epoch {action.epoch}: "
                                           f"{previous} and {event.candidate}")
+        elif isinstance(action, BecomeVoter):
+            if not node.learner:
+                raise SafetyViolation(f"{node_id} promoted, but it was a voter")
+            node.learner = False
+            self.stats.promotions += 1
+            self._log(f"{node_id} becomes a voter in epoch {state.epoch}")
         elif isinstance(action, CommitAdvanced):
             self.stats.commits += 1
             if action.commit != state.commit:

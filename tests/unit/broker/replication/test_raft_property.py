@@ -46,6 +46,9 @@ ROUNDS = 1500
 # land late, and topics come and go.
 FINDINGS = Faults(partition=0.03, partition_max_s=4.0, crash=0.002, client_append=0.7,
                   unannounced=0.3, ack_hold=0.3, ack_hold_max_s=8.0, topic_ops=0.2)
+# Brokers come back with their data directory wiped (finding 8), while leaders die and the
+# network splits: a wiped broker's forgotten vote or copy would matter.
+WIPES = dataclasses.replace(PROFILES["crashy"], wipe=0.5, leader_crash=0.02, partition=0.02)
 # Appends announced late and seldom: stale views last.
 STALE_VIEWS = dataclasses.replace(FINDINGS, announce=0.02, client_append=0.3)
 
@@ -108,6 +111,23 @@ def test_issue_20_paths_are_played_and_checked():
     assert total.acks >= 1_000 and total.not_leader_answers >= 50
     assert total.topic_creates >= 200 and total.topic_deletes >= 100
     assert total.restarts >= 10
+
+
+def test_wiped_brokers_rejoin_as_learners_and_nothing_committed_is_lost():
+    """Finding 8: nodes restart with an empty data directory (epoch, vote, journal, topics
+    gone); they rejoin as learners, catch up and vote again -- and every check holds: one
+    leader per epoch, one vote per voter and epoch (remembered across the wipe), no committed
+    entry lost, acknowledgements naming the committed entry."""
+    total = Stats()
+    started = time.perf_counter()
+    for seed in range(12):
+        total.add(_play((1, 2, 3), seed, WIPES).stats)
+    for seed in range(200, 203):
+        total.add(_play((1, 2, 3, 4, 5), seed, WIPES).stats)
+    print(_summary("wiped directories", total, 15, time.perf_counter() - started)
+          + f"; {total.wipes} wipes, {total.promotions} promotions")
+    assert total.wipes >= 40 and total.promotions >= 30
+    assert total.committed_entries >= 500 and total.acks >= 100
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -249,6 +269,9 @@ MUTANTS = {
         SafetyViolation),
     "restart applies deletes again by name (finding 1)": (
         lambda mp: mp.setattr(raft_sim.Simulation, "apply_rule", "replay"), FINDINGS,
+        SafetyViolation),
+    "a wiped broker votes at once, as before learners (finding 8)": (
+        lambda mp: mp.setattr(raft_sim.Simulation, "wipe_rule", "voter"), WIPES,
         SafetyViolation),
     "a follower's create keeps an older topic (finding 4)": (
         lambda mp: mp.setattr(raft_sim.Simulation, "create_rule", "keep"), FINDINGS,

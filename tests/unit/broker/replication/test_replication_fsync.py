@@ -27,6 +27,7 @@ from services.broker.replication.node import (
     ReplicationNode,
 )
 from services.broker.storage.log import Log
+from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
     Clock,
@@ -94,6 +95,7 @@ def node_with(policy: ReplicationFsync, node_id: int, log: Log, clock: Clock
     peers = tuple(PeerAddress(peer, "127.0.0.1", 1) for peer in (1, 2, 3) if peer != node_id)
     config = ReplicationConfig(node_id=node_id, peers=peers, fsync=policy,
                                tick_interval_s=0.001)
+    founding_voter(log.data_dir, config)
     return ReplicationNode(config, log, log.data_dir, clock=clock, rng=random.Random(7))
 
 

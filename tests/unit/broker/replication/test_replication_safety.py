@@ -32,6 +32,7 @@ from services.broker.replication.node import (
     ReplicationNode,
 )
 from services.broker.storage.log import Log
+from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.storage.batches import SMALL, batch, new_producer_id, records
 
 WAIT_S = 10.0
@@ -60,8 +61,10 @@ def values(log: Log, topic: str) -> list[tuple[int, bytes]]:
 def cluster_node(node_id: int, log: Log, clock: Clock, **callbacks) -> ReplicationNode:
     """A broker of a three-broker cluster whose loop is not started: the test is its network."""
     peers = tuple(PeerAddress(peer, "127.0.0.1", 1) for peer in (1, 2, 3) if peer != node_id)
-    return ReplicationNode(ReplicationConfig(node_id=node_id, peers=peers), log, log.data_dir,
-                           clock=clock, rng=random.Random(7), **callbacks)
+    config = ReplicationConfig(node_id=node_id, peers=peers)
+    founding_voter(log.data_dir, config)
+    return ReplicationNode(config, log, log.data_dir, clock=clock, rng=random.Random(7),
+                           **callbacks)
 
 
 def elect(node: ReplicationNode, clock: Clock) -> None:

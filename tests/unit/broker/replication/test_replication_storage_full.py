@@ -20,6 +20,7 @@ from services.broker.replication.quorum_store import QuorumStore
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.offset_index import OffsetIndex
+from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.storage.batches import SMALL, batch, records
 from tests.unit.broker.storage.full_disk import (
     refuse_calls,
@@ -82,6 +83,7 @@ def test_leader_segment_refusal_keeps_journal_and_log_in_step(log, monkeypatch):
 
 def _follower(log: Log) -> ReplicationNode:
     config = ReplicationConfig(node_id=2, peers=(PeerAddress(1, "127.0.0.1", 1),))
+    founding_voter(log.data_dir, config)
     return ReplicationNode(config, log, log.data_dir)  # not started: the test feeds fetches
 
 
