@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector
 
 from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
 from common.kaska.protocol.frames import Api
-from services.broker.replication.raft import Role
+from services.broker.replication.raft import Role, holds_lease
 
 NO_LEADER_ID = -1
 UNKNOWN_API = "unknown"  # an api number the broker does not serve: one label, not 65536
@@ -104,6 +104,7 @@ class BrokerCounters:
         self._records_in = 0
         self._bytes_out: Counter[str] = Counter()
         self._records_out: Counter[str] = Counter()
+        self._lease_refusals = 0
 
     def answered(self, api: int, error: KaskaError | None, reply=None) -> None:
         """One request answered: with `error`, or with `reply` (a services.broker.reply.Reply
@@ -124,6 +125,17 @@ class BrokerCounters:
         with self._lock:
             self._bytes_in += batch_bytes
             self._records_in += records
+
+    def lease_refused(self) -> None:
+        """A request refused (NOT_LEADER, or a METADATA naming no leader) because this broker
+        leads without its lease (replica_manager.py)."""
+        with self._lock:
+            self._lease_refusals += 1
+
+    @property
+    def lease_refusals(self) -> int:
+        with self._lock:
+            return self._lease_refusals
 
     def snapshot(self) -> TrafficSnapshot:
         with self._lock:
@@ -250,6 +262,14 @@ class BrokerCollector(Collector):
             "kaska_replication_voter", "1: this broker votes; 0: a learner, rejoining with a new "
             "data directory until it has caught up (docs/replication.md).",
             value=0 if state.learner else 1)
+        yield GaugeMetricFamily("kaska_replication_lease_held",
+                                "1 while this broker leads with a leader lease (answers reads "
+                                "and takes writes).", value=int(holds_lease(node.raft_config, state,
+                                                              self._clock())))
+        yield CounterMetricFamily("kaska_leader_lease_refusals",
+                                  "Requests this broker refused as leader for lack of a lease "
+                                  "(NOT_LEADER, or METADATA naming no leader).",
+                                  value=self._counters.lease_refusals)
         yield GaugeMetricFamily("kaska_replication_commit_index",
                                 "Journal entries committed (on a majority).", value=state.commit)
         yield GaugeMetricFamily("kaska_replication_journal_end_index",

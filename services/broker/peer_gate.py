@@ -94,13 +94,16 @@ class PeerRefusals:
 
 class PeerSession:
     """What one TCP connection has shown of itself: its remote host, and the peer it spoke for
-    (set by the first frame that got through the gate). Owned by the connection's thread."""
+    (set by the first frame that got through the gate). Owned by the connection's thread.
+    `answered`: the leader's last REPLICA_FETCH answer on it (replication/node.py,
+    FetchSession: the leader lease counts on it)."""
 
-    __slots__ = ("origin", "node_id")
+    __slots__ = ("origin", "node_id", "answered")
 
     def __init__(self, origin: str) -> None:
         self.origin = origin
         self.node_id: int | None = None
+        self.answered: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ class PartitionRole:
     leader_id: int  # NO_LEADER when unknown
     leader_epoch: int
     leader_address: str  # "host:port", "" when unknown
+    # This broker leads but holds no lease (raft.holds_lease): it names no leader and
+    # answers nothing as leader until a majority confirms it again (or it steps down).
+    lease_expired: bool = False
 
 
 class ReplicaManager:
@@ -63,25 +66,43 @@ class ReplicaManager:
     def brokers(self) -> tuple[BrokerInfo, ...]:
         return self._brokers
 
-    def role(self, topic: str, partition: int) -> PartitionRole:
+    def role(self, topic: str, partition: int, *, lease: bool = True) -> PartitionRole:
+        """Who leads. `lease`: a leader without its lease (issue 20, finding 9: partitioned,
+        or thawed before its loop thread noticed a successor) says it knows no leader, so that
+        clients ask elsewhere; checked on the clock now, not at the last tick."""
         state = self.node.state
         leader = state.leader_id
         if leader is None:
             return PartitionRole(False, NO_LEADER, state.epoch, "")
         if leader == self._self.node_id:
+            if lease and state.role is Role.LEADER and not self.node.holds_lease(state):
+                return PartitionRole(False, NO_LEADER, state.epoch, "", lease_expired=True)
             return PartitionRole(state.role is Role.LEADER, leader, state.epoch,
                                  self._self.address)
         return PartitionRole(False, leader, state.epoch, self.node.peer_address(leader))
 
-    def require_leader(self, topic: str, partition: int) -> PartitionRole:
-        role = self.role(topic, partition)
+    def require_leader(self, topic: str, partition: int, *, lease: bool = True
+                       ) -> PartitionRole:
+        """The role of a partition this broker leads, NotLeaderError (retriable) otherwise.
+        `lease=False` for writes that wait for their commit anyway (topics)."""
+        role = self.role(topic, partition, lease=lease)
         if not role.is_leader:
+            if role.lease_expired:
+                self.lease_refused()
             raise self._not_leader(f"{topic}/{partition}", role)
         return role
 
+    def lease_refused(self) -> None:
+        """Count one request answered NOT_LEADER (or a METADATA naming no leader) for lack
+        of a lease: `kaska_leader_lease_refusals_total`."""
+        self._counters.lease_refused()
+
     @staticmethod
     def _not_leader(what: str, role: PartitionRole) -> NotLeaderError:
-        if role.leader_id == NO_LEADER:
+        if role.lease_expired:
+            error = NotLeaderError(f"{what}: this broker's leader lease expired (epoch "
+                                   f"{role.leader_epoch}); ask the others")
+        elif role.leader_id == NO_LEADER:
             error = NotLeaderError(f"{what}: no leader elected yet (epoch {role.leader_epoch})")
         else:
             error = NotLeaderError(f"{what} is led by node {role.leader_id}")
@@ -134,6 +155,9 @@ class ReplicaManager:
 
         def await_acks() -> None:
             if acks != ACKS_ALL:
+                # Held only by this leader: answered only while it still holds the lease
+                # (a thawed leader's acks=1 success would be for a batch its successor lacks).
+                self.require_leader(topic, partition)
                 return
             # A retry's original entry: the acknowledgement must name it, too.
             entry = appended[0] if appended else self.node.journal.find_batch(
@@ -193,7 +217,7 @@ class ReplicaManager:
     def create_topic(self, name: str, partitions: int) -> None:
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidPartitionsError(f"{partitions} partitions; 1..{PARTITIONS_MAX} allowed")
-        role = self.require_leader(name, 0)
+        role = self.require_leader(name, 0, lease=False)  # answered once committed
         with self._metadata_lock:
             if name in self._log.topics():
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -206,7 +230,7 @@ class ReplicaManager:
     def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
         """Tombstone the topic's committed offsets, then journal the delete; every broker
         removes the files once the delete is committed."""
-        role = self.require_leader(name, 0)
+        role = self.require_leader(name, 0, lease=False)  # answered once committed
         if name not in self._log.topics():
             raise UnknownTopicOrPartitionError(f"no topic {name!r}")
         forget_offsets(name)

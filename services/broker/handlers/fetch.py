@@ -39,6 +39,8 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     if request.offset == high_watermark() and wait_ms > 0:
         ctx.notifier.wait_until(request.topic, request.partition,
                                 lambda: high_watermark() > request.offset, wait_ms / 1000)
+        # Still leading with a lease after the wait (a pause may have cost it meanwhile)?
+        replicas.require_leader(request.topic, request.partition)
     visible_end = high_watermark()
     max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
     slices = partition_log.read(request.offset, max_bytes, upto_offset=visible_end)

@@ -14,11 +14,15 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     existing = ctx.log.topics()
     wanted = request.topics or tuple(existing)
     topics = {}
+    withheld = False
     for name in wanted:
         partitions = existing.get(name)
         if partitions is None:
             continue
-        roles = (ctx.replicas.role(name, p) for p in range(partitions))
+        roles = [ctx.replicas.role(name, p) for p in range(partitions)]
+        withheld = withheld or any(role.lease_expired for role in roles)
         topics[name] = tuple(PartitionInfo(p, role.leader_id, role.leader_epoch)
                              for p, role in enumerate(roles))
+    if withheld:  # a leader without its lease names no leader (not itself): counted once
+        ctx.replicas.lease_refused()
     return Reply(MetadataResponse(ctx.replicas.brokers(), topics).encode())

@@ -25,7 +25,8 @@ from services.broker.storage.partition import FileSlice
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     peer = read_peer_request(ctx, body, ReplicaFetchRequest, check_fetch_request,
                              claimed=lambda request: request.follower)
-    response, entries = ctx.replicas.node.answer_fetch(peer.request, peer.stamp)
+    response, entries = ctx.replicas.node.answer_fetch(peer.request, peer.stamp,
+                                                        body.session)
     headers: list[EntryHeader] = []
     slices: list[FileSlice] = []
     for entry in entries:

@@ -69,6 +69,7 @@ from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.peer_gate import PeerSession
 from services.broker.replication import raft
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.identity import (
@@ -145,6 +146,7 @@ class ReplicationConfig:
     election_timeout_min_s: float = 1.0
     election_timeout_max_s: float = 2.0
     quorum_timeout_s: float = 3.0
+    lease_timeout_s: float | None = None  # None: raft.LEASE_FRACTION_DEFAULT of the minimum
     tick_interval_s: float = 0.05
     fetch_wait_ms: int = 200  # a caught-up follower's long-poll; also its heartbeat period
     fetch_bytes_max: int = 8 * 1024 * 1024
@@ -172,7 +174,19 @@ class ReplicationConfig:
         if len(voters) != 1 + len(self.peers):
             raise raft.RaftConfigError("peer ids must be distinct and differ from --node-id")
         return raft.RaftConfig(self.node_id, voters, self.election_timeout_min_s,
-                               self.election_timeout_max_s, self.quorum_timeout_s)
+                               self.election_timeout_max_s, self.quorum_timeout_s,
+                               self.lease_timeout_s)
+
+
+class FetchSession:
+    """The leader's memory of one follower connection: (epoch, time) of the last fetch answer
+    it made on it, None when the last request got no answer of a leader. Owned by the
+    connection's thread (fetches on one connection come one after another)."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self) -> None:
+        self.answered: tuple[int, float] | None = None
 
 
 @dataclass
@@ -273,6 +287,7 @@ class ReplicationNode:
         self._offsets_reload = False
         self._connections: dict[int, PeerLink] = {}
         self._stop = threading.Event()
+        self._direct_sessions: dict[int, FetchSession] = {}  # answer_fetch without a session
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-replication-{config.node_id}")
         self._next_peer = 0
@@ -473,16 +488,34 @@ class ReplicationNode:
         leader = NO_LEADER if answer.leader_id is None else answer.leader_id
         return WireVoteResponse(answer.epoch, answer.granted, leader, answer.pre_vote)
 
-    def answer_fetch(self, request: ReplicaFetchRequest, stamp: RequestStamp | None = None
+    def holds_lease(self, state: raft.RaftState | None = None) -> bool:
+        """Whether this broker leads with a lease now (raft.holds_lease; `state`: a snapshot
+        the caller already read), on the clock read at this call: a leader thawed after a
+        pause refuses before its loop thread runs."""
+        return raft.holds_lease(self.raft_config, state or self._state, self._clock())
+
+    def answer_fetch(self, request: ReplicaFetchRequest, stamp: RequestStamp | None = None,
+                     session: FetchSession | PeerSession | None = None
                      ) -> tuple[ReplicaFetchResponse, list[JournalEntry]]:
         """The leader's answer (entries to send come back as journal entries; the caller
         turns them into file slices). Long-polls when the follower is caught up. `stamp`: the
-        signed request's, whose broker incarnation and learner flag the state machine reads."""
+        signed request's, whose broker incarnation and learner flag the state machine reads.
+
+        `session`: the connection the request came on (None: an in-process caller, whose calls
+        come one after another). A fetch on the session that carried this leader's previous
+        answer proves the follower read that answer (the follower drops its connection after
+        any failed fetch), so it confirms the follower heard from this leader at the time the
+        answer was made: the lease (raft.holds_lease)."""
         self.check_peer(request.follower)
+        if session is None:
+            session = self._direct_sessions.setdefault(request.follower, FetchSession())
+        answered, session.answered = session.answered, None
+        confirmed = answered[1] if answered is not None and answered[0] == request.epoch \
+            else None
         event = raft.FetchRequest(request.follower, request.epoch, request.fetch_end,
                                   request.last_fetched_epoch,
                                   stamp.data_incarnation if stamp is not None else 0,
-                                  stamp.learner if stamp is not None else False)
+                                  stamp.learner if stamp is not None else False, confirmed)
         with self._lock:
             if request.epoch < self._state.epoch:
                 self.counters.stale_epoch_requests += 1
@@ -495,6 +528,8 @@ class ReplicationNode:
                             event.incarnation, known)
             answer = self._first(self._step_locked(event), raft.AnswerFetch)
         if answer.outcome is not raft.Outcome.ENTRIES:
+            if answer.outcome is raft.Outcome.DIVERGING:
+                session.answered = (answer.epoch, self._clock())
             return self._refusal(answer), []
         epoch = answer.epoch
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
@@ -510,6 +545,7 @@ class ReplicationNode:
                                             WireOutcome.NOT_LEADER), []
             entries = self._entries_to_send(request.fetch_end, request.max_bytes)
             commit = state.commit
+        session.answered = (epoch, self._clock())
         return ReplicaFetchResponse(epoch, self.config.node_id, commit,
                                     WireOutcome.ENTRIES), entries
 
@@ -994,6 +1030,9 @@ class ReplicationNode:
         if code:
             log.info("broker %d: peer %d refused: error code %d", self.config.node_id, peer,
                      code)
+            # A new connection for the next request: a fetch on the old one would tell the
+            # leader this follower read its answer (its lease counts on that).
+            self._drop(peer)
             return None
         try:
             return response_type.decode(body)

@@ -19,6 +19,19 @@ Rules (docs/replication.md has the why):
   `synced_end` when one is kept (fsync policy `entry`: only what it fsynced counts), else its
   whole journal;
 - a leader not fetched from by a majority within `quorum_timeout_s` steps down;
+- leader lease (Raft thesis §6.4, etcd's CheckQuorum + lease read): a follower refuses votes
+  for `election_timeout_min_s` after it last heard from its leader (the rule above), so no
+  other leader can be elected before then. The leader knows a follower heard from it at time
+  t (its own clock) only once the follower's NEXT fetch arrives on the same connection as the
+  answer it sent at t (the node drops the connection on any failed fetch, so that fetch proves
+  the answer was read: `FetchRequest.confirmed_s`). It holds the lease while a majority,
+  itself included, confirmed within `lease_timeout_s` (< `election_timeout_min_s`, with a
+  clock-rate margin) and its own epoch's NOOP is committed (its commit index is no older than
+  its predecessor's); `holds_lease(config, state, now)`. A follower that hears from a live
+  leader does not adopt a higher epoch from another follower's fetch (that would end its
+  refusal early). Limit: a follower restarted within the lease forgets its refusal (as in
+  etcd); refusing votes after every restart cost the simulated clusters a fifth of their
+  commits, so it is documented instead (docs/replication.md);
 - followers fetch `(fetch_end, last_fetched_epoch)`; the leader answers entries, or where the
   follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there;
 - a follower's commit index counts only entries known to match the leader: the prefix the
@@ -51,6 +64,13 @@ from types import MappingProxyType
 NO_EPOCH = -1
 
 
+# A leader's lease is measured on its clock, a follower's vote refusal on its own: the lease
+# is at most this fraction of election_timeout_min_s, which absorbs clock rates differing by
+# up to 5 % (real monotonic clocks differ by well under 0.1 %).
+LEASE_FRACTION_MAX = 0.9
+LEASE_FRACTION_DEFAULT = 0.8
+
+
 class RaftConfigError(ValueError):
     """A replication setting that cannot work (empty quorum, timeouts out of order...)."""
 
@@ -68,6 +88,8 @@ class RaftConfig:
     election_timeout_min_s: float = 1.0
     election_timeout_max_s: float = 2.0
     quorum_timeout_s: float = 2.0
+    # None: LEASE_FRACTION_DEFAULT of election_timeout_min_s.
+    lease_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.node_id not in self.voters:
@@ -80,6 +102,15 @@ class RaftConfig:
         if self.quorum_timeout_s < self.election_timeout_min_s:
             raise RaftConfigError("quorum_timeout_s must be >= election_timeout_min_s, or a "
                                   "leader steps down before followers would elect anew")
+        if self.lease_timeout_s is None:
+            object.__setattr__(self, "lease_timeout_s",
+                               LEASE_FRACTION_DEFAULT * self.election_timeout_min_s)
+        if not 0 < self.lease_timeout_s <= LEASE_FRACTION_MAX * self.election_timeout_min_s:
+            raise RaftConfigError(
+                f"need 0 < lease_timeout_s <= {LEASE_FRACTION_MAX} * election_timeout_min_s "
+                f"(a clock-rate margin), got {self.lease_timeout_s} with "
+                f"election_timeout_min_s {self.election_timeout_min_s}: a longer lease could "
+                "outlast the followers' vote refusal, and two leaders would answer")
 
     @property
     def majority(self) -> int:
@@ -150,6 +181,9 @@ class RaftState:
     epoch_start: int = 0  # leader: index of its NOOP
     match: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader: peer → end
     last_fetch_s: MappingProxyType = field(default_factory=lambda: _frozen({}))  # leader
+    # Leader: peer → the latest time (this broker's clock) at which the peer is known to have
+    # heard from it as leader of this epoch (FetchRequest.confirmed_s); the lease.
+    heard_s: MappingProxyType = field(default_factory=lambda: _frozen({}))
     # The end of this broker's fsynced journal prefix (fsync policy `entry`): a leader counts
     # only it toward the majority. None: no fsync policy, the whole journal counts (Kafka's
     # durability through replication alone).
@@ -205,6 +239,9 @@ class FetchRequest:
     last_fetched_epoch: int
     incarnation: int = 0  # the follower's broker incarnation (0: unknown)
     learner: bool = False
+    # When (the leader's clock) the leader sent its answer to the follower's previous fetch of
+    # this epoch, if this request proves the follower read it (same connection, next fetch).
+    confirmed_s: float | None = None
 
 
 class Outcome(Enum):
@@ -340,6 +377,27 @@ def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: Lo
                      rejoin=Rejoin() if learner and config.peers else None)
 
 
+def lease_end_s(config: RaftConfig, state: RaftState) -> float:
+    """Until when (this broker's clock) no other leader can exist and this one's commit index
+    is current: -inf when it does not lead or its NOOP is not committed yet."""
+    if state.role is not Role.LEADER or state.commit <= state.epoch_start:
+        return float("-inf")
+    if config.majority == 1:
+        return float("inf")
+    # Learners count for nothing, as in the commit and check-quorum counts.
+    heard = sorted((state.heard_s.get(peer, float("-inf"))
+                    for peer in config.peers - state.learners), reverse=True)
+    if len(heard) < config.majority - 1:
+        return float("-inf")
+    return heard[config.majority - 2] + config.lease_timeout_s
+
+
+def holds_lease(config: RaftConfig, state: RaftState, now: float) -> bool:
+    """Whether this leader may answer reads and take writes at `now` (its monotonic clock,
+    read when the answer is made, not at the last step)."""
+    return now < lease_end_s(config, state)
+
+
 def step(config: RaftConfig, state: RaftState, event: Event, now: float,
          rng: random.Random) -> tuple[RaftState, list[Action]]:
     actions: list[Action] = []
@@ -457,7 +515,8 @@ def _become_leader(config, state, now, actions):
     state = replace(state, role=Role.LEADER, leader_id=config.node_id, log=log,
                     votes=frozenset(), pre_voting=False, epoch_start=epoch_start,
                     match=_frozen({peer: 0 for peer in config.peers}),
-                    last_fetch_s=_frozen({peer: now for peer in config.peers}))
+                    last_fetch_s=_frozen({peer: now for peer in config.peers}),
+                    heard_s=_frozen({}))
     return _advance_leader_commit(config, state, actions)
 
 
@@ -536,7 +595,11 @@ def _on_pre_vote_response(config, state, event: VoteResponse, now, rng, actions)
 
 
 def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
-    if event.epoch > state.epoch:
+    # A follower of a live leader keeps its epoch (and so its vote refusal, which the leader's
+    # lease counts on); the asker, one epoch ahead, tries the next broker and reaches the
+    # leader, whom its epoch deposes.
+    if event.epoch > state.epoch and not (state.role is Role.FOLLOWER
+                                          and _hears_from_leader(config, state, now)):
         state = _adopt_epoch(state, event.epoch, None, now, config, rng, actions)
     if state.role is not Role.LEADER or event.epoch < state.epoch:
         actions.append(AnswerFetch(Outcome.NOT_LEADER, state.epoch, state.leader_id,
@@ -544,6 +607,10 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
         return state
     state = replace(state, last_fetch_s=_frozen({**state.last_fetch_s, event.follower: now}))
     state = _note_identity(state, event)
+    if event.confirmed_s is not None and event.confirmed_s > state.heard_s.get(
+            event.follower, float("-inf")):
+        state = replace(state, heard_s=_frozen({**state.heard_s,
+                                                event.follower: event.confirmed_s}))
     if event.fetch_end > 0:
         found, end = state.log.end_of_epoch(event.last_fetched_epoch)
         if found != event.last_fetched_epoch or end < event.fetch_end:

@@ -32,6 +32,7 @@ from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
     Clock,
     answer,
+    confirm_lease,
     elect,
     fetch_everything,
     follower_keeping_up,
@@ -236,6 +237,7 @@ def test_acknowledged_produce_was_fsynced_by_the_leader_only_with_entry(log, mon
         with follower_keeping_up(leader):
             leader.sync_appended()  # the loop's round does this for the NOOP
             manager.create_topic("t", 1)
+        confirm_lease(leader)
         fsyncs = FsyncRecorder(monkeypatch, log)
         fsyncs.node = leader
         data = batch(b"x")

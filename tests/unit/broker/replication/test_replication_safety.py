@@ -85,6 +85,14 @@ def fetch_everything(node: ReplicationNode, follower: int = 2) -> None:
                                           node.journal.last_epoch, 1 << 20, 0))
 
 
+def confirm_lease(node: ReplicationNode, follower: int = 2) -> None:
+    """Two fetches in a row: the second shows the leader its first answer was read, which
+    gives it the lease (raft.holds_lease) until the clock moves 0.8 s on."""
+    fetch_everything(node, follower)
+    fetch_everything(node, follower)
+    assert node.holds_lease()
+
+
 @contextmanager
 def follower_keeping_up(node: ReplicationNode):
     """Broker 2 fetching in a loop while the test's produce or create waits for its commit."""
@@ -138,6 +146,7 @@ def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaM
     with follower_keeping_up(node):
         manager.create_topic("t", 1)
     assert node.state.commit == 2 and node.journal.end == 2
+    confirm_lease(node)
     return node, manager
 
 
@@ -309,8 +318,11 @@ def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monke
 
         def append_lands_during_the_step(config, state, event, now, rng):
             if isinstance(event, raft.Tick) and not waiting:
-                # Another thread's produce: after the node's last look at the journal.
+                # Another thread's produce: after the node's last look at the journal. It
+                # passed its lease check before the 10 s went by (a slow thread).
+                clock.now_s -= 10.0
                 waiting.append(produce_deferred(manager, log, "t", batch(b"mine"))[1])
+                clock.now_s += 10.0
             return real_step(config, state, event, now, rng)
 
         monkeypatch.setattr(raft, "step", append_lands_during_the_step)
