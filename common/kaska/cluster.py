@@ -282,9 +282,10 @@ class Cluster:
             self.refresh_metadata(topic)
             address = self.leaders.leader((topic, partition))
             if address is None:
-                # The broker asked knows no leader (an election, or a leader that lost its
-                # lease names none): ask the next one on the retry.
-                self._last_good = (self._last_good + 1) % len(self._bootstrap)
+                # The broker asked knows no leader (an election, or a leader without its
+                # lease, issue 20 finding 9, names none): ask the next one on the retry.
+                with self._lock:
+                    self._last_good = (self._last_good + 1) % len(self._bootstrap)
                 raise UnknownTopicOrPartitionError(f"no leader known for {topic}/{partition}")
         return address
 
