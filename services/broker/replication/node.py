@@ -815,7 +815,11 @@ class ReplicationNode:
             else self.config.vote_timeout_s
         if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s,
                                         probe=probe is not None):
-            return  # the epoch moved on meanwhile: fetch from whoever leads it, at once
+            # The epoch moved on meanwhile: fetch from whoever leads it, at once -- on a new
+            # connection, since a fetch on this one would tell the target this follower read
+            # the answer it abandons (the leader lease counts on that, raft.holds_lease).
+            self._drop(target)
+            return
         response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
         if response is None:
             self._stop.wait(self.config.tick_interval_s)
