@@ -13,7 +13,9 @@ METADATA, and a produce of each acks. Checked:
 (b) every acks=all acknowledgement is read back where it was acknowledged;
 (c) the consumer never got OffsetOutOfRange (nor any non-retriable error), and every record
     it read is the record stored at that offset at the end (no stale or lost data read).
-acks=1 acknowledgements that did not survive are counted and reported (allowed, documented).
+acks=1 acknowledgements that did not survive (a batch the leader took with its lease just before
+the stop), and the sequence gaps they leave for the acks=1 producer, are counted and reported
+(allowed, documented).
 """
 
 from __future__ import annotations
@@ -234,7 +236,13 @@ def test_thawed_leader_refuses_and_no_acknowledged_write_or_read_goes_wrong(make
         stop_writers(writers, stop)
         consumer.join(60)
     assert not consumer.is_alive() and not consumer.crash, consumer.crash
-    unexpected = [error for writer in writers for error in writer.tally.unexpected]
+    # An acks=1 batch the old leader took (with its lease, just before the stop) and never
+    # replicated is lost; the idempotent producer's next batch then meets a sequence gap at
+    # the successor (Kafka's too: idempotence needs acks=all). Counted, not a failure.
+    one_gaps = [error for error in one_writer.tally.unexpected
+                if "OutOfOrderSequenceError" in error]
+    unexpected = [error for writer in writers for error in writer.tally.unexpected
+                  if error not in one_gaps]
     assert not unexpected, f"non-retriable errors of the producers: {unexpected}"
     stored, high_watermarks = read_back(cluster.bootstrap, TOPIC, PARTITIONS)
     counts = check_acknowledged(stored, {all_writer.name: all_writer.tally})
@@ -263,7 +271,8 @@ def test_thawed_leader_refuses_and_no_acknowledged_write_or_read_goes_wrong(make
           f"answered after SIGCONT: {answers}; its NOT_LEADER answers since the pause "
           f"{refused}, of them for lack of lease {lease_after - lease_before:g}; acks=all: "
           f"{counts.acked_records} records acknowledged, all read back; acks=1: "
-          f"{len(one_acked)} acknowledged, {len(one_lost)} lost; consumer read "
+          f"{len(one_acked)} acknowledged, {len(one_lost)} lost ({len(one_gaps)} sequence gaps "
+          f"met); consumer read "
           f"{ {p: len(r) for p, r in consumer.read.items()} } records, retried errors "
           f"{sorted({type(e).__name__ for e in consumer.errors})}; high watermarks "
           f"{high_watermarks}; {time.monotonic() - started:.1f} s")
