@@ -46,6 +46,12 @@ persisted quorum state equal to the state machine's, the state machine's view of
 journal equal to the journal (but for appends it has not heard of yet), an acknowledgement
 naming the committed entry, and the topics on disk: the newest incarnation of every topic not
 deleted after it is on disk, an incarnation whose delete was applied is not, and nothing else.
+
+Leader lease (issue 20, finding 9): a leader's answer carries the time it was made; a
+follower's next fetch to the same broker confirms it (`FetchRequest.confirmed_s`) only if the
+follower read that answer and gave up on no request since (node.py: a new connection after
+any failed fetch). After every round: at most one node holds a lease, and a lease holder's
+commit index covers every committed entry (a read there is never stale).
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from services.broker.replication.raft import (
     VoteRequest,
     VoteResponse,
     fetch_target,
+    holds_lease,
     initial_state,
     step,
     unheard_voters,
@@ -117,6 +124,10 @@ class Faults:
     announce: float = 0.1  # per round and node: a late-announced append is announced
     topic_ops: float = 0.1  # per client append: a topic create or delete instead of data
     wipe: float = 0.0  # per crash: the node restarts with an empty data directory
+    # Per round and leader: SIGSTOP it for up to leader_pause_max_s (no tick, no step; what is
+    # sent to it waits in its socket; its clock runs on). 0 draws nothing from the rng.
+    leader_pause: float = 0.0
+    leader_pause_max_s: float = 4.0
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
@@ -186,6 +197,7 @@ class FetchAnswerMessage:
     answer: AnswerFetch
     request_id: int
     entries: tuple[Entry, ...] = ()  # ENTRIES: the leader's journal from fetch_end
+    answered_s: float = 0.0  # when the leader made the answer (its lease counts from it)
 
 
 @dataclass(order=True)
@@ -228,6 +240,8 @@ class Stats:
     deletes_of_older_incarnations: int = 0  # committed deletes that found a newer topic
     wipes: int = 0  # restarts with an empty data directory
     promotions: int = 0  # learners that became voters
+    lease_rounds: int = 0  # rounds in which some leader held its lease (checked)
+    leader_pauses: int = 0
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -246,6 +260,10 @@ class SimNode:
     state: RaftState | None = None  # None while down
     seen_commit: int = 0  # the commit index the checks have seen for this incarnation
     outstanding: tuple[int, float, FetchRequest] | None = None  # (request id, sent at, req)
+    # The last answer read on the "connection" to a broker: (broker, epoch, answered at);
+    # None after a request given up on (node.py drops the connection).
+    read_answer: tuple[int, int, float] | None = None
+    paused_until: float = 0.0  # SIGSTOPped until then (Faults.leader_pause)
     next_peer: int = 0
     down_until: float = 0.0
     unannounced: int = 0  # journal entries at the end that the state machine has not seen
@@ -345,29 +363,48 @@ class Simulation:
         self.stats.rounds += 1
         self._maybe_fault()
         self.now += rng.uniform(0.0, faults.dt_max_s)
-        for node in self._up_nodes():
+        for node in self._running_nodes():
             if node.up and rng.random() >= faults.tick_skip:
                 self._step(node, Tick())
         while self.network and self.network[0].deliver_at <= self.now:
             self._deliver(heapq.heappop(self.network))
-        for node in self._up_nodes():
+        for node in self._running_nodes():
             if node.up and node.unannounced and rng.random() < faults.announce:
                 # The paused produce thread goes on: leader_appended(), whatever the role now.
                 self._step(node, LogChanged(node.view()))
             if node.up and rng.random() < 0.05:
                 node.applied_persisted = max(node.applied_persisted, node.applied)
-        for node in self._up_nodes():
+        for node in self._running_nodes():
             if node.up and node.state.role is not Role.LEADER:
                 self._maybe_fetch(node)
-        for node in self._up_nodes():
+        for node in self._running_nodes():
             if node.up and node.state.role is Role.LEADER and rng.random() < faults.client_append:
                 self.client_append(node.node_id)
         self._settle_acks()
+        self._check_leases()
+
+    def _check_leases(self) -> None:
+        # A paused node counts too: thawed, it answers before its loop ticks (node.py reads
+        # the clock when it answers).
+        holders = [node for node in self._up_nodes()
+                   if holds_lease(node.config, node.state, self.now)]
+        if len(holders) > 1:
+            raise SafetyViolation(f"two leases at {self.now:.3f}: "
+                                  f"{[(n.node_id, n.state.epoch) for n in holders]}")
+        if holders:
+            self.stats.lease_rounds += 1
+            if holders[0].state.commit < len(self.committed):
+                raise SafetyViolation(
+                    f"stale read: lease holder {holders[0].node_id} of epoch "
+                    f"{holders[0].state.epoch} commits {holders[0].state.commit}, "
+                    f"{len(self.committed)} entries are committed")
 
     def settle(self) -> None:
         """Heal everything, restart every node; from now on no faults and no clients."""
         self.faults = self.faults.calm()
         self.cut.clear()
+        for node in self.nodes.values():
+            node.paused_until = 0.0
         for node in self.nodes.values():
             if not node.up:
                 self.restart(node.node_id)
@@ -410,6 +447,9 @@ class Simulation:
     def _up_nodes(self) -> list[SimNode]:
         return [node for node in self.nodes.values() if node.up]
 
+    def _running_nodes(self) -> list[SimNode]:
+        return [node for node in self._up_nodes() if self.now >= node.paused_until]
+
     def _maybe_fault(self) -> None:
         faults = self.faults
         rng = self.rng
@@ -419,6 +459,12 @@ class Simulation:
                 self.crash(node.node_id)
             elif not node.up and self.now >= node.down_until:
                 self.restart(node.node_id)
+        if faults.leader_pause:
+            for node in self._running_nodes():
+                if node.state.role is Role.LEADER and rng.random() < faults.leader_pause:
+                    node.paused_until = self.now + rng.uniform(0.0, faults.leader_pause_max_s)
+                    self.stats.leader_pauses += 1
+                    self._log(f"{node.node_id} paused until {node.paused_until:.3f}")
         if self.cut and self.now >= self.cut_until:
             self.cut.clear()
         if rng.random() < faults.partition:
@@ -452,6 +498,8 @@ class Simulation:
         self._log(f"{node_id} crashes")
         node.state = None
         node.outstanding = None
+        node.read_answer = None
+        node.paused_until = 0.0
         node.unannounced = 0  # the journal keeps those entries; a restart sees them all
         node.landing = None
         node.down_until = self.now + self.rng.uniform(0.0, self.faults.down_max_s)
@@ -594,6 +642,10 @@ class Simulation:
         node = self.nodes[packet.to]
         if not node.up:
             return
+        if self.now < node.paused_until:  # waits in the paused broker's socket
+            packet.deliver_at = node.paused_until
+            heapq.heappush(self.network, packet)
+            return
         if frozenset((packet.sender, packet.to)) in self.cut:
             self.stats.drops += 1
             return
@@ -628,13 +680,15 @@ class Simulation:
             start = answer.fetch_end
             count = self.rng.randint(1, self.fetch_entries_max)
             entries = tuple(node.journal[start:start + count])
-        self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries))
+        self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries,
+                                                            self.now))
 
     def _maybe_fetch(self, node: SimNode) -> None:
         if node.outstanding is not None:
             if self.now - node.outstanding[1] < self.request_timeout_s:
                 return
             node.outstanding = None  # given up on; a late answer is never read
+            node.read_answer = None  # and the next request goes on a new connection
         target = fetch_target(node.state)
         unheard = sorted(unheard_voters(node.config, node.state))
         if unheard and (target is None or self.rng.random() < 0.5):
@@ -646,8 +700,11 @@ class Simulation:
             node.next_peer = (node.next_peer + 1) % len(peers)
             target = peers[node.next_peer]
         view = node.state.log  # as node.py: what the state machine knows, not the journal
+        read = node.read_answer
+        confirmed = read[2] if read is not None and read[:2] == (target, node.state.epoch) \
+            else None
         request = FetchRequest(node.node_id, node.state.epoch, view.end, view.last_epoch,
-                               node.incarnation, node.state.learner)
+                               node.incarnation, node.state.learner, confirmed)
         self._request_ids += 1
         node.outstanding = (self._request_ids, self.now, request)
         self._send(node.node_id, target, FetchMessage(request, self._request_ids))
@@ -659,6 +716,7 @@ class Simulation:
         node.outstanding = None
         answer = message.answer
         entries = message.entries
+        node.read_answer = (sender, answer.epoch, message.answered_s)
         event = FetchAnswered(sender, answer.outcome, answer.epoch, answer.leader_id,
                               answer.diverging_epoch, answer.diverging_end)
         actions = self._step(node, event, finish=False)

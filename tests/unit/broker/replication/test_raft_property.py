@@ -83,7 +83,7 @@ def _summary(title: str, stats: Stats, runs: int, seconds: float) -> str:
             f"{stats.not_leader_answers} NOT_LEADER, {stats.unannounced_appends} appends "
             f"announced late ({stats.stale_tails} stale tails), {stats.topic_creates} topic "
             f"creates, {stats.topic_deletes} deletes ({stats.deletes_of_older_incarnations} "
-            "of an older incarnation)")
+            f"of an older incarnation); a lease held in {stats.lease_rounds} rounds")
 
 
 def _campaign(ids, seeds, profile: str, rounds: int = ROUNDS) -> Stats:
@@ -130,12 +130,60 @@ def test_wiped_brokers_rejoin_as_learners_and_nothing_committed_is_lost():
     assert total.committed_entries >= 500 and total.acks >= 100
 
 
+# Leaders SIGSTOPped while the others elect a successor (issue 20, finding 9): thawed, a
+# leader must hold no lease beside its successor's, nor a stale one.
+PAUSES = Faults(leader_pause=0.03, leader_pause_max_s=6.0, client_append=0.5)
+
+
+def _paused_campaign(seeds=range(12)) -> Stats:
+    total = Stats()
+    started = time.perf_counter()
+    for seed in seeds:
+        total.add(_play((1, 2, 3), seed, PAUSES).stats)
+    print(_summary("3 nodes, leaders paused", total, len(seeds), time.perf_counter() - started)
+          + f", {total.leader_pauses} leader pauses")
+    return total
+
+
+def test_a_paused_leader_never_holds_its_lease_beside_its_successor():
+    stats = _paused_campaign()
+    assert stats.leader_pauses >= 100 and stats.elections >= 100
+    assert stats.lease_rounds >= stats.rounds // 8 and stats.committed_entries >= 1_000
+
+
+@pytest.mark.parametrize("mutant", ["lease_longer_than_the_vote_refusal",
+                                    "fetch_receipt_counts_as_heard"])
+def test_lease_mutants_are_caught(monkeypatch, mutant):
+    """The lease checks have teeth: a lease of 3 election timeouts (what the config refuses),
+    or crediting a fetch when it arrives (the follower may not have read the answer before
+    it), give two leases or a stale one."""
+    if mutant == "lease_longer_than_the_vote_refusal":
+        checked = raft.RaftConfig.__post_init__
+
+        def post_init(config):
+            checked(config)
+            object.__setattr__(config, "lease_timeout_s", 3 * config.election_timeout_min_s)
+
+        monkeypatch.setattr(raft.RaftConfig, "__post_init__", post_init)
+    else:
+        on_fetch = raft._HANDLERS[raft.FetchRequest]
+
+        def credited_on_receipt(config, state, event, now, rng, actions):
+            event = dataclasses.replace(event, confirmed_s=now)
+            return on_fetch(config, state, event, now, rng, actions)
+
+        monkeypatch.setitem(raft._HANDLERS, raft.FetchRequest, credited_on_receipt)
+    with pytest.raises(AssertionError, match="two leases|stale read"):
+        _paused_campaign()
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_three_nodes_stay_safe_and_recover(profile):
     stats = _campaign((1, 2, 3), range(14), profile)
     assert stats.steps > 50_000
     assert stats.elections >= 80 and stats.crashes >= 60 and stats.drops >= 500
     assert stats.committed_entries >= 1_000 and stats.truncations >= 5
+    assert stats.lease_rounds >= 50, "the lease checks must not be vacuous"
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
