@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from common.kaska.errors import (
     NotLeaderError,
@@ -35,21 +36,22 @@ from services.broker.handlers import (
     metadata,
     produce,
 )
-from services.broker.metrics import BrokerCounters
+from services.broker.metrics import BrokerCollector, BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.peer_gate import PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
-from tests.unit.broker.replication.test_replication_safety import (  # noqa: F401 (fixture)
+from services.broker.storage.log import Log
+from tests.unit.broker.replication.test_replication_safety import (
     Clock,
     cluster_node,
     confirm_lease,
     elect,
     follower_keeping_up,
     leader_with_topic,
-    log,
 )
-from tests.unit.broker.storage.batches import batch
+from tests.unit.broker.storage.batches import SMALL, batch
+from tests.unit.metrics_fakes import families, sample_values
 
 PAUSE_S = 5.0  # longer than an election: a successor may lead meanwhile
 ACKS_ONE = 1
@@ -79,6 +81,12 @@ class Handlers:
     def close(self) -> None:
         for sock in self._sockets:
             sock.close()
+
+
+@pytest.fixture
+def log(tmp_path):
+    with Log(tmp_path / "data", SMALL) as store:
+        yield store
 
 
 @pytest.fixture
@@ -235,11 +243,6 @@ def test_follower_drops_the_connection_after_an_error_answer(log):
 
 
 def test_lease_metric_families(leader):
-    from tests.unit.metrics_fakes import families, sample_values
-
-    from prometheus_client import CollectorRegistry
-    from services.broker.metrics import BrokerCollector
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(leader.handlers.counters, leader.node._log,
                                       leader.manager, clock=leader.clock))
