@@ -19,12 +19,14 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
 - storage: `kaska_storage_full` (1 during a full-disk episode),
   `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
 - replication: `kaska_replication_role{role}` (1 for the current role), `_epoch`, `_leader_id`
-  (-1: none known), `_commit_index`, `_journal_end_index`, and on the leader, per follower,
+  (-1: none known), `_lease_held` (1 while it leads with its leader lease), `_commit_index`,
+  `_journal_end_index`, and on the leader, per follower,
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
   follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
   `_stale_divergences_total` (a leader's DIVERGING answer below this broker's commit index:
-  nothing truncated; logged too), `_requests_refused_total{reason}`;
+  nothing truncated; logged too), `_requests_refused_total{reason}`, and
+  `kaska_leader_lease_refusals_total` (requests refused as leader for lack of a lease);
 - peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
   of this broker's own that could not be encoded).
@@ -262,10 +264,10 @@ class BrokerCollector(Collector):
             "kaska_replication_voter", "1: this broker votes; 0: a learner, rejoining with a new "
             "data directory until it has caught up (docs/replication.md).",
             value=0 if state.learner else 1)
+        leased = holds_lease(node.raft_config, state, self._clock())
         yield GaugeMetricFamily("kaska_replication_lease_held",
                                 "1 while this broker leads with a leader lease (answers reads "
-                                "and takes writes).", value=int(holds_lease(node.raft_config, state,
-                                                              self._clock())))
+                                "and takes writes).", value=int(leased))
         yield CounterMetricFamily("kaska_leader_lease_refusals",
                                   "Requests this broker refused as leader for lack of a lease "
                                   "(NOT_LEADER, or METADATA naming no leader).",

@@ -213,7 +213,7 @@ def test_a_fetch_on_another_connection_confirms_nothing(log):
 
         def fetch_on(session: PeerSession) -> None:
             node.answer_fetch(ReplicaFetchRequest(2, 1, node.journal.end, 1, 1 << 20, 0),
-                              session)
+                              session=session)
 
         fetch_on(PeerSession("127.0.0.1"))
         fetch_on(PeerSession("127.0.0.1"))
