@@ -78,7 +78,9 @@ def replication_config(config: BrokerConfig) -> ReplicationConfig:
         election_timeout_min_s=config.election_timeout_ms_min / 1000,
         election_timeout_max_s=config.election_timeout_ms_max / 1000,
         quorum_timeout_s=config.quorum_timeout_ms / 1000, token=config.token,
-        fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync)
+        fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync,
+        journal_entries_max=config.journal_entries_max,
+        journal_bytes_max=config.journal_bytes_max)
 
 
 def _timeval(seconds: float) -> bytes:
