@@ -30,7 +30,13 @@ of `(epoch, payload)` entries:
   replacing any older one on disk; a committed DELETE removes only the incarnation it names;
   a truncated CREATE's topic goes; the applied index is persisted after each delete (and now
   and then); a restart reconciles the disk with the journal and applies the committed prefix
-  again with effects only from the persisted applied index (issue 20, findings 1 and 4).
+  again with effects only from the persisted applied index (issue 20, findings 1 and 4);
+- nodes compact their journal now and then (`Faults.compact`, issue 20 finding 10): the
+  applied prefix becomes the snapshot (`start`, durable); a leader answers a fetch below its
+  start SNAPSHOT (the state machine's rule) with its prefix, and the follower installs it (its
+  whole journal replaced, its topics the prefix's, as node.py). The simulator keeps the
+  compacted entries as ghost state for the checkers, and fails if the node's side ever reads
+  one: an ENTRIES answer or a truncation below the start.
 
 After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
 election safety, one vote per voter and epoch, leader completeness, state machine safety, log
@@ -55,6 +61,7 @@ from services.broker.replication.raft import (
     CommitAdvanced,
     FetchAnswered,
     FetchRequest,
+    InstallSnapshot,
     LogChanged,
     LogView,
     Outcome,
@@ -107,11 +114,13 @@ class Faults:
     ack_hold_max_s: float = 3.0
     announce: float = 0.1  # per round and node: a late-announced append is announced
     topic_ops: float = 0.1  # per client append: a topic create or delete instead of data
+    compact: float = 0.0  # per node and round: fold the applied prefix into the snapshot
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
                       leader_crash=0.0, crash_mid_step=0.0, partition=0.0, client_append=0.0,
-                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0)
+                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0,
+                      compact=self.compact)
 
 
 # Leaders die often with a busy client: uncommitted tails diverge, Figure 8 lurks.
@@ -176,6 +185,7 @@ class FetchAnswerMessage:
     answer: AnswerFetch
     request_id: int
     entries: tuple[Entry, ...] = ()  # ENTRIES: the leader's journal from fetch_end
+    snapshot: tuple[Entry, ...] = ()  # SNAPSHOT: the prefix the leader's snapshot stands for
 
 
 @dataclass(order=True)
@@ -216,6 +226,9 @@ class Stats:
     topic_creates: int = 0
     topic_deletes: int = 0
     deletes_of_older_incarnations: int = 0  # committed deletes that found a newer topic
+    compactions: int = 0
+    snapshot_answers: int = 0
+    snapshot_installs: int = 0  # a follower behind a leader's snapshot caught up through it
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -245,6 +258,7 @@ class SimNode:
     applied: int = 0  # entries below it applied (volatile)
     applied_persisted: int = 0  # durable; effects below it are done
     effects_from: int = 0  # applied_persisted as of the last start
+    start: int = 0  # durable: entries below it are compacted (ghosts for the checkers only)
 
     @property
     def node_id(self) -> int:
@@ -255,7 +269,7 @@ class SimNode:
         return self.state is not None
 
     def view(self) -> LogView:
-        return LogView(len(self.journal), tuple(self.epochs))
+        return LogView(len(self.journal), tuple(self.epochs), self.start)
 
     def topic_id_before(self, index: int, topic: str) -> TopicId | None:
         """The incarnation an entry at `index` names: the latest CREATE of `topic` before."""
@@ -339,6 +353,8 @@ class Simulation:
                 self._step(node, LogChanged(node.view()))
             if node.up and rng.random() < 0.05:
                 node.applied_persisted = max(node.applied_persisted, node.applied)
+            if node.up and node.applied > node.start and rng.random() < faults.compact:
+                self.compact(node)
         for node in self._up_nodes():
             if node.up and node.state.role is not Role.LEADER:
                 self._maybe_fetch(node)
@@ -454,13 +470,21 @@ class Simulation:
         # reconcile, then apply the committed prefix again: effects only from the persisted
         # applied index (the old rule: all of them again, by name).
         node.disk = reconciled_disk(node, node.state.commit)
-        node.applied = 0
+        node.applied = node.start  # as node.py: the snapshot's entries are applied
         node.effects_from = (min(node.applied_persisted, len(node.journal))
                              if self.apply_rule == "once" else 0)
         self._apply_commits(node, node.state.commit)
         self._log(f"{node_id} restarts: epoch {node.epoch} voted {node.voted_for} "
                   f"end {len(node.journal)} commit {node.state.commit}")
         self._check_node(node)
+
+    def compact(self, node: SimNode) -> None:
+        """As node.py's _maybe_compact: the applied prefix becomes the snapshot."""
+        node.start = node.applied
+        node.applied_persisted = max(node.applied_persisted, node.start)
+        self.stats.compactions += 1
+        self._log(f"{node.node_id} compacts below {node.start}")
+        self._step(node, LogChanged(node.view()))
 
     def client_append(self, node_id: int) -> str | None:
         """A client's write at a node that believes it leads (a stale leader may, too)."""
@@ -588,11 +612,19 @@ class Simulation:
                                                           answer.pre_vote))
             return
         entries: tuple[Entry, ...] = ()
+        snapshot: tuple[Entry, ...] = ()
         if answer.outcome is Outcome.ENTRIES:
             start = answer.fetch_end
+            if start < node.start:
+                raise SafetyViolation(f"{node.node_id} sends entries from {start}, below its "
+                                      f"snapshot at {node.start}")
             count = self.rng.randint(1, self.fetch_entries_max)
             entries = tuple(node.journal[start:start + count])
-        self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries))
+        elif answer.outcome is Outcome.SNAPSHOT:
+            self.stats.snapshot_answers += 1
+            snapshot = tuple(node.journal[:node.start])
+        self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries,
+                                                            snapshot))
 
     def _maybe_fetch(self, node: SimNode) -> None:
         if node.outstanding is not None:
@@ -657,6 +689,12 @@ class Simulation:
             elif isinstance(action, Truncate):
                 self._truncate(node, action.end)
                 if self._step(node, LogChanged(node.view())) is None:
+                    return
+            elif isinstance(action, InstallSnapshot):
+                if not self._install(node, message.snapshot):
+                    continue
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               len(message.snapshot))) is None:
                     return
         if node.up:
             self._check_node(node)
@@ -802,6 +840,9 @@ class Simulation:
 
     def _truncate(self, node: SimNode, end: int) -> None:
         state = node.state
+        if end < node.start:
+            raise SafetyViolation(f"{node.node_id} truncates to {end} below its snapshot at "
+                                  f"{node.start}")
         if end < state.commit:
             raise SafetyViolation(f"{node.node_id} truncates to {end} below its commit "
                                   f"{state.commit}")
@@ -823,6 +864,28 @@ class Simulation:
         del node.hashes[end:]
         while node.epochs and node.epochs[-1][1] >= end:
             node.epochs.pop()
+
+    def _install(self, node: SimNode, prefix: tuple[Entry, ...]) -> bool:
+        """As node.py's _install_snapshot: the whole journal becomes the leader's snapshot (a
+        tail it did not vouch for goes too), the topics on disk the prefix's."""
+        if len(prefix) <= len(node.journal):
+            return False  # nothing new
+        commit = node.state.commit
+        if node.journal[:commit] != list(prefix[:commit]):
+            raise SafetyViolation(f"{node.node_id}: a snapshot that differs from its committed "
+                                  f"prefix below {commit}")
+        node.journal, node.hashes, node.epochs, node.topic_events = [], [], [], {}
+        for entry in prefix:
+            self._append(node, entry)
+        node.start = len(prefix)
+        node.unannounced = 0  # the LogChanged after the install shows the whole journal
+        node.disk = reconciled_disk(node, node.start)
+        node.applied = node.start
+        node.effects_from = max(node.effects_from, node.start)
+        node.applied_persisted = max(node.applied_persisted, node.start)
+        self.stats.snapshot_installs += 1
+        self._log(f"{node.node_id} installs a snapshot of {node.start} entries")
+        return True
 
     def _apply_commits(self, node: SimNode, commit: int) -> None:
         """node.py's _apply_commits_locked: committed deletes, in order, once."""
