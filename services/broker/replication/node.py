@@ -484,6 +484,11 @@ class ReplicationNode:
                 leader = NO_LEADER if state.leader_id is None else state.leader_id
                 return ReplicaFetchResponse(state.epoch, leader, state.commit,
                                             WireOutcome.NOT_LEADER), []
+            if request.fetch_end < self.journal.start:
+                # Compacted since the step (the loop compacts outside _lock): the snapshot.
+                return ReplicaFetchResponse(epoch, self.config.node_id, state.commit,
+                                            WireOutcome.SNAPSHOT,
+                                            snapshot=self.journal.snapshot), []
             entries = self._entries_to_send(request.fetch_end, request.max_bytes)
             commit = state.commit
         return ReplicaFetchResponse(epoch, self.config.node_id, commit,
