@@ -33,6 +33,7 @@ from pathlib import Path
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch
+from scripts import bench_broker
 from scripts.bench_broker import Child
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import REPLICATION_DIR
@@ -48,6 +49,7 @@ from services.broker.storage.log import Log
 TOPIC = "bench"
 EPOCH = 1
 COMPACTION_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 600.0  # a broker replaying a million entries on a loaded machine is slow
 COMPACTED = re.compile(r"journal compacted below (\d+)")
 
 
@@ -123,6 +125,7 @@ def main() -> None:
     parser.add_argument("--journal-entries-max", type=int, default=100_000,
                         help="the compacting broker's bound (the broker's default)")
     args = parser.parse_args()
+    bench_broker.READY_TIMEOUT_S = START_TIMEOUT_S
     root = Path(tempfile.mkdtemp(prefix="bench-journal-"))
     try:
         data_dir = root / "data"

@@ -68,7 +68,8 @@ file as header + snapshot + the later records, under a temporary name (`journal.
 fsynced, then renamed over `journal.log` (and the directory fsynced). A crash at any point
 leaves the old file or the new one, both whole; a leftover temporary file is deleted on open.
 `install(snapshot)` (a follower behind the leader's snapshot) rewrites it the same way with the
-leader's snapshot and no entries. Neither ever drops an uncommitted entry.
+leader's snapshot and no entries: the follower's own entries go (a prefix of what the snapshot
+folded, and at most a tail above its commit index that no leader vouched for).
 
 Durability: an entry is in the page cache (it survives a SIGKILL of the broker) once `append`
 returns; `flush` fsyncs. `truncate` fsyncs at once (it is rare, and a truncation lost to a
@@ -77,7 +78,8 @@ machine crash would bring back entries of an abandoned history).
 Thread-safety: `_lock` guards the entries, the snapshot, the file end and the leading epoch;
 it is the innermost lock of the broker (callers hold the node lock and a partition lock around
 `append`), so nothing here takes another lock or waits on the network while holding it.
-`end`, `last_epoch` and `epochs()` are lock-free reads of values republished whole;
+`end`, `start`, `snapshot`, `last_epoch` and `epochs()` are lock-free reads of values
+republished whole (`end` is its own attribute, never `start` + a length read apart);
 `entry`, `entries` and `end_of_epoch` take the lock for a consistent view. `flush` fsyncs
 outside `_lock` (appends go on meanwhile) under `_sync_lock`, which `close` also takes, so the
 descriptor is never closed under a running fsync. `compact` builds the snapshot outside both
@@ -502,6 +504,7 @@ class Journal:
         self._start = scan.snapshot.end
         self._records_start = scan.records_start
         self._entries = scan.entries
+        self._end = self._start + len(self._entries)
         self._incarnations = scan.incarnations
         self._positions = scan.positions
         self._file_bytes = scan.end_position
@@ -522,7 +525,7 @@ class Journal:
     @property
     def end(self) -> int:
         """The next index."""
-        return self._start + len(self._entries)
+        return self._end
 
     @property
     def start(self) -> int:
@@ -687,6 +690,7 @@ class Journal:
         self._write_locked(record)
         entry = _identified(entry, self._incarnations)
         self._entries.append(entry)
+        self._end = entry.index + 1
         self._positions.append(self._file_bytes)
         self._file_bytes += len(record)
         if not epochs or entry.epoch != last_epoch:
@@ -729,6 +733,7 @@ class Journal:
             os.ftruncate(self._fd, position)
             os.fsync(self._fd)
             del self._entries[cut:]
+            self._end = end
             del self._positions[cut:]
             self._incarnations = _incarnations(self._snapshot, self._entries)
             self._file_bytes = position
@@ -755,7 +760,7 @@ class Journal:
             snapshot = advance(base, folded)
             with self._sync_lock, self._lock:
                 self._check_open()
-                assert self._start == start and self.end >= upto, "compaction raced a rewrite"
+                assert self._start == start and self._end >= upto, "compaction raced a rewrite"
                 cut = upto - start
                 tail_from = self._positions[cut] if cut < len(self._entries) \
                     else self._file_bytes
@@ -793,6 +798,7 @@ class Journal:
         self._entries = list(entries)
         self._snapshot = snapshot
         self._start = snapshot.end
+        self._end = snapshot.end + len(self._entries)
         self._records_start = len(head)
         self._file_bytes = len(head) + len(records)
         self._incarnations = _incarnations(snapshot, self._entries)
