@@ -4,11 +4,13 @@ after compaction (issue 20, finding 10; docs/benchmarks.md "Journal compaction")
     python -m scripts.bench_journal_compaction [--entries 1000000] [--repeats 3]
 
 Builds a data directory as a long-lived broker leaves it: one topic whose partition holds
-`entries` one-record batches, each with its BATCH journal entry, all committed. Then:
+`entries` one-record batches (in 4 MiB segments), each with its BATCH journal entry, all
+committed. Then:
 
 - before: the broker (a cluster of one) is started `repeats` times on it with compaction out
   of reach (`--journal-entries-max` above the journal): the time from launch to "listening on"
-  (recovery reads the journal, reconcile replays it, the node applies it) and the process's
+  (recovery reads the journal, reconcile replays it, the node applies it), the CPU seconds
+  the process spent until then (steadier than wall time on a loaded machine), and its
   resident memory (VmRSS once listening, VmHWM its peak) are recorded;
 - the broker is started once with `--journal-entries-max` (default: the broker's) and left to
   compact (its log says
@@ -35,6 +37,7 @@ from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch
 from scripts import bench_broker
 from scripts.bench_broker import Child
+from scripts.process_stats import cpu_seconds
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import REPLICATION_DIR
 from services.broker.replication.quorum_store import (
@@ -50,13 +53,17 @@ TOPIC = "bench"
 EPOCH = 1
 COMPACTION_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 600.0  # a broker replaying a million entries on a loaded machine is slow
+# Small segments: recovery rescans the active segment batch by batch (storage/segment.py), which
+# with one 80 MB segment of tiny batches would dwarf what the journal costs.
+SEGMENT_BYTES_MAX = 4 * 1024 * 1024
 COMPACTED = re.compile(r"journal compacted below (\d+)")
 
 
 def build(data_dir: Path, entries: int) -> None:
     directory = data_dir / REPLICATION_DIR
     journal = Journal(directory)
-    log = Log(data_dir, LogConfig())
+    log = Log(data_dir, LogConfig(segment_bytes_max=SEGMENT_BYTES_MAX,
+                                  batch_bytes_max=SEGMENT_BYTES_MAX // 2))
     try:
         journal.append_replica(JournalEntry(0, EPOCH, EntryKind.NOOP))
         journal.append_replica(JournalEntry(1, EPOCH, EntryKind.CREATE_TOPIC, TOPIC,
@@ -91,7 +98,8 @@ def memory_kib(pid: int) -> dict[str, int]:
 def start(data_dir: Path, log_path: Path, extra: list[str]) -> tuple[Child, float]:
     began = time.perf_counter()
     child = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--data-dir",
-                   str(data_dir), "--listen", "127.0.0.1:0", *extra], log_path)
+                   str(data_dir), "--listen", "127.0.0.1:0", "--segment-bytes-max",
+                   str(SEGMENT_BYTES_MAX), *extra], log_path)
     return child, time.perf_counter() - began
 
 
@@ -99,9 +107,11 @@ def trial(data_dir: Path, log_path: Path, extra: list[str]) -> dict:
     child, seconds = start(data_dir, log_path, extra)
     try:
         memory = memory_kib(child.proc.pid)
+        cpu_s = cpu_seconds(child.proc.pid)
     finally:
         child.stop()
-    return {"start_s": round(seconds, 3), "rss_mib": round(memory["VmRSS"] / 1024, 1),
+    return {"start_s": round(seconds, 3), "start_cpu_s": round(cpu_s or 0.0, 2),
+            "rss_mib": round(memory["VmRSS"] / 1024, 1),
             "peak_rss_mib": round(memory["VmHWM"] / 1024, 1)}
 
 
@@ -152,9 +162,13 @@ def main() -> None:
         print(json.dumps({
             "entries": args.entries, "build_s": round(built_s, 1),
             "journal_before": shape_before, "journal_after": shape_after,
-            "before": {"start_s": median(before, "start_s"), "rss_mib": median(before, "rss_mib"),
+            "before": {"start_s": median(before, "start_s"),
+                       "start_cpu_s": median(before, "start_cpu_s"),
+                       "rss_mib": median(before, "rss_mib"),
                        "peak_rss_mib": median(before, "peak_rss_mib"), "trials": before},
-            "after": {"start_s": median(after, "start_s"), "rss_mib": median(after, "rss_mib"),
+            "after": {"start_s": median(after, "start_s"),
+                      "start_cpu_s": median(after, "start_cpu_s"),
+                      "rss_mib": median(after, "rss_mib"),
                       "peak_rss_mib": median(after, "peak_rss_mib"), "trials": after},
             "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}))
     finally:
