@@ -116,6 +116,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replica-fetch-bytes-max", type=int,
                         default=_default("replica_fetch_bytes_max"),
                         help="bytes a follower asks its leader for per fetch")
+    parser.add_argument("--journal-entries-max", type=int,
+                        default=_default("journal_entries_max"),
+                        help="compact the replication journal (fold its applied prefix into "
+                             "a snapshot) once it holds more entries than this")
+    parser.add_argument("--journal-bytes-max", type=int, default=_default("journal_bytes_max"),
+                        help="... or more bytes of entries than this")
     parser.add_argument("--name", default=None,
                         help="service name in heartbeats (default: broker-<node id>)")
     parser.add_argument("--heartbeat-targets", type=_targets, default=(),
@@ -143,7 +149,8 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         election_timeout_ms_max=args.election_timeout_ms_max,
         quorum_timeout_ms=args.quorum_timeout_ms,
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
-        replication_fsync=args.replication_fsync, cluster_id=args.cluster_id)
+        replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
+        journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,6 +77,10 @@ class BrokerConfig:
     # Carried in every frame between brokers and kept in the data directory
     # (docs/replication.md, "Membership and identity"); None: derived from the voter ids.
     cluster_id: str | None = None
+    # Journal compaction (docs/replication.md "Compaction"): the applied prefix is folded into
+    # a snapshot once the journal holds more entries, or bytes of records, than this.
+    journal_entries_max: int = 100_000
+    journal_bytes_max: int = 16 * MIB
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replication_fsync",
@@ -100,6 +104,8 @@ class BrokerConfig:
                              "ack_timeout_s > 0")
         if self.replica_fetch_bytes_max < 1024:
             raise ValueError("replica_fetch_bytes_max below 1 KiB")
+        if self.journal_entries_max < 2 or self.journal_bytes_max < 1:
+            raise ValueError("journal_entries_max must be >= 2, journal_bytes_max >= 1")
         ids = [peer.node_id for peer in self.peers]
         if self.node_id in ids or len(set(ids)) != len(ids):
             raise ValueError("--peers must name other brokers, each once (not --node-id)")

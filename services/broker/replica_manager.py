@@ -162,6 +162,9 @@ class ReplicaManager:
             # A retry's original entry: the acknowledgement must name it, too.
             entry = appended[0] if appended else self.node.journal.find_batch(
                 topic, partition, result.base_offset)
+            if entry is None and self.node.journal.compacted_batch(topic, partition,
+                                                                   result.base_offset):
+                return  # compacted: only committed entries ever are
             if entry is None:
                 raise NotEnoughReplicasError(f"{what}: the batch at offset {result.base_offset} "
                                              "has no journal entry here; retry")

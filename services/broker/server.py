@@ -79,7 +79,9 @@ def replication_config(config: BrokerConfig) -> ReplicationConfig:
         election_timeout_max_s=config.election_timeout_ms_max / 1000,
         quorum_timeout_s=config.quorum_timeout_ms / 1000, token=config.token,
         fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync,
-        cluster_id=config.cluster_id)
+        cluster_id=config.cluster_id,
+        journal_entries_max=config.journal_entries_max,
+        journal_bytes_max=config.journal_bytes_max)
 
 
 def _timeval(seconds: float) -> bytes:

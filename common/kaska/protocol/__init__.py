@@ -14,6 +14,7 @@ from common.kaska.protocol.message_length import MessageLengthRequest, MessageLe
 from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse
 from common.kaska.protocol.produce import ProduceRequest, ProduceResponse
 from common.kaska.protocol.replica_fetch import ReplicaFetchRequest, ReplicaFetchResponse
+from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest, SnapshotFetchResponse
 from common.kaska.protocol.vote import VoteRequest, VoteResponse
 
 REQUEST_TYPES = {
@@ -30,6 +31,7 @@ REQUEST_TYPES = {
     Api.AUTHENTICATE: AuthenticateRequest,
     Api.VOTE: VoteRequest,
     Api.REPLICA_FETCH: ReplicaFetchRequest,
+    Api.SNAPSHOT_FETCH: SnapshotFetchRequest,
 }
 
 RESPONSE_TYPES = {
@@ -46,6 +48,7 @@ RESPONSE_TYPES = {
     Api.AUTHENTICATE: EmptyResponse,
     Api.VOTE: VoteResponse,
     Api.REPLICA_FETCH: ReplicaFetchResponse,
+    Api.SNAPSHOT_FETCH: SnapshotFetchResponse,
 }
 assert set(REQUEST_TYPES) == set(Api) == set(RESPONSE_TYPES)
 
@@ -56,5 +59,6 @@ __all__ = [
     "ListOffsetsResponse", "ListTopicsRequest", "ListTopicsResponse", "MessageLengthRequest",
     "MessageLengthResponse", "MetadataRequest", "MetadataResponse", "ProduceRequest",
     "ProduceResponse", "REQUEST_TYPES", "RESPONSE_TYPES", "ReplicaFetchRequest",
-    "ReplicaFetchResponse", "VoteRequest", "VoteResponse",
+    "ReplicaFetchResponse", "SnapshotFetchRequest", "SnapshotFetchResponse", "VoteRequest",
+    "VoteResponse",
 ]

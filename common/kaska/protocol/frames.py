@@ -31,12 +31,13 @@ class Api(IntEnum):
     # Broker to broker (docs/replication.md).
     VOTE = 32
     REPLICA_FETCH = 33
+    SNAPSHOT_FETCH = 34
 
 
 # Api numbers 32..47 belong to broker-to-broker replication and every client API stays below
 # them, so adding either kind never renumbers the other.
 REPLICATION_APIS_RESERVED = range(32, 48)
-REPLICATION_APIS = frozenset({Api.VOTE, Api.REPLICA_FETCH})
+REPLICATION_APIS = frozenset({Api.VOTE, Api.REPLICA_FETCH, Api.SNAPSHOT_FETCH})
 assert {api for api in Api if api in REPLICATION_APIS_RESERVED} == REPLICATION_APIS
 assert all(api < REPLICATION_APIS_RESERVED.start for api in Api if api not in REPLICATION_APIS)
 

@@ -6,6 +6,8 @@ Response: i32 epoch | i32 leader_id | i64 commit | u8 outcome, then
           ENTRIES:    u32 n | n × entry header | data (the rest of the frame)
           DIVERGING:  i32 diverging_epoch | i64 diverging_end
           NOT_LEADER: nothing
+          SNAPSHOT:   the snapshot table (snapshot_fetch.py): fetch_end lies below the leader's
+                      compacted prefix; the follower installs it and fetches on from its end
 Entry header: i64 index | i32 epoch | u8 kind | str topic | u32 partition | i64 base_offset
               | u32 record_count | u32 partitions | u32 data_bytes
 
@@ -25,6 +27,7 @@ from typing import ClassVar
 from common.kaska.errors import InvalidResponseError
 from common.kaska.protocol.codec import BodyReader, BodyWriter
 from common.kaska.protocol.frames import Api
+from common.kaska.protocol.snapshot_fetch import Snapshot
 
 # index, epoch, kind, empty topic, partition, base_offset, record_count, partitions, data_bytes
 ENTRY_HEADER_BYTES_MIN = 8 + 4 + 1 + 2 + 4 + 8 + 4 + 4 + 4
@@ -43,6 +46,7 @@ class FetchOutcome(IntEnum):
     ENTRIES = 0  # the entries from fetch_end on (none when the follower is caught up)
     DIVERGING = 1  # the follower's journal diverges: truncate, then fetch again
     NOT_LEADER = 2  # the receiver does not lead `epoch`; epoch and leader_id say who might
+    SNAPSHOT = 3  # fetch_end is below the leader's compacted prefix: install its snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ class ReplicaFetchResponse:
     data: bytes | memoryview = b""
     diverging_epoch: int = NO_DIVERGENCE
     diverging_end: int = NO_DIVERGENCE
+    snapshot: Snapshot | None = None  # SNAPSHOT
 
     def encode_prefix(self) -> bytes:
         """Everything before the data section, which the leader sends from its files."""
@@ -126,6 +131,10 @@ class ReplicaFetchResponse:
             raise ValueError(f"a {self.outcome.name} answer carries no entries")
         elif self.outcome is FetchOutcome.DIVERGING:
             writer.i32(self.diverging_epoch).i64(self.diverging_end)
+        elif self.outcome is FetchOutcome.SNAPSHOT:
+            if self.snapshot is None:
+                raise ValueError("a SNAPSHOT answer carries its snapshot")
+            self.snapshot.write(writer)
         return writer.getvalue()
 
     def encode(self) -> bytes:
@@ -147,6 +156,8 @@ class ReplicaFetchResponse:
             response = cls(epoch, leader_id, commit, outcome,
                            diverging_epoch=reader.i32("diverging_epoch"),
                            diverging_end=reader.i64("diverging_end"))
+        elif outcome is FetchOutcome.SNAPSHOT:
+            response = cls(epoch, leader_id, commit, outcome, snapshot=Snapshot.read(reader))
         else:
             response = cls(epoch, leader_id, commit, outcome)
         reader.finish()

@@ -10,7 +10,8 @@ pre-vote (epoch + 1) unencodable. So every number is held to a range with room a
 - node ids: 0..NODE_ID_MAX; a leader id may also be NO_LEADER (-1);
 - partitions: an entry's partition below PARTITIONS_MAX, a CREATE_TOPIC's count up to it
   (the broker's storage bound, services/broker/storage/log.py);
-- a follower's long-poll: at most FETCH_WAIT_MS_MAX.
+- a follower's long-poll: at most FETCH_WAIT_MS_MAX;
+- a snapshot table (a SNAPSHOT answer): epochs ascending, every index below its end.
 
 Each check raises `OutOfRangeFieldError` (peer_auth.py) naming the field; the receiver refuses
 the whole frame. Pure functions; thread-safe.
@@ -26,6 +27,12 @@ from common.kaska.protocol.replica_fetch import (
     FetchOutcome,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
+)
+from common.kaska.protocol.snapshot_fetch import (
+    NO_TOPIC_ID,
+    Snapshot,
+    SnapshotFetchRequest,
+    SnapshotFetchResponse,
 )
 from common.kaska.protocol.vote import VoteRequest, VoteResponse
 
@@ -89,4 +96,45 @@ def check_fetch_response(response: ReplicaFetchResponse) -> ReplicaFetchResponse
             in_range("entry end offset", entry.base_offset + entry.record_count, 0, OFFSET_MAX)
         elif entry.kind is EntryKind.CREATE_TOPIC:
             in_range("entry partitions", entry.partitions, 1, PARTITIONS_MAX)
+    if response.snapshot is not None:
+        check_snapshot(response.snapshot)
+    return response
+
+
+def check_snapshot(snapshot: Snapshot) -> Snapshot:
+    """A snapshot table (a leader's answer, or this broker's own compacted journal)."""
+    in_range("snapshot end", snapshot.end, 0, INDEX_MAX)
+    previous = (-1, -1)
+    for epoch, start in snapshot.epochs:
+        in_range("snapshot epoch", epoch, 0, EPOCH_MAX)
+        in_range("snapshot epoch start", start, 0, max(snapshot.end - 1, 0))
+        if epoch <= previous[0] or start <= previous[1]:
+            raise OutOfRangeFieldError("snapshot epoch order", epoch, previous[0] + 1, EPOCH_MAX)
+        previous = (epoch, start)
+    for topic in snapshot.topics:
+        in_range("snapshot topic id epoch", topic.id_epoch, 0, EPOCH_MAX)
+        in_range("snapshot topic id index", topic.id_index, 0, max(snapshot.end - 1, 0))
+        in_range("snapshot topic partitions", topic.partitions, 1, PARTITIONS_MAX)
+    for end in snapshot.partition_ends:
+        in_range("snapshot partition", end.partition, 0, PARTITIONS_MAX - 1)
+        in_range("snapshot partition end", end.end_offset, 0, OFFSET_MAX)
+    return snapshot
+
+
+def check_snapshot_fetch_request(request: SnapshotFetchRequest) -> SnapshotFetchRequest:
+    in_range("follower", request.follower, 0, NODE_ID_MAX)
+    in_range("epoch", request.epoch, 0, EPOCH_MAX)
+    if (request.id_epoch, request.id_index) != (NO_TOPIC_ID, NO_TOPIC_ID):
+        in_range("id_epoch", request.id_epoch, 0, EPOCH_MAX)
+        in_range("id_index", request.id_index, 0, INDEX_MAX)
+    in_range("partition", request.partition, 0, PARTITIONS_MAX - 1)
+    in_range("offset", request.offset, 0, OFFSET_MAX)
+    in_range("end_offset", request.end_offset, 0, OFFSET_MAX)
+    return request
+
+
+def check_snapshot_fetch_response(response: SnapshotFetchResponse) -> SnapshotFetchResponse:
+    in_range("epoch", response.epoch, 0, EPOCH_MAX)
+    _leader("leader_id", response.leader_id)
+    in_range("log_start_offset", response.log_start_offset, 0, OFFSET_MAX)
     return response

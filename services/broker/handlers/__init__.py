@@ -23,6 +23,7 @@ from services.broker.handlers import (
     metadata,
     produce,
     replica_fetch,
+    snapshot_fetch,
     vote,
 )
 
@@ -51,5 +52,6 @@ HANDLERS: dict[int, Handler] = {
     Api.AUTHENTICATE: _v0(authenticate),
     Api.VOTE: _v0(vote),
     Api.REPLICA_FETCH: _v0(replica_fetch),
+    Api.SNAPSHOT_FETCH: _v0(snapshot_fetch),
 }
 assert set(HANDLERS) == set(Api)

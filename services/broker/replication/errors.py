@@ -48,3 +48,17 @@ class SyncFailedError(ReplicationError, KaskaStorageError):
     cover are not counted as held, and a produce waiting on it is answered KAFKA_STORAGE_ERROR
     (retriable). Linux may mark the failed pages clean, so a later fsync can succeed without
     them: an operator should treat this broker's disk as suspect (it is logged as an error)."""
+
+
+class JournalCompactedError(ReplicationError):
+    """A journal operation below the journal's snapshot (a truncation or a compaction point
+    under `start`): the entries there were compacted away. Raft never asks for it (the snapshot
+    covers committed entries only); refusing keeps the committed prefix if a rule broke.
+    `start`: the journal's first index; `requested`: the index asked for."""
+
+    start: int = 0
+    requested: int = 0
+
+    def __init__(self, message: str, start: int, requested: int) -> None:
+        super().__init__(message)
+        self.start, self.requested = start, requested

@@ -6,9 +6,12 @@ partition files hold the bytes BATCH entries point at.
 File format (`DIR/journal.log`), big-endian:
 
     0   4  magic           b"KJNL"
-    4   2  format_version  JOURNAL_FORMAT_VERSION
+    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 2 for a compacted journal
     6   2  reserved        0
-    8  ..  records back to back, one per entry:
+    (version 2 only)  u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
+                      of the compacted prefix, every entry below its `end` (snapshot.py)
+    ..  records back to back, one per entry, the first one's index the snapshot's end (0 for
+        version 1):
 
     u32 length (of the payload) | u32 crc32c(payload) | payload
     payload: i64 index | i32 epoch | u8 kind | u16 topic length | topic (utf-8)
@@ -22,10 +25,14 @@ header is wrong is never "repaired" (CorruptJournalError): an empty journal woul
 `reconcile` delete every topic.
 
 Invariants:
-- Indexes are dense from 0: entry i sits at list position i, and `end` is the next index.
+- Indexes are dense from `start` (the snapshot's end; 0 until the journal is first compacted):
+  entry i sits at list position i - start, and `end` is the next index. Entries below `start`
+  are compacted: only the snapshot's state remains of them.
 - Epochs never decrease along the journal. The epoch cache `epochs()` -- (epoch, first index)
-  for every epoch that has entries -- is derived from the entries, never stored.
-- The file holds exactly the entries in memory: header, then their records, nothing after.
+  for every epoch that has entries, compacted ones included -- is the snapshot's followed by
+  the one derived from the entries, never stored otherwise.
+- The file holds exactly the snapshot and the entries in memory: header (and snapshot), then
+  their records, nothing after.
   An append is one `os.write` on an O_APPEND descriptor (a failed or short write is cut off
   again), truncation is one `ftruncate` at a remembered record position.
 
@@ -55,17 +62,31 @@ the failed or short write is cut off again and `append` / `append_replica` raise
 StorageFullError (KAFKA_STORAGE_ERROR, retriable; counted in the data directory's DiskSpace)
 with nothing added. The caller retries later.
 
+Compaction (issue 20, finding 10; Raft §7, KIP-630): `compact(upto)` folds the entries below
+`upto` -- all committed and applied, the caller's promise -- into the snapshot and rewrites the
+file as header + snapshot + the later records, under a temporary name (`journal.log.tmp`),
+fsynced, then renamed over `journal.log` (and the directory fsynced). A crash at any point
+leaves the old file or the new one, both whole; a leftover temporary file is deleted on open.
+`install(snapshot)` (a follower behind the leader's snapshot) rewrites it the same way with the
+leader's snapshot and no entries: the follower's own entries go (a prefix of what the snapshot
+folded, and at most a tail above its commit index that no leader vouched for).
+
 Durability: an entry is in the page cache (it survives a SIGKILL of the broker) once `append`
 returns; `flush` fsyncs. `truncate` fsyncs at once (it is rare, and a truncation lost to a
 machine crash would bring back entries of an abandoned history).
 
-Thread-safety: `_lock` guards the entries, the file end and the leading epoch; it is the
-innermost lock of the broker (callers hold the node lock and a partition lock around
+Thread-safety: `_lock` guards the entries, the snapshot, the file end and the leading epoch;
+it is the innermost lock of the broker (callers hold the node lock and a partition lock around
 `append`), so nothing here takes another lock or waits on the network while holding it.
-`end`, `last_epoch` and `epochs()` are lock-free reads of values republished whole;
+`end`, `start`, `snapshot`, `last_epoch` and `epochs()` are lock-free reads of values
+republished whole (`end` is its own attribute, never `start` + a length read apart);
 `entry`, `entries` and `end_of_epoch` take the lock for a consistent view. `flush` fsyncs
 outside `_lock` (appends go on meanwhile) under `_sync_lock`, which `close` also takes, so the
-descriptor is never closed under a running fsync. Lock order: `_sync_lock` → `_lock`.
+descriptor is never closed under a running fsync. `compact` builds the snapshot outside both
+(the committed entries it folds never change) under `_compact_lock` (one compaction at a
+time), then rewrites the file under `_sync_lock` and `_lock`: appends wait for that rewrite
+(the records after `upto` and one fsync). Lock order: `_compact_lock` → `_sync_lock` →
+`_lock`.
 
 Fencing: the leader appends with `append(epoch, ...)`, which raises NotLeaderError unless
 `epoch` is the one set by `set_leading_epoch`; the node clears it when the broker stops
@@ -87,25 +108,30 @@ from typing import NamedTuple
 
 import crc32c
 
-from common.kaska.errors import NotLeaderError
+from common.kaska.errors import InvalidResponseError, NotLeaderError
+from common.kaska.protocol.peer_auth import OutOfRangeFieldError
 from common.kaska.protocol.replica_fetch import EntryKind
+from common.kaska.protocol.replication_bounds import check_snapshot
 from services.broker.replication.errors import (
     CorruptJournalError,
     InvalidJournalEntryError,
     JournalClosedError,
+    JournalCompactedError,
     JournalEpochError,
     JournalGapError,
 )
+from services.broker.replication.snapshot import Snapshot, advance, partition_ends
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.partition import fsync_directory
 
-__all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH", "TopicId"]
+__all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH", "Snapshot", "TopicId"]
 
 log = logging.getLogger(__name__)
 
 JOURNAL_FILE = "journal.log"
 JOURNAL_MAGIC = b"KJNL"
 JOURNAL_FORMAT_VERSION = 1
+JOURNAL_FORMAT_VERSION_COMPACTED = 2  # a snapshot follows the header
 NO_EPOCH = -1  # end_of_epoch's answer when no epoch qualifies (same value as raft.NO_EPOCH)
 TOPIC_BYTES_MAX = 249
 
@@ -255,6 +281,8 @@ class _Reader:
 class _Scan:
     """What recovery kept of the file."""
 
+    snapshot: Snapshot = Snapshot()
+    records_start: int = FILE_HEADER_BYTES  # where the first record sits
     entries: list[JournalEntry] = field(default_factory=list)
     positions: array = field(default_factory=lambda: array("q"))
     end_position: int = FILE_HEADER_BYTES
@@ -282,19 +310,21 @@ def _read_record(reader: _Reader) -> JournalEntry:
 
 
 def _check_follows(scan: _Scan, entry: JournalEntry) -> None:
-    expected = len(scan.entries)
+    expected = scan.snapshot.end + len(scan.entries)
     if entry.index != expected:
         raise _InvalidRecord(f"index {entry.index} where {expected} was expected")
-    if scan.entries and entry.epoch < scan.entries[-1].epoch:
-        raise _InvalidRecord(f"epoch {entry.epoch} after epoch {scan.entries[-1].epoch}")
+    last = scan.entries[-1].epoch if scan.entries else scan.snapshot.last_epoch
+    if entry.epoch < last:
+        raise _InvalidRecord(f"epoch {entry.epoch} after epoch {last}")
 
 
-def _scan(fd: int, path: Path) -> _Scan:
+def _scan(fd: int, path: Path, snapshot: Snapshot, records_start: int) -> _Scan:
     """Read every record; a torn tail ends the scan (stop_reason), anything else that is not a
     valid next entry raises CorruptJournalError."""
     file_bytes = os.fstat(fd).st_size
-    scan = _Scan()
-    reader = _Reader(fd, FILE_HEADER_BYTES)
+    scan = _Scan(snapshot, records_start, end_position=records_start,
+                 incarnations=_snapshot_incarnations(snapshot))
+    reader = _Reader(fd, records_start)
     while reader.position < file_bytes:
         start = reader.position
         try:
@@ -343,32 +373,72 @@ def _zeros_to_end(fd: int, start: int, file_bytes: int) -> bool:
     return True
 
 
-def _check_header(fd: int, path: Path) -> None:
+def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
+    """The file's snapshot (empty for version 1) and where its records start."""
     header = os.pread(fd, FILE_HEADER_BYTES, 0)
     if len(header) < FILE_HEADER_BYTES:
         raise CorruptJournalError(f"{path}: {len(header)} bytes, shorter than the header")
     magic, version, _reserved = _FILE_HEADER.unpack(header)
     if magic != JOURNAL_MAGIC:
         raise CorruptJournalError(f"{path}: bad magic {magic!r}")
-    if version != JOURNAL_FORMAT_VERSION:
+    if version == JOURNAL_FORMAT_VERSION:
+        return Snapshot(), FILE_HEADER_BYTES
+    if version != JOURNAL_FORMAT_VERSION_COMPACTED:
         raise CorruptJournalError(f"{path}: unknown format version {version}")
+    # The snapshot was fsynced before the file was renamed into place: no crash tears it.
+    prefix = os.pread(fd, RECORD_PREFIX_BYTES, FILE_HEADER_BYTES)
+    if len(prefix) < RECORD_PREFIX_BYTES:
+        raise CorruptJournalError(f"{path}: compacted journal without its snapshot")
+    length, crc = _PREFIX.unpack(prefix)
+    payload = os.pread(fd, length, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES)
+    if len(payload) != length or crc32c.crc32c(payload) != crc:
+        raise CorruptJournalError(f"{path}: the snapshot ({length} bytes) is cut short or "
+                                  "fails its crc32c")
+    try:
+        snapshot = check_snapshot(Snapshot.decode(payload))
+    except (InvalidResponseError, OutOfRangeFieldError) as exc:
+        raise CorruptJournalError(f"{path}: unreadable snapshot: {exc}") from None
+    return snapshot, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + length
+
+
+def _file_head(snapshot: Snapshot) -> bytes:
+    """Header (and, once compacted, the snapshot) of a journal file."""
+    if snapshot.end == 0:
+        return _FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, 0)
+    payload = snapshot.encode()
+    return (_FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION_COMPACTED, 0)
+            + _PREFIX.pack(len(payload), crc32c.crc32c(payload)) + payload)
+
+
+def _write_file(path: Path, head: bytes, records: bytes = b"") -> int:
+    """A whole journal file, written under a temporary name, fsynced and renamed into place:
+    a crash leaves the old file or the new one, never neither. Returns the new file's
+    descriptor (O_APPEND); the caller fsyncs the directory once it adopted it."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        for data in (head, records):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd
 
 
 def _create_file(path: Path) -> None:
     """An empty journal, header included, renamed into place once durable."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, _FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, 0))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    os.close(_write_file(path, _file_head(Snapshot())))
     fsync_directory(path.parent)
 
 
 def _open_file(path: Path) -> int:
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # an interrupted creation
+    # An interrupted creation, compaction or install: journal.log is the old file, whole.
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     if not path.exists():
         _create_file(path)
     return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -387,13 +457,19 @@ def _identified(entry: JournalEntry, incarnations: dict[str, TopicId]) -> Journa
     return entry if entry.topic_id == topic_id else replace(entry, topic_id=topic_id)
 
 
-def _incarnations(entries: list[JournalEntry]) -> dict[str, TopicId]:
-    return {entry.topic: entry.topic_id for entry in entries
-            if entry.kind is EntryKind.CREATE_TOPIC}
+def _snapshot_incarnations(snapshot: Snapshot) -> dict[str, TopicId]:
+    return {topic.name: TopicId(topic.id_epoch, topic.id_index) for topic in snapshot.topics}
 
 
-def _epoch_cache(entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
-    cache: list[tuple[int, int]] = []
+def _incarnations(snapshot: Snapshot, entries: list[JournalEntry]) -> dict[str, TopicId]:
+    incarnations = _snapshot_incarnations(snapshot)
+    incarnations.update((entry.topic, entry.topic_id) for entry in entries
+                        if entry.kind is EntryKind.CREATE_TOPIC)
+    return incarnations
+
+
+def _epoch_cache(snapshot: Snapshot, entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
+    cache: list[tuple[int, int]] = list(snapshot.epochs)
     for entry in entries:
         if not cache or entry.epoch != cache[-1][0]:
             cache.append((entry.epoch, entry.index))
@@ -413,25 +489,29 @@ class Journal:
         self._space = space or DiskSpace(self.directory)
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
+        self._compact_lock = threading.Lock()
         self._closed = False
         self._leading_epoch: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._space.writing(self.path):
             self._fd = _open_file(self.path)
         try:
-            _check_header(self._fd, self.path)
-            scan = self._recover()
+            scan = self._recover(*_check_header(self._fd, self.path))
         except BaseException:
             os.close(self._fd)
             raise
+        self._snapshot = scan.snapshot
+        self._start = scan.snapshot.end
+        self._records_start = scan.records_start
         self._entries = scan.entries
+        self._end = self._start + len(self._entries)
         self._incarnations = scan.incarnations
         self._positions = scan.positions
         self._file_bytes = scan.end_position
-        self._epochs = _epoch_cache(self._entries)
+        self._epochs = _epoch_cache(scan.snapshot, self._entries)
 
-    def _recover(self) -> _Scan:
-        scan = _scan(self._fd, self.path)
+    def _recover(self, snapshot: Snapshot, records_start: int) -> _Scan:
+        scan = _scan(self._fd, self.path, snapshot, records_start)
         if scan.stop_reason is not None:
             log.warning("%s: valid entries end at byte %d after %d entries (%s); the rest is "
                         "cut", self.path, scan.end_position, len(scan.entries),
@@ -444,8 +524,23 @@ class Journal:
 
     @property
     def end(self) -> int:
-        """The next index (the number of entries)."""
-        return len(self._entries)
+        """The next index."""
+        return self._end
+
+    @property
+    def start(self) -> int:
+        """The first index held as an entry: the snapshot's end (0 until compacted)."""
+        return self._start
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The state of the compacted prefix below `start` (empty until compacted)."""
+        return self._snapshot
+
+    @property
+    def tail_bytes(self) -> int:
+        """The bytes of the records held (the file without its header and snapshot)."""
+        return self._file_bytes - self._records_start
 
     @property
     def last_epoch(self) -> int:
@@ -460,7 +555,23 @@ class Journal:
     def end_and_epochs(self) -> tuple[int, tuple[tuple[int, int], ...]]:
         """`end` and `epochs()` of one moment (the lock-free reads may straddle an append)."""
         with self._lock:
-            return len(self._entries), self._epochs
+            return self._start + len(self._entries), self._epochs
+
+    def log_state(self) -> tuple[int, tuple[tuple[int, int], ...], int]:
+        """`end`, `epochs()` and `start` of one moment (raft.LogView's fields)."""
+        with self._lock:
+            return self._start + len(self._entries), self._epochs, self._start
+
+    def epoch_of(self, index: int) -> int | None:
+        """The epoch of the entry at `index`, compacted or not; None outside [0, end)."""
+        with self._lock:
+            epochs, journal_end = self._epochs, self._start + len(self._entries)
+        if not 0 <= index < journal_end:
+            return None
+        for epoch, first in reversed(epochs):
+            if first <= index:
+                return epoch
+        return None
 
     def incarnation(self, topic: str) -> TopicId | None:
         """The id of `topic`'s latest CREATE_TOPIC in the journal; None when there is none."""
@@ -484,7 +595,7 @@ class Journal:
         entries (an empty journal included): nothing here can match. A follower that gets
         (e, end) truncates to min(end, its own end of e)."""
         with self._lock:
-            epochs, journal_end = self._epochs, len(self._entries)
+            epochs, journal_end = self._epochs, self._start + len(self._entries)
         for i in range(len(epochs) - 1, -1, -1):
             found = epochs[i][0]
             if found <= epoch:
@@ -492,17 +603,30 @@ class Journal:
         return NO_EPOCH, 0
 
     def entry(self, index: int) -> JournalEntry:
-        """The entry at `index`; IndexError outside [0, end)."""
+        """The entry at `index`; IndexError outside [start, end) (compacted or not there)."""
         with self._lock:
-            if not 0 <= index < len(self._entries):
-                raise IndexError(f"no journal entry {index} (end {len(self._entries)})")
-            return self._entries[index]
+            position = index - self._start
+            if not 0 <= position < len(self._entries):
+                raise IndexError(f"no journal entry {index} (entries {self._start}.."
+                                 f"{self._start + len(self._entries)})")
+            return self._entries[position]
 
     def entries(self, start: int = 0, stop: int | None = None) -> list[JournalEntry]:
         """The entries with start <= index < stop (stop defaults to `end`), clamped to the
-        journal like a list slice."""
+        entries held (never the compacted ones) like a list slice."""
         with self._lock:
-            return self._entries[max(0, start):stop]
+            base = self._start
+            return self._entries[max(0, start - base):None if stop is None
+                                 else max(0, stop - base)]
+
+    def compacted_batch(self, topic: str, partition: int, base_offset: int) -> bool:
+        """Whether the batch at `base_offset` of the journal's current incarnation of `topic`
+        lies in the compacted prefix (a producer's retry of a batch committed long ago)."""
+        with self._lock:
+            snapshot, current = self._snapshot, self._incarnations.get(topic)
+        if current != _snapshot_incarnations(snapshot).get(topic):
+            return False  # re-created after the snapshot: its batches are all entries
+        return base_offset < partition_ends(snapshot).get((topic, partition), 0)
 
     def find_batch(self, topic: str, partition: int, base_offset: int) -> JournalEntry | None:
         """The BATCH entry of the journal's current incarnation of `topic` whose batch starts at
@@ -541,8 +665,8 @@ class Journal:
             if self._leading_epoch is None or epoch != self._leading_epoch:
                 raise NotLeaderError(f"journal: epoch {epoch} is not led by this broker "
                                      f"(leading epoch {self._leading_epoch})")
-            entry = JournalEntry(len(self._entries), epoch, kind, topic, partition,
-                                 base_offset, record_count, partitions, batch_bytes)
+            entry = JournalEntry(self._start + len(self._entries), epoch, kind, topic,
+                                 partition, base_offset, record_count, partitions, batch_bytes)
             return self._append_locked(entry)
 
     def append_replica(self, entry: JournalEntry) -> JournalEntry:
@@ -551,9 +675,9 @@ class Journal:
         the last one."""
         with self._lock:
             self._check_open()
-            if entry.index != len(self._entries):
+            if entry.index != self._start + len(self._entries):
                 raise JournalGapError(f"entry {entry.index} does not follow the journal end "
-                                      f"{len(self._entries)}")
+                                      f"{self._start + len(self._entries)}")
             return self._append_locked(entry)
 
     def _append_locked(self, entry: JournalEntry) -> JournalEntry:
@@ -566,6 +690,7 @@ class Journal:
         self._write_locked(record)
         entry = _identified(entry, self._incarnations)
         self._entries.append(entry)
+        self._end = entry.index + 1
         self._positions.append(self._file_bytes)
         self._file_bytes += len(record)
         if not epochs or entry.epoch != last_epoch:
@@ -597,16 +722,88 @@ class Journal:
             raise ValueError(f"cannot truncate the journal to {end}")
         with self._lock:
             self._check_open()
-            if end >= len(self._entries):
+            if end >= self._start + len(self._entries):
                 return
-            position = self._positions[end]
+            if end < self._start:
+                raise JournalCompactedError(f"cannot truncate the journal to {end}: entries "
+                                            f"below {self._start} are compacted (committed)",
+                                            self._start, end)
+            cut = end - self._start
+            position = self._positions[cut]
             os.ftruncate(self._fd, position)
             os.fsync(self._fd)
-            del self._entries[end:]
-            del self._positions[end:]
-            self._incarnations = _incarnations(self._entries)
+            del self._entries[cut:]
+            self._end = end
+            del self._positions[cut:]
+            self._incarnations = _incarnations(self._snapshot, self._entries)
             self._file_bytes = position
             self._epochs = tuple(pair for pair in self._epochs if pair[1] < end)
+
+    def compact(self, upto: int) -> bool:
+        """Fold the entries below `upto` into the snapshot and rewrite the file without them
+        (see the module docstring). The caller promises they are committed and applied, and
+        that their partition bytes are on disk (synced) if they must survive a machine crash.
+        False when there is nothing to fold (upto <= start); JournalCompactedError never
+        (a lower `upto` is nothing to do); ValueError past `end`. StorageFullError (or another
+        OSError) leaves the journal as it was."""
+        with self._compact_lock:
+            with self._lock:
+                self._check_open()
+                start, base = self._start, self._snapshot
+                if upto <= start:
+                    return False
+                if upto > start + len(self._entries):
+                    raise ValueError(f"cannot compact to {upto} past the journal end "
+                                     f"{start + len(self._entries)}")
+                folded = self._entries[:upto - start]
+            # Outside the lock: committed entries never change (truncation stays above them).
+            snapshot = advance(base, folded)
+            with self._sync_lock, self._lock:
+                self._check_open()
+                assert self._start == start and self._end >= upto, "compaction raced a rewrite"
+                cut = upto - start
+                tail_from = self._positions[cut] if cut < len(self._entries) \
+                    else self._file_bytes
+                records = os.pread(self._fd, self._file_bytes - tail_from, tail_from) \
+                    if self._file_bytes > tail_from else b""
+                self._rewrite_locked(snapshot, records, self._entries[cut:], tail_from)
+            return True
+
+    def install(self, snapshot: Snapshot) -> None:
+        """Replace the whole journal with `snapshot` and no entries (a follower behind its
+        leader's snapshot: its entries are a prefix of the ones the snapshot folded). The
+        caller made the data directory hold what the snapshot says first. JournalCompactedError
+        when the snapshot ends below the journal's own start."""
+        with self._compact_lock, self._sync_lock, self._lock:
+            self._check_open()
+            if snapshot.end < self._start:
+                raise JournalCompactedError(f"snapshot ending at {snapshot.end} is older than "
+                                            f"the journal's, at {self._start}", self._start,
+                                            snapshot.end)
+            self._rewrite_locked(snapshot, b"", [], self._file_bytes)
+
+    def _rewrite_locked(self, snapshot: Snapshot, records: bytes,
+                        entries: list[JournalEntry], tail_from: int) -> None:
+        """Write the file anew (snapshot, then `records`: the held entries' records, which sat
+        at `tail_from` in the old file) and adopt it."""
+        head = _file_head(snapshot)
+        with self._space.writing(self.path):
+            fd = _write_file(self.path, head, records)
+        os.close(self._fd)
+        self._fd = fd
+        shift = len(head) - tail_from
+        positions = self._positions[len(self._positions) - len(entries):] if entries \
+            else array("q")
+        self._positions = array("q", (position + shift for position in positions))
+        self._entries = list(entries)
+        self._snapshot = snapshot
+        self._start = snapshot.end
+        self._end = snapshot.end + len(self._entries)
+        self._records_start = len(head)
+        self._file_bytes = len(head) + len(records)
+        self._incarnations = _incarnations(snapshot, self._entries)
+        self._epochs = _epoch_cache(snapshot, self._entries)
+        fsync_directory(self.path.parent)  # last: the new file is adopted whatever it says
 
     def flush(self) -> None:
         """fsync the file; appends go on meanwhile."""

@@ -41,6 +41,15 @@ to start). A directory made now, in a cluster, holds a new broker incarnation an
 learner: it may be a broker that lost its state. While a learner, the loop also asks every
 voter it has not heard from yet (a REPLICA_FETCH that does not wait), since its promotion needs
 every voter's epoch; the promotion (`BecomeVoter`) is persisted before the state that votes.
+
+Compaction (issue 20 finding 10, docs/replication.md "Compaction"): once the journal holds more
+than `journal_entries_max` entries or `journal_bytes_max` bytes of records, the loop folds the
+applied prefix into the journal's snapshot (`_maybe_compact`), after syncing the partition
+bytes it covers. A leader keeps the entries of a follower that lags by less than half the
+bound; one further behind gets a SNAPSHOT answer and installs it (`_install_snapshot`): it
+makes its topics the snapshot's, copies the partition bytes the snapshot covers with
+SNAPSHOT_FETCH (network waits outside `_lock`; only the loop thread changes a follower's
+partitions), syncs them, then replaces its journal with the snapshot.
 """
 
 from __future__ import annotations
@@ -65,10 +74,18 @@ from common.kaska.protocol.replica_fetch import (
     ReplicaFetchResponse,
 )
 from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
+from common.kaska.protocol.snapshot_fetch import (
+    NO_TOPIC_ID,
+    Snapshot,
+    SnapshotFetchOutcome,
+    SnapshotFetchRequest,
+    SnapshotFetchResponse,
+    SnapshotTopic,
+)
 from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.record_batch import iter_batches
-from common.kaska.topic_name import OFFSETS_TOPIC
+from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.peer_gate import PeerSession
 from services.broker.replication import raft
 from services.broker.replication.errors import SyncFailedError
@@ -88,8 +105,10 @@ from services.broker.replication.quorum_store import (
     QuorumStore,
 )
 from services.broker.replication.reconcile import reconcile
+from services.broker.replication.snapshot import partition_ends
 from services.broker.storage.errors import PartitionClosedError, StorageFullError
 from services.broker.storage.log import Log
+from services.broker.storage.partition import FileSlice
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +119,7 @@ _OUTCOME_FROM_WIRE = {
     WireOutcome.ENTRIES: raft.Outcome.ENTRIES,
     WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
     WireOutcome.NOT_LEADER: raft.Outcome.NOT_LEADER,
+    WireOutcome.SNAPSHOT: raft.Outcome.SNAPSHOT,
 }
 
 
@@ -158,11 +178,18 @@ class ReplicationConfig:
     token: str | None = None
     fsync: ReplicationFsync = ReplicationFsync.NONE  # see ReplicationFsync
     cluster_id: str | None = None  # None: derived from the voter ids (identity.py)
+    # Compaction: fold the applied prefix into the snapshot once the journal holds more
+    # entries, or more bytes of records, than this (docs/replication.md "Compaction").
+    journal_entries_max: int = 100_000
+    journal_bytes_max: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", ReplicationFsync.parse(self.fsync))
         if self.cluster_id is not None:
             check_cluster_id(self.cluster_id)
+        if self.journal_entries_max < 2 or self.journal_bytes_max < 1:
+            raise raft.RaftConfigError("journal_entries_max must be >= 2 and journal_bytes_max "
+                                       ">= 1")
 
     def resolved_cluster_id(self) -> str:
         if self.cluster_id is not None:
@@ -200,6 +227,8 @@ class ReplicationCounters:
     entries_applied: int = 0
     stale_divergences: int = 0  # DIVERGING answers below the commit index (nothing truncated)
     peer_incarnation_changes: int = 0  # a follower came back with another data directory
+    compactions: int = 0  # journal prefixes folded into the snapshot
+    snapshots_installed: int = 0  # leader snapshots installed by this follower
 
 
 class ReplicationNode:
@@ -249,7 +278,9 @@ class ReplicationNode:
         # only now and then): reconcile must count those deletes as committed, since their
         # effects are not done again below.
         applied = self._applied_store.load()
-        commit = min(max(self._commit_store.load(), applied), self.journal.end)
+        # The snapshot's entries are committed and applied, whatever the stores say.
+        commit = max(min(max(self._commit_store.load(), applied), self.journal.end),
+                     self.journal.start)
         reconcile(self.journal, log_store, commit)
         commit = min(commit, self.journal.end)
         self._lock = threading.Lock()
@@ -270,12 +301,14 @@ class ReplicationNode:
         if self._signer is not None:
             self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
                                   self._state.learner)
-        self._hw: dict[tuple[str, int], int] = {}
-        self._applied = 0  # entries below it are applied (in memory: the high watermarks)
+        # The snapshot's partition ends are its high watermarks (all of it is committed).
+        self._hw: dict[tuple[str, int], int] = partition_ends(self.journal.snapshot)
+        # Entries below it are applied (in memory: the high watermarks).
+        self._applied = self.journal.start
         # The effects of the entries below it were done before this start (issue 20, finding
         # 1). Not past the journal's end: entries reconcile cut come again from the leader, and
         # applying one of their deletes again is harmless (it names its incarnation).
-        self._effects_from = min(applied, self.journal.end)
+        self._effects_from = max(min(applied, self.journal.end), self.journal.start)
         with self._lock:
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
@@ -400,10 +433,9 @@ class ReplicationNode:
         goes back."""
         if self._state.commit <= index:
             return False
-        try:
-            return self.journal.entry(index).epoch == epoch
-        except IndexError:
-            return False  # a wiped journal (commit from an older incarnation): not ours
+        # The epoch cache names compacted entries too; None: a wiped journal (a commit from an
+        # older incarnation), not ours.
+        return self.journal.epoch_of(index) == epoch
 
     def wait_changed(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Block until predicate() holds (checked on every commit, append or role change)."""
@@ -527,6 +559,11 @@ class ReplicationNode:
                             "from 0", self.config.node_id, request.follower,
                             event.incarnation, known)
             answer = self._first(self._step_locked(event), raft.AnswerFetch)
+        if answer.outcome is raft.Outcome.SNAPSHOT:
+            # Any snapshot at or past the state machine's start covers fetch_end.
+            return ReplicaFetchResponse(answer.epoch, self.config.node_id, answer.commit,
+                                        WireOutcome.SNAPSHOT,
+                                        snapshot=self.journal.snapshot), []
         if answer.outcome is not raft.Outcome.ENTRIES:
             if answer.outcome is raft.Outcome.DIVERGING:
                 session.answered = (answer.epoch, self._clock())
@@ -543,6 +580,11 @@ class ReplicationNode:
                 leader = NO_LEADER if state.leader_id is None else state.leader_id
                 return ReplicaFetchResponse(state.epoch, leader, state.commit,
                                             WireOutcome.NOT_LEADER), []
+            if request.fetch_end < self.journal.start:
+                # Compacted since the step (the loop compacts outside _lock): the snapshot.
+                return ReplicaFetchResponse(epoch, self.config.node_id, state.commit,
+                                            WireOutcome.SNAPSHOT,
+                                            snapshot=self.journal.snapshot), []
             entries = self._entries_to_send(request.fetch_end, request.max_bytes)
             commit = state.commit
         session.answered = (epoch, self._clock())
@@ -557,6 +599,37 @@ class ReplicationNode:
                                         diverging_epoch=answer.diverging_epoch,
                                         diverging_end=answer.diverging_end)
         return ReplicaFetchResponse(answer.epoch, leader, answer.commit, WireOutcome.NOT_LEADER)
+
+    def answer_snapshot_fetch(self, request: SnapshotFetchRequest
+                              ) -> tuple[SnapshotFetchResponse, list[FileSlice]]:
+        """The leader's side of SNAPSHOT_FETCH: committed bytes of the incarnation the request
+        names, from the batch holding `offset`, below `end_offset` and the high watermark."""
+        self.check_peer(request.follower)
+        state = self._state
+        if state.role is not raft.Role.LEADER or state.epoch != request.epoch:
+            leader = NO_LEADER if state.leader_id is None else state.leader_id
+            return SnapshotFetchResponse(state.epoch, leader,
+                                         SnapshotFetchOutcome.NOT_LEADER), []
+        gone = SnapshotFetchResponse(state.epoch, self.config.node_id,
+                                     SnapshotFetchOutcome.GONE), []
+        current = self.journal.incarnation(request.topic)
+        named = None if request.id_epoch == NO_TOPIC_ID else (request.id_epoch,
+                                                                request.id_index)
+        if current != named or request.partition >= self._log.topics().get(request.topic, 0):
+            return gone
+        try:
+            partition = self._log.partition(request.topic, request.partition)
+            start = partition.log_start_offset
+            upto = min(request.end_offset, self.high_watermark(request.topic,
+                                                               request.partition),
+                       partition.log_end_offset)
+            offset = max(request.offset, start)
+            slices = partition.read(offset, min(request.max_bytes, self.config.fetch_bytes_max),
+                                    upto_offset=upto) if offset < upto else []
+        except (UnknownTopicOrPartitionError, PartitionClosedError):
+            return gone  # deleted meanwhile
+        return SnapshotFetchResponse(state.epoch, self.config.node_id, SnapshotFetchOutcome.DATA,
+                                     start), slices
 
     def _entries_to_send(self, start: int, max_bytes: int) -> list[JournalEntry]:
         stop = min(self.journal.end, start + self.config.fetch_entries_max)
@@ -705,7 +778,7 @@ class ReplicationNode:
         self._persisted_commit = commit
 
     def _view(self) -> raft.LogView:
-        return raft.LogView(*self.journal.end_and_epochs())
+        return raft.LogView(*self.journal.log_state())
 
     # -- the replication loop --------------------------------------------------------------
 
@@ -725,6 +798,7 @@ class ReplicationNode:
 
     def _one_round(self) -> None:
         self.tick()
+        self._maybe_compact()
         while self._votes_to_send:
             self._run_vote_round(self._votes_to_send.pop(0))
         self._settle_offsets()
@@ -745,6 +819,33 @@ class ReplicationNode:
             # at once: a non-leader says NOT_LEADER with its epoch).
             self._fetch_once(None, probe=unheard[self._next_peer % len(unheard)])
         self._fetch_once(target)
+
+    def _maybe_compact(self) -> None:
+        """Fold the applied prefix into the journal's snapshot once the journal is over its
+        bounds. A leader keeps what a follower lagging by less than half of
+        `journal_entries_max` still needs (it catches up from entries, cheaper than a snapshot
+        install); one further behind installs the snapshot. Loop thread only (the one that
+        truncates, so nothing folded is cut meanwhile)."""
+        journal, config = self.journal, self.config
+        held = journal.end - journal.start
+        if held <= config.journal_entries_max and journal.tail_bytes <= config.journal_bytes_max:
+            return
+        with self._lock:
+            upto = self._applied
+            state = self._state
+            if state.role is raft.Role.LEADER and self._peers:
+                lagging = min(state.match.get(peer, 0) for peer in self._peers)
+                upto = min(upto, max(lagging, journal.end - config.journal_entries_max // 2))
+        if upto - journal.start < max(1, held // 2):
+            return  # too little to fold (the commit or a follower lags): wait for more
+        # The snapshot must never outlive the bytes it covers (a machine crash): sync them.
+        self._sync_partitions(journal.entries(journal.start, upto))
+        journal.compact(upto)
+        self.counters.compactions += 1
+        log.info("broker %d: journal compacted below %d (%d entries held, %d bytes)",
+                 self.config.node_id, upto, journal.end - journal.start, journal.tail_bytes)
+        with self._lock:
+            self._step_locked(raft.LogChanged(self._view()))
 
     def _settle_offsets(self) -> None:
         with self._lock:
@@ -878,6 +979,7 @@ class ReplicationNode:
                                    leader, response.diverging_epoch, response.diverging_end)
         with self._lock:
             actions = self._step_locked(event)  # on the whole journal (see _step_locked)
+            install = any(isinstance(action, raft.InstallSnapshot) for action in actions)
             if any(isinstance(action, raft.ApplyEntries) for action in actions):
                 # The commit first: a committed delete must go before a later re-create.
                 self._step_locked(raft.LogChanged(self._view(), response.commit, fetch_end))
@@ -895,6 +997,107 @@ class ReplicationNode:
                     self._truncate_locked(action.end)
                 elif isinstance(action, raft.StaleDivergence):
                     self._stale_divergence_locked(action)
+        if install and response.snapshot is not None:
+            self._install_snapshot(sender, response.epoch, response.snapshot, response.commit)
+
+    # -- installing the leader's snapshot (loop thread) -------------------------------------
+
+    def _install_snapshot(self, leader: int, epoch: int, snapshot: Snapshot,
+                          commit: int) -> None:
+        """Make this follower hold what the leader's snapshot says, then adopt it as its
+        journal (Raft §7). The topics first, then each partition's bytes (SNAPSHOT_FETCH,
+        outside `_lock`), synced, and only then the journal: a crash before that leaves the
+        old journal, and `reconcile` drops what it does not name (fetched again later). A
+        refused or failed fetch ends the attempt; the next round asks again."""
+        if snapshot.end <= self.journal.end:
+            return  # nothing new (a snapshot of entries held already)
+        topics = {topic.name: topic for topic in snapshot.topics}
+        with self._lock:
+            self._make_topics_locked(topics)
+        for (topic, number), end in sorted(partition_ends(snapshot).items()):
+            described = topics.get(topic)
+            if not self._copy_partition(leader, epoch, topic, number, end, described):
+                return
+        with self._lock:
+            self.journal.install(snapshot)
+            self._truncation_generation += 1
+            self._synced_end = snapshot.end  # the journal and every copied byte are synced
+            self._hw = partition_ends(snapshot)
+            self._applied = snapshot.end
+            self._effects_from = max(self._effects_from, snapshot.end)
+            self._offsets_reload = True
+            self.counters.snapshots_installed += 1
+            log.info("broker %d: installed leader %d's snapshot (entries below %d, %d topics)",
+                     self.config.node_id, leader, snapshot.end, len(snapshot.topics))
+            self._step_locked(raft.LogChanged(
+                self._view(), commit, snapshot.end,
+                synced_end=self._synced_end if self._syncing else None))
+            for topic, number in self._hw:
+                self._on_partition_visible(topic, number)
+
+    def _make_topics_locked(self, topics: dict[str, SnapshotTopic]) -> None:
+        """The data directory's topics become the snapshot's: an incarnation it does not name
+        was deleted by a committed entry it folded, a missing one is created."""
+        present = self._log.topics()
+        for name, count in sorted(present.items()):
+            if is_internal(name):
+                continue
+            wanted = topics.get(name)
+            if (wanted is not None and wanted.partitions == count and self.journal.incarnation(
+                    name) == (wanted.id_epoch, wanted.id_index)):
+                continue
+            self._log.delete_topic(name)
+            for key in [key for key in self._hw if key[0] == name]:
+                del self._hw[key]
+            self._on_topic_deleted(name)
+        present = self._log.topics()
+        for name, wanted in sorted(topics.items()):
+            if name not in present:
+                self._log.create_topic(name, wanted.partitions)
+
+    def _copy_partition(self, leader: int, epoch: int, topic: str, number: int, end: int,
+                        described: SnapshotTopic | None) -> bool:
+        """Copy the leader's bytes of one partition up to `end`; False when the leader refused
+        or did not answer (the install is abandoned for this round)."""
+        if topic not in self._log.topics():
+            return True  # an internal topic this broker does not hold yet: nothing to copy
+        partition = self._log.partition(topic, number)
+        if partition.log_end_offset > end:
+            partition.truncate_to(end)  # past the snapshot: never another leader's bytes
+        id_epoch, id_index = ((NO_TOPIC_ID, NO_TOPIC_ID) if described is None
+                              else (described.id_epoch, described.id_index))
+        while partition.log_end_offset < end:
+            held = partition.log_end_offset
+            request = SnapshotFetchRequest(self.config.node_id, epoch, topic, id_epoch, id_index,
+                                           number, held, end, self.config.fetch_bytes_max)
+            future = self._send(leader, request)
+            answer = None if future is None else self._result(
+                leader, future, SnapshotFetchResponse, self.config.request_timeout_s)
+            if answer is None or answer.outcome is not SnapshotFetchOutcome.DATA:
+                log.info("broker %d: snapshot install stopped at %s/%d offset %d (%s)",
+                         self.config.node_id, topic, number, held,
+                         "no answer" if answer is None else answer.outcome.name)
+                return False
+            if held < answer.log_start_offset:
+                partition.restart_at(min(answer.log_start_offset, end))  # retention
+            if not answer.data:
+                if partition.log_end_offset < end:
+                    log.warning("broker %d: leader %d has no bytes of %s/%d from %d to %d; "
+                                "the partition restarts at %d", self.config.node_id, leader,
+                                topic, number, partition.log_end_offset, end, end)
+                    partition.restart_at(end)
+                break
+            for header, batch in iter_batches(answer.data):
+                if header.next_offset <= partition.log_end_offset:
+                    continue  # the leader's answer starts with the batch holding `held`
+                partition.append_replica(batch)
+            if partition.log_end_offset <= held:
+                log.warning("broker %d: leader %d's bytes of %s/%d at %d do not continue this "
+                            "partition; snapshot install stopped", self.config.node_id, leader,
+                            topic, number, held)
+                return False
+        partition.sync()
+        return True
 
     def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
         self.counters.stale_divergences += 1

@@ -41,12 +41,17 @@ from common.kaska.protocol.peer_auth import (
     open_answer,
     request_trailer,
 )
-from common.kaska.protocol.replication_bounds import check_fetch_response, check_vote_response
+from common.kaska.protocol.replication_bounds import (
+    check_fetch_response,
+    check_snapshot_fetch_response,
+    check_vote_response,
+)
 from services.broker.peer_gate import ANSWER, OUTGOING, PeerRefusals
 
 _ANSWER_CHECKS: dict[int, Callable] = {
     Api.VOTE: check_vote_response,
     Api.REPLICA_FETCH: check_fetch_response,
+    Api.SNAPSHOT_FETCH: check_snapshot_fetch_response,
 }
 
 

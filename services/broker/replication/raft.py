@@ -38,6 +38,9 @@ Rules (docs/replication.md has the why):
   leader's answer vouched for plus the entries appended from that answer (Raft Figure 2:
   min(leaderCommit, index of the last NEW entry)), never whatever else its journal holds (a
   deposed leader's tail that its state machine had not been told of yet, issue 20, finding 5);
+- a follower whose fetch_end lies below the leader's snapshot (the compacted prefix, `start`)
+  and does not diverge is answered SNAPSHOT (Raft §7's InstallSnapshot): it installs the
+  snapshot and fetches on from its end, where its commit index may move up to;
 - a divergence the follower cannot act on (it lies below its commit index) is reported
   (`StaleDivergence`: logged and counted by the node), never dropped silently;
 - learners (issue 20, finding 8): a broker whose data directory is new (it may have lost its
@@ -123,10 +126,13 @@ class RaftConfig:
 
 @dataclass(frozen=True, slots=True)
 class LogView:
-    """What the state machine knows of the journal: its end and its epoch cache."""
+    """What the state machine knows of the journal: its end, its epoch cache (compacted
+    entries included) and `start`, the end of its snapshot (entries below it are compacted:
+    only committed ones ever are)."""
 
     end: int = 0
     epochs: tuple[tuple[int, int], ...] = ()  # (epoch, start index), ascending
+    start: int = 0
 
     @property
     def last_epoch(self) -> int:
@@ -146,11 +152,11 @@ class LogView:
         assert count >= 1 and epoch >= self.last_epoch
         epochs = self.epochs if epoch == self.last_epoch and self.epochs \
             else (*self.epochs, (epoch, self.end))
-        return LogView(self.end + count, epochs)
+        return LogView(self.end + count, epochs, self.start)
 
     def truncated(self, end: int) -> LogView:
-        end = max(0, min(end, self.end))
-        return LogView(end, tuple(pair for pair in self.epochs if pair[1] < end))
+        end = max(self.start, min(end, self.end))
+        return LogView(end, tuple(pair for pair in self.epochs if pair[1] < end), self.start)
 
 
 def _frozen(mapping: dict) -> MappingProxyType:
@@ -248,6 +254,7 @@ class Outcome(Enum):
     ENTRIES = "entries"
     DIVERGING = "diverging"
     NOT_LEADER = "not_leader"
+    SNAPSHOT = "snapshot"  # fetch_end lies below the leader's snapshot
     FAILED = "failed"
 
 
@@ -306,6 +313,11 @@ class ApplyEntries:
 
 
 @dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    """Follower: the answer is the current leader's snapshot; install it (then LogChanged)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Truncate:
     end: int
 
@@ -348,7 +360,7 @@ class AnswerVote:
 
 @dataclass(frozen=True, slots=True)
 class AnswerFetch:
-    outcome: Outcome  # ENTRIES, DIVERGING or NOT_LEADER
+    outcome: Outcome  # ENTRIES, DIVERGING, NOT_LEADER or SNAPSHOT
     epoch: int
     leader_id: int | None
     commit: int
@@ -358,8 +370,9 @@ class AnswerFetch:
 
 
 Event = Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
-Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | Truncate | CommitAdvanced
-          | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch | BecomeVoter)
+Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | InstallSnapshot | Truncate
+          | CommitAdvanced | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch
+          | BecomeVoter)
 
 
 # -- the step function ----------------------------------------------------------------------
@@ -370,9 +383,11 @@ def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: Lo
                   synced_end: int | None = None, learner: bool = False) -> RaftState:
     """A (re)started broker: a follower that knows no leader, with what it persisted.
     `synced_end`: see RaftState (0 with fsync policy `entry`: nothing counts until synced).
-    `learner`: its data directory was made in a cluster and it has not been promoted yet."""
+    `learner`: its data directory was made in a cluster and it has not been promoted yet.
+    The snapshot's entries are committed whatever `commit` says."""
     deadline = now if config.voters == {config.node_id} else now + _timeout(config, rng)
-    return RaftState(epoch=epoch, voted_for=voted_for, log=log, commit=min(commit, log.end),
+    return RaftState(epoch=epoch, voted_for=voted_for, log=log,
+                     commit=max(log.start, min(commit, log.end)),
                      election_deadline_s=deadline, synced_end=synced_end,
                      rejoin=Rejoin() if learner and config.peers else None)
 
@@ -621,7 +636,9 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     # lower than before (a wiped disk), so match follows it down rather than up only.
     state = replace(state, match=_frozen({**state.match, event.follower: event.fetch_end}))
     state = _advance_leader_commit(config, state, actions)
-    actions.append(AnswerFetch(Outcome.ENTRIES, state.epoch, config.node_id, state.commit,
+    # Entries below our snapshot are gone: the follower takes the snapshot instead.
+    outcome = Outcome.SNAPSHOT if event.fetch_end < state.log.start else Outcome.ENTRIES
+    actions.append(AnswerFetch(outcome, state.epoch, config.node_id, state.commit,
                                event.fetch_end))
     return state
 
@@ -672,6 +689,8 @@ def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
                     election_deadline_s=now + _timeout(config, rng))
     if event.outcome is Outcome.ENTRIES:
         actions.append(ApplyEntries())
+    elif event.outcome is Outcome.SNAPSHOT:
+        actions.append(InstallSnapshot())
     else:
         _own, own_end = state.log.end_of_epoch(event.diverging_epoch)
         end = min(event.diverging_end, own_end)

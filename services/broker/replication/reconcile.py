@@ -28,6 +28,12 @@ applied. `reconcile(journal, log, commit)` repairs every such state, in this ord
    it). When a truncation lands below the expected end (a batch straddling it went whole), go
    back to step 1.
 
+A compacted journal (snapshot.py) starts the replay from its snapshot: its live topics and
+partition ends are expected like those of CREATE_TOPIC and BATCH entries, but no entry can be
+cut below it (its entries are committed, and compaction synced their bytes first): a partition
+ending before the snapshot's end (a disk that lost synced data) is logged as an error and left
+as it is.
+
 Internal topics (names starting with "__", such as `__offsets`, which the broker creates itself
 at start) are never deleted or created here; their batches are journaled like any other, so
 steps 2 and 4 apply to them, with the partition count found in the data directory when the
@@ -50,7 +56,8 @@ from dataclasses import dataclass, field
 from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import HEADER_BYTES, parse_header
-from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.journal import Journal, JournalEntry, Snapshot
+from services.broker.replication.snapshot import partition_ends
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import PartitionLog
@@ -120,6 +127,7 @@ def reconcile(journal: Journal, log_store: Log, commit: int) -> ReconcileReport:
         if not _truncate_partitions(expected, log_store, report):
             break
     report.journal_end = journal.end
+    _check_snapshot_bytes(journal.snapshot, log_store)
     _log_report(report, commit)
     return report
 
@@ -127,8 +135,10 @@ def reconcile(journal: Journal, log_store: Log, commit: int) -> ReconcileReport:
 # -- step 1: replay -----------------------------------------------------------------------
 
 
-def _replay(entries: Iterable[JournalEntry], commit: int) -> _Expected:
+def _replay(snapshot: Snapshot, entries: Iterable[JournalEntry], commit: int) -> _Expected:
     expected = _Expected()
+    expected.topics.update((topic.name, topic.partitions) for topic in snapshot.topics)
+    expected.ends.update(partition_ends(snapshot))
     for entry in entries:
         kind, topic = entry.kind, entry.topic
         if kind is EntryKind.CREATE_TOPIC:
@@ -153,7 +163,7 @@ def _replay(entries: Iterable[JournalEntry], commit: int) -> _Expected:
 
 def _cut_journal(journal: Journal, log_store: Log, commit: int) -> _Expected:
     while True:
-        expected = _replay(journal.entries(), commit)
+        expected = _replay(journal.snapshot, journal.entries(), commit)
         cut = _first_missing(expected, log_store)
         if cut is None:
             return expected
@@ -286,6 +296,20 @@ def _truncate_partitions(expected: _Expected, log_store: Log, report: ReconcileR
                 TruncatedPartition(name, number, end_before, end_after))
             again = again or end_after < wanted
     return again
+
+
+def _check_snapshot_bytes(snapshot: Snapshot, log_store: Log) -> None:
+    """Say so when a partition lacks committed bytes its snapshot covers: nothing can cut the
+    journal there, and the leader will not send them again (docs/replication.md)."""
+    topics = log_store.topics()
+    for (topic, number), end in partition_ends(snapshot).items():
+        if number >= topics.get(topic, 0):
+            continue
+        held = log_store.partition(topic, number).log_end_offset
+        if held < end:
+            log.error("%s/%d ends at %d, below offset %d of the journal's snapshot: committed "
+                      "bytes are lost here (restore the data directory, or empty it to rebuild "
+                      "this broker from its peers)", topic, number, held, end)
 
 
 def _log_report(report: ReconcileReport, commit: int) -> None:

@@ -128,7 +128,7 @@ def test_error_body_carries_message_and_leader_hint():
 
 def test_only_replication_apis_use_the_replication_numbers():
     assert {api for api in p.Api if api in frames.REPLICATION_APIS_RESERVED} == \
-        frames.REPLICATION_APIS == {p.Api.VOTE, p.Api.REPLICA_FETCH}
+        frames.REPLICATION_APIS == {p.Api.VOTE, p.Api.REPLICA_FETCH, p.Api.SNAPSHOT_FETCH}
 
 
 @settings(max_examples=300, deadline=None)

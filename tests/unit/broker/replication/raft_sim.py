@@ -38,6 +38,12 @@ of `(epoch, payload)` entries:
   loses committed entries whatever the protocol. The checks below are unchanged; the
   vote checker remembers votes across the wipe, so a wiped node that votes again in an epoch
   it forgot is caught.
+- nodes compact their journal now and then (`Faults.compact`, issue 20 finding 10): the
+  applied prefix becomes the snapshot (`start`, durable); a leader answers a fetch below its
+  start SNAPSHOT (the state machine's rule) with its prefix, and the follower installs it (its
+  whole journal replaced, its topics the prefix's, as node.py). The simulator keeps the
+  compacted entries as ghost state for the checkers, and fails if the node's side ever reads
+  one: an ENTRIES answer or a truncation below the start.
 
 After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
 election safety, one vote per voter and epoch, leader completeness, state machine safety, log
@@ -69,6 +75,7 @@ from services.broker.replication.raft import (
     CommitAdvanced,
     FetchAnswered,
     FetchRequest,
+    InstallSnapshot,
     LogChanged,
     LogView,
     Outcome,
@@ -128,11 +135,13 @@ class Faults:
     # sent to it waits in its socket; its clock runs on). 0 draws nothing from the rng.
     leader_pause: float = 0.0
     leader_pause_max_s: float = 4.0
+    compact: float = 0.0  # per node and round: fold the applied prefix into the snapshot
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
                       leader_crash=0.0, crash_mid_step=0.0, partition=0.0, client_append=0.0,
-                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0)
+                      tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0,
+                      compact=self.compact)
 
 
 # Leaders die often with a busy client: uncommitted tails diverge, Figure 8 lurks.
@@ -198,6 +207,7 @@ class FetchAnswerMessage:
     request_id: int
     entries: tuple[Entry, ...] = ()  # ENTRIES: the leader's journal from fetch_end
     answered_s: float = 0.0  # when the leader made the answer (its lease counts from it)
+    snapshot: tuple[Entry, ...] = ()  # SNAPSHOT: the prefix the leader's snapshot stands for
 
 
 @dataclass(order=True)
@@ -242,6 +252,9 @@ class Stats:
     promotions: int = 0  # learners that became voters
     lease_rounds: int = 0  # rounds in which some leader held its lease (checked)
     leader_pauses: int = 0
+    compactions: int = 0
+    snapshot_answers: int = 0
+    snapshot_installs: int = 0  # a follower behind a leader's snapshot caught up through it
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -278,6 +291,7 @@ class SimNode:
     incarnation: int = 1  # the broker incarnation: a new one with every wiped directory
     learner: bool = False  # persisted (identity.py's `voter`, negated)
     wipe_pending: bool = False  # crashed, and restarts with an empty directory
+    start: int = 0  # durable: entries below it are compacted (ghosts for the checkers only)
 
     @property
     def node_id(self) -> int:
@@ -288,7 +302,7 @@ class SimNode:
         return self.state is not None
 
     def view(self) -> LogView:
-        return LogView(len(self.journal), tuple(self.epochs))
+        return LogView(len(self.journal), tuple(self.epochs), self.start)
 
     def topic_id_before(self, index: int, topic: str) -> TopicId | None:
         """The incarnation an entry at `index` names: the latest CREATE of `topic` before."""
@@ -374,6 +388,10 @@ class Simulation:
                 self._step(node, LogChanged(node.view()))
             if node.up and rng.random() < 0.05:
                 node.applied_persisted = max(node.applied_persisted, node.applied)
+            # No draw without compaction: the seeds of the other profiles replay as before.
+            if (faults.compact > 0 and node.up and node.applied > node.start
+                    and rng.random() < faults.compact):
+                self.compact(node)
         for node in self._running_nodes():
             if node.up and node.state.role is not Role.LEADER:
                 self._maybe_fetch(node)
@@ -538,13 +556,21 @@ class Simulation:
         # reconcile, then apply the committed prefix again: effects only from the persisted
         # applied index (the old rule: all of them again, by name).
         node.disk = reconciled_disk(node, node.state.commit)
-        node.applied = 0
+        node.applied = node.start  # as node.py: the snapshot's entries are applied
         node.effects_from = (min(node.applied_persisted, len(node.journal))
                              if self.apply_rule == "once" else 0)
         self._apply_commits(node, node.state.commit)
         self._log(f"{node_id} restarts: epoch {node.epoch} voted {node.voted_for} "
                   f"end {len(node.journal)} commit {node.state.commit}")
         self._check_node(node)
+
+    def compact(self, node: SimNode) -> None:
+        """As node.py's _maybe_compact: the applied prefix becomes the snapshot."""
+        node.start = node.applied
+        node.applied_persisted = max(node.applied_persisted, node.start)
+        self.stats.compactions += 1
+        self._log(f"{node.node_id} compacts below {node.start}")
+        self._step(node, LogChanged(node.view()))
 
     def client_append(self, node_id: int) -> str | None:
         """A client's write at a node that believes it leads (a stale leader may, too)."""
@@ -676,12 +702,19 @@ class Simulation:
                                                           answer.pre_vote))
             return
         entries: tuple[Entry, ...] = ()
+        snapshot: tuple[Entry, ...] = ()
         if answer.outcome is Outcome.ENTRIES:
             start = answer.fetch_end
+            if start < node.start:
+                raise SafetyViolation(f"{node.node_id} sends entries from {start}, below its "
+                                      f"snapshot at {node.start}")
             count = self.rng.randint(1, self.fetch_entries_max)
             entries = tuple(node.journal[start:start + count])
+        elif answer.outcome is Outcome.SNAPSHOT:
+            self.stats.snapshot_answers += 1
+            snapshot = tuple(node.journal[:node.start])
         self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries,
-                                                            self.now))
+                                                            self.now, snapshot))
 
     def _maybe_fetch(self, node: SimNode) -> None:
         if node.outstanding is not None:
@@ -755,6 +788,12 @@ class Simulation:
             elif isinstance(action, Truncate):
                 self._truncate(node, action.end)
                 if self._step(node, LogChanged(node.view())) is None:
+                    return
+            elif isinstance(action, InstallSnapshot):
+                if not self._install(node, message.snapshot):
+                    continue
+                if self._step(node, LogChanged(node.view(), answer.commit,
+                                               len(message.snapshot))) is None:
                     return
         if node.up:
             self._check_node(node)
@@ -906,6 +945,9 @@ class Simulation:
 
     def _truncate(self, node: SimNode, end: int) -> None:
         state = node.state
+        if end < node.start:
+            raise SafetyViolation(f"{node.node_id} truncates to {end} below its snapshot at "
+                                  f"{node.start}")
         if end < state.commit:
             raise SafetyViolation(f"{node.node_id} truncates to {end} below its commit "
                                   f"{state.commit}")
@@ -927,6 +969,28 @@ class Simulation:
         del node.hashes[end:]
         while node.epochs and node.epochs[-1][1] >= end:
             node.epochs.pop()
+
+    def _install(self, node: SimNode, prefix: tuple[Entry, ...]) -> bool:
+        """As node.py's _install_snapshot: the whole journal becomes the leader's snapshot (a
+        tail it did not vouch for goes too), the topics on disk the prefix's."""
+        if len(prefix) <= len(node.journal):
+            return False  # nothing new
+        commit = node.state.commit
+        if node.journal[:commit] != list(prefix[:commit]):
+            raise SafetyViolation(f"{node.node_id}: a snapshot that differs from its committed "
+                                  f"prefix below {commit}")
+        node.journal, node.hashes, node.epochs, node.topic_events = [], [], [], {}
+        for entry in prefix:
+            self._append(node, entry)
+        node.start = len(prefix)
+        node.unannounced = 0  # the LogChanged after the install shows the whole journal
+        node.disk = reconciled_disk(node, node.start)
+        node.applied = node.start
+        node.effects_from = max(node.effects_from, node.start)
+        node.applied_persisted = max(node.applied_persisted, node.start)
+        self.stats.snapshot_installs += 1
+        self._log(f"{node.node_id} installs a snapshot of {node.start} entries")
+        return True
 
     def _apply_commits(self, node: SimNode, commit: int) -> None:
         """node.py's _apply_commits_locked: committed deletes, in order, once."""

@@ -14,6 +14,7 @@ from services.broker.replication.raft import (
     CommitAdvanced,
     FetchAnswered,
     FetchRequest,
+    InstallSnapshot,
     LogChanged,
     LogView,
     Outcome,
@@ -360,6 +361,45 @@ def test_leader_answers_diverging_with_the_end_of_the_epoch():
     leader = _leader(1, epoch=4, log=_log((3, 2)))
     assert leader(FetchRequest(2, 5, 3, 2)) == [
         AnswerFetch(Outcome.DIVERGING, 5, 1, 0, 3, NO_EPOCH, 0)]
+
+
+def _compacted(view: LogView, start: int) -> LogView:
+    """The same journal with its entries below `start` folded into a snapshot."""
+    return LogView(view.end, view.epochs, start)
+
+
+def test_leader_answers_snapshot_below_its_compacted_prefix():
+    """Finding 10: entries below the snapshot are gone; a follower that needs them is answered
+    SNAPSHOT, still checked for divergence first (the epoch cache keeps compacted epochs) and
+    counted in match like any fetch."""
+    leader = _leader(1, epoch=2, log=_log((1, 4), (2, 2)))  # NOOP of epoch 3 at 6
+    leader(LogChanged(_compacted(leader.state.log, 5)))
+    assert leader(FetchRequest(2, 3, 3, 1)) == [AnswerFetch(Outcome.SNAPSHOT, 3, 1, 0, 3)]
+    assert dict(leader.state.match)[2] == 3
+    assert leader(FetchRequest(3, 3, 0, 0)) == [AnswerFetch(Outcome.SNAPSHOT, 3, 1, 0, 0)], \
+        "an empty follower (a wiped disk) installs the snapshot too"
+    assert leader(FetchRequest(2, 3, 3, 0)) == [
+        AnswerFetch(Outcome.DIVERGING, 3, 1, 0, 3, NO_EPOCH, 0)], "entries of an epoch unknown"
+    assert leader(FetchRequest(2, 3, 5, 1)) == [
+        AnswerFetch(Outcome.DIVERGING, 3, 1, 0, 5, 1, 4)], "more of epoch 1 than the leader had"
+    assert leader(FetchRequest(2, 3, 5, 2)) == [AnswerFetch(Outcome.ENTRIES, 3, 1, 0, 5)], \
+        "from the snapshot's end on, entries"
+
+
+def test_follower_installs_a_snapshot_and_commits_up_to_its_end():
+    node = Node(1, epoch=2, log=_log((1, 2)))
+    actions = node(FetchAnswered(2, Outcome.SNAPSHOT, 2, leader_id=2), at=3.0)
+    assert actions == [InstallSnapshot(), RoleChanged(Role.FOLLOWER, 2, 2)]
+    installed = LogView(9, ((1, 0), (2, 7)), 9)
+    assert node(LogChanged(installed, leader_commit=12, matched_end=9)) == [CommitAdvanced(9)]
+    assert node.state.log == installed and node.state.log.last_epoch == 2
+
+
+def test_a_restart_counts_the_snapshot_committed_whatever_the_commit_store_says():
+    node = Node(1, epoch=2, log=LogView(12, ((1, 0), (2, 7)), 10), commit=3)
+    assert node.state.commit == 10
+    assert node.state.log.truncated(4) == LogView(10, ((1, 0), (2, 7)), 10), \
+        "never below the snapshot"
 
 
 def test_check_quorum_leader_steps_down_without_fetches_from_a_majority():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -121,6 +122,11 @@ def test_a_wiped_broker_does_not_elect_a_leader_lacking_an_acknowledged_entry(tm
         pump.start()
         try:
             manager.create_topic("t", 1)
+            # Broker 3's fetches confirm the leader's answers: the lease comes with the second.
+            deadline = time.monotonic() + WAIT_S
+            while not leader.holds_lease():
+                assert time.monotonic() < deadline, "the leader never got its lease"
+                time.sleep(0.002)
             manager.append("t", 0, batch(b"acknowledged"), ACKS_ALL)
         finally:
             stop.set()

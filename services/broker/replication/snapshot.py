@@ -1,0 +1,78 @@
+"""The journal snapshot: the state a compacted journal prefix leaves behind (Raft §7, KIP-630;
+docs/replication.md "Compaction").
+
+A snapshot replaces the journal entries below its `end` (the table's format is in
+common/kaska/protocol/snapshot_fetch.py). It keeps exactly what later entries, recovery and
+replication need of the prefix:
+
+- the epoch cache of the prefix, whole (one pair per epoch): a follower's `last_fetched_epoch`
+  below the snapshot is still checked (OffsetsForLeaderEpoch), and `epoch_of(index)` still
+  names the epoch of a compacted entry (an acknowledgement names its entry's epoch);
+- the live topics with their TopicId (the (epoch, index) of their CREATE_TOPIC entry) and
+  partition counts: later entries derive their topic ids from them, `reconcile` expects them
+  on disk, and a DELETE_TOPIC after the snapshot names them;
+- every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
+  live incarnation): the high watermark the prefix makes, and the bytes `reconcile` expects.
+
+Only committed (and applied) entries are ever folded in, so a DELETE_TOPIC in the prefix has
+been carried out: its topic is simply gone from the snapshot (deleted incarnations are not kept:
+topic churn does not grow it). Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from common.kaska.protocol.replica_fetch import EntryKind
+from common.kaska.protocol.snapshot_fetch import (
+    NO_TOPIC_ID,
+    PartitionEnd,
+    Snapshot,
+    SnapshotTopic,
+)
+from common.kaska.topic_name import is_internal
+
+if TYPE_CHECKING:  # journal.py imports this module
+    from services.broker.replication.journal import JournalEntry
+
+__all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "partition_ends"]
+
+
+def advance(snapshot: Snapshot, entries: Iterable[JournalEntry]) -> Snapshot:
+    """The snapshot of the prefix up to the last of `entries`, which continue `snapshot`
+    (dense indexes from snapshot.end) and are all committed."""
+    epochs = list(snapshot.epochs)
+    topics = {topic.name: topic for topic in snapshot.topics}
+    ends = partition_ends(snapshot)
+    end = snapshot.end
+    for entry in entries:
+        assert entry.index == end, f"entry {entry.index} does not follow {end}"
+        end += 1
+        if not epochs or epochs[-1][0] != entry.epoch:
+            epochs.append((entry.epoch, entry.index))
+        kind, name = entry.kind, entry.topic
+        if kind is EntryKind.CREATE_TOPIC:
+            _forget(ends, name)
+            topics[name] = SnapshotTopic(name, entry.epoch, entry.index, entry.partitions)
+        elif kind is EntryKind.DELETE_TOPIC:
+            _forget(ends, name)
+            topics.pop(name, None)
+        elif kind in (EntryKind.BATCH, EntryKind.SKIPPED) and (name in topics
+                                                                or is_internal(name)):
+            key = (name, entry.partition)
+            ends[key] = max(ends.get(key, 0), entry.end_offset)
+    return Snapshot(end, tuple(epochs), tuple(topics[name] for name in sorted(topics)),
+                    tuple(PartitionEnd(topic, partition, offset)
+                          for (topic, partition), offset in sorted(ends.items())))
+
+
+def _forget(ends: dict[tuple[str, int], int], topic: str) -> None:
+    for key in [key for key in ends if key[0] == topic]:
+        del ends[key]
+
+
+def partition_ends(snapshot: Snapshot) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> end offset."""
+    return {(end.topic, end.partition): end.end_offset for end in snapshot.partition_ends}
+
