@@ -38,6 +38,7 @@ from common.kaska.protocol import (
 from common.kaska.protocol.codec import BodyWriter
 from common.kaska.protocol.frames import REQUEST_HEADER, RESPONSE_HEADER
 from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
+from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest
 from common.kaska.protocol.vote import VoteRequest
 from common.kaska.record_batch import HEADER_BYTES, NO_PRODUCER, encode_batch
 
@@ -164,6 +165,13 @@ class FrameFactory:
             return ReplicaFetchRequest(rng.randint(-5, 5), rng.randint(-1, 9),
                                        rng.randint(0, 1 << 40), rng.randint(-1, 9),
                                        rng.randint(0, 1 << 24), rng.randint(0, 20)).encode()
+        if api == Api.SNAPSHOT_FETCH:
+            # Unsigned too: refused by the peer gate like VOTE and REPLICA_FETCH.
+            return SnapshotFetchRequest(rng.randint(-5, 5), rng.randint(-1, 9), self._topic(),
+                                        rng.randint(-1, 9), rng.randint(0, 1 << 40),
+                                        partition, rng.randint(0, 1 << 40),
+                                        rng.randint(0, 1 << 40), rng.randint(0, 1 << 24)
+                                        ).encode()
         assert api == Api.AUTHENTICATE, api
         return AuthenticateRequest(rng.randbytes(rng.randint(0, 40))).encode()
 
