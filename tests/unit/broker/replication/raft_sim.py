@@ -45,7 +45,9 @@ of `(epoch, payload)` entries:
   compacted entries as ghost state for the checkers, and fails if the node's side ever reads
   one: an ENTRIES answer or a truncation below the start.
 
-After every single `step` the invariants are checked (`SafetyViolation` on the first breach):
+After every single `step` the invariants are checked (`SafetyViolation` on the first breach),
+and a commit as soon as its `CommitAdvanced` is carried out (a crash later in that step keeps
+its effects: the applied index a restart takes as its commit index):
 election safety, one vote per voter and epoch, leader completeness, state machine safety, log
 matching, no truncation below the commit index (nor of any committed entry a node holds),
 persisted quorum state equal to the state machine's, the state machine's view of the
@@ -358,6 +360,9 @@ class Simulation:
         self.canon: dict[tuple[int, int], int] = {}  # (index, epoch) -> prefix hash
         self.leaders_checked: set[tuple[int, int]] = set()  # (node, epoch)
         self.waiters: list[Waiter] = []
+        # A hand-stepped test's crash: the next step dies after this many of its actions
+        # (drawn from no rng, so seeded runs are unchanged). None: Faults.crash_mid_step.
+        self.crash_next_step_after: int | None = None
 
     # -- the driver --------------------------------------------------------------------------
 
@@ -551,6 +556,9 @@ class Simulation:
             commit = min(max(commit, node.applied_persisted), len(node.journal))
         node.state = initial_state(node.config, node.epoch, node.voted_for, node.view(),
                                    commit, self.now, node.rng, learner=node.learner)
+        # A commit index the checks never saw would skip their state machine safety check.
+        assert node.state.commit <= real, (f"{node_id} restarts with commit "
+                                           f"{node.state.commit}, the checks saw {real}")
         node.seen_commit = node.state.commit
         node.life += 1
         # reconcile, then apply the committed prefix again: effects only from the persisted
@@ -820,7 +828,9 @@ class Simulation:
             self._log(f"{node.node_id} <- {event}: {actions}")
         node.state = state
         crash_at = None
-        if self.rng.random() < self.faults.crash_mid_step:
+        if self.crash_next_step_after is not None:
+            crash_at, self.crash_next_step_after = self.crash_next_step_after, None
+        elif self.rng.random() < self.faults.crash_mid_step:
             crash_at = self.rng.randrange(len(actions) + 1)  # len: after all of them
         for position, action in enumerate(actions):
             if position == crash_at:
@@ -887,6 +897,7 @@ class Simulation:
                 raise SafetyViolation(f"CommitAdvanced({action.commit}) but state has "
                                       f"{state.commit}")
             self._apply_commits(node, action.commit)
+            self._observe_commit(node)
         elif isinstance(action, RoleChanged):
             if action.role is Role.LEADER:
                 self.stats.elections += 1
@@ -1022,6 +1033,14 @@ class Simulation:
                 for index, entry in enumerate(self.committed):
                     if self.commit_epoch[index] < state.epoch:
                         self._leader_holds(node, index, entry)
+        self._observe_commit(node)
+
+    def _observe_commit(self, node: SimNode) -> None:
+        """State machine safety for the entries the node's commit index newly covers. Run
+        after every step AND as soon as a CommitAdvanced is carried out: the node acts on it
+        at once (applies deletes, persists its applied index, which a restart takes as its
+        commit index), so a crash later in the same step must not hide it from the checks."""
+        state = node.state
         if state.commit > node.seen_commit:
             if state.commit > len(node.journal):
                 raise SafetyViolation(f"{node.node_id} commits {state.commit} past its "
