@@ -74,6 +74,9 @@ SPARK_EXECUTOR_MEMORY = "1g"
 # How long the master waits for workers and applications to answer after a restart (its
 # recovery), and how long a silent worker stays registered; Spark's default is 60 s.
 SPARK_WORKER_TIMEOUT_S = 10
+# The health checkers' start deadline for the JVM services in Compose (their built-in is 60 s):
+# the JVMs start together with the whole deployment, with no health gate before the checkers.
+JVM_START_DEADLINE_S = 120
 
 
 class DeploymentShapeError(ValueError):
@@ -172,6 +175,7 @@ def render(shape: DeploymentShape, environment: jinja2.Environment | None = None
         spark_worker_memory=SPARK_WORKER_MEMORY,
         spark_executor_memory=SPARK_EXECUTOR_MEMORY,
         spark_worker_timeout_s=SPARK_WORKER_TIMEOUT_S,
+        jvm_start_deadline_s=JVM_START_DEADLINE_S,
     )
 
 
