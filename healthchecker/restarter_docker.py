@@ -64,7 +64,10 @@ class DockerRestarter(Restarter):
         found: dict[str, Container] = {}
         for label in PROJECT_LABELS:
             filters = {"label": f"{label}={self.project}"}
-            for container in self._client.containers.list(all=True, filters=filters):
+            # ignore_removed: a container removed between the SDK's listing and its inspect
+            # (docker-compose replaces containers while `up` runs) is skipped, not a 404.
+            for container in self._client.containers.list(all=True, filters=filters,
+                                                          ignore_removed=True):
                 found[container.id] = container
         return list(found.values())
 
