@@ -990,6 +990,13 @@ class Simulation:
         if node.journal[:commit] != list(prefix[:commit]):
             raise SafetyViolation(f"{node.node_id}: a snapshot that differs from its committed "
                                   f"prefix below {commit}")
+        # The snapshot is the leader's applied prefix: committed, and durable as this node's
+        # applied index the moment it lands (a crash before the CommitAdvanced that follows
+        # restarts with it as its commit), so the checks see it committed now.
+        for index, entry in enumerate(prefix[node.seen_commit:], start=node.seen_commit):
+            if index >= len(self.committed) or self.committed[index] != entry:
+                raise SafetyViolation(f"state machine safety: {node.node_id} installs a "
+                                      f"snapshot with {entry} at {index}, not committed there")
         node.journal, node.hashes, node.epochs, node.topic_events = [], [], [], {}
         for entry in prefix:
             self._append(node, entry)
@@ -999,6 +1006,7 @@ class Simulation:
         node.applied = node.start
         node.effects_from = max(node.effects_from, node.start)
         node.applied_persisted = max(node.applied_persisted, node.start)
+        node.seen_commit = max(node.seen_commit, node.start)
         self.stats.snapshot_installs += 1
         self._log(f"{node.node_id} installs a snapshot of {node.start} entries")
         return True

@@ -261,6 +261,13 @@ def test_without_faults_one_leader_commits_everything_everywhere():
          long_delay=0.0078125, crash=0.00390625, leader_crash=0.0,
          crash_mid_step=0.0009521136959203783, partition=0.0, client_append=0.59375,
          dt_max_s=0.04337036367031817, compact=0.0)
+# A follower installed a leader's snapshot of 13 entries (durable as its applied index) and
+# crashed in the same step, before the CommitAdvanced reached the checks: it restarted with
+# commit 13 where they had seen 7. The checks now see a snapshot committed as it lands.
+@example(seed=2111, five=False, fetch_cap=4, drop=0.1875, duplicate=0.1484375,
+         long_delay=0.0546875, crash=0.015625, leader_crash=0.0234375,
+         crash_mid_step=0.009765625, partition=0.01953125, client_append=0.4140625,
+         dt_max_s=0.267578125, compact=0.046875)
 def test_any_mix_of_faults(seed, five, fetch_cap, drop, duplicate, long_delay, crash,
                            leader_crash, crash_mid_step, partition, client_append, dt_max_s,
                            compact):
