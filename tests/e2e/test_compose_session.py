@@ -8,6 +8,7 @@ runs the v2 `docker compose` plugin, which this machine does not have (see compo
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 
@@ -23,8 +24,25 @@ PICKUP_TIMEOUT_S = 300
 # Causes of a restart decision (healthchecker/supervision.py) that mean "silent too long", not
 # "crashed".
 SILENCE_CAUSES = ("no heartbeat", "no sign of life", "never seen by this node")
+# A decision on a peer's record (healthchecker/supervision.py): the peer logged its own cause.
+PEER_CAUSE = "dead according to a peer"
+PHASE_DEAD_LINE = re.compile(r"PHASE service=(?P<service>\S+) phase=dead previous=\S+ "
+                             r"reason=(?P<reason>.*)$")
 # The client's documented status for "stopped by a signal, progress checkpointed, resumable".
 CLIENT_EXIT_INTERRUPTED = 3
+
+
+def _own_cause(deployment, at: float, service: str, cause: str) -> str:
+    """The cause a restart decision names, traced back when it only says a peer judged the
+    service dead (a checker that took over acts on its peers' records): the latest death a
+    checker logged for the service with a cause of its own, at or before the decision."""
+    if cause != PEER_CAUSE:
+        return cause
+    reasons = [(line.at, match.group("reason")) for checker in deployment.checkers()
+               for line in deployment.log_lines(checker)
+               if (match := PHASE_DEAD_LINE.search(line.text)) and match.group("service") ==
+               service and line.at <= at and not match.group("reason").startswith(PEER_CAUSE)]
+    return max(reasons)[1] if reasons else cause
 
 
 def crash_restarts(deployment) -> list[tuple[float, str, str]]:
@@ -32,7 +50,9 @@ def crash_restarts(deployment) -> list[tuple[float, str, str]]:
     an exit, nothing listening, a failed start), not counting services a test killed on
     purpose before the decision. Silence past a deadline (a JVM starting slowly, a heartbeat
     late on a loaded machine) is the checkers doing their job, not a crash."""
-    return [(at, service, cause) for at, service, cause in deployment.restart_causes()
+    causes = [(at, service, _own_cause(deployment, at, service, cause))
+              for at, service, cause in deployment.restart_causes()]
+    return [(at, service, cause) for at, service, cause in causes
             if not cause.startswith(SILENCE_CAUSES)
             and not any(killed == service and killed_at <= at
                         for killed_at, killed in deployment.kills)]
