@@ -35,8 +35,9 @@ class RestartFailedError(RestartError):
 @dataclass(frozen=True, slots=True)
 class ServiceListing:
     expected: frozenset[str]  # supervised services that should be running
-    # Of those, the ones the backend knows are not running (a container that exited or died,
-    # a registered process with no live pid): evidence of death that needs no heartbeat.
+    # Of those, the ones the backend knows ran and are not running now (a container that
+    # exited or died, a spawned process whose pid is gone; never one only created or
+    # registered, which may be about to start): evidence of death that needs no heartbeat.
     stopped: frozenset[str] = frozenset()
 
 

@@ -62,13 +62,16 @@ class ProcessRestarter(Restarter):
         return set(self.listing().expected)
 
     def listing(self) -> ServiceListing:
-        """Expected: supervised and not done; stopped: of those, the ones with no live pid."""
+        """Expected: supervised and not done; stopped: of those, the ones spawned (a pid
+        file) with no live pid. Registered but never spawned is not stopped: the launcher
+        may be about to start it."""
         expected, stopped = set(), set()
         for name in self.registry.names():
             try:
                 if self.registry.spec(name).supervised and not self.registry.is_done(name):
                     expected.add(name)
-                    if self.registry.live_pid(name) is None:
+                    if (self.registry.read_pid(name) is not None
+                            and self.registry.live_pid(name) is None):
                         stopped.add(name)
             except RegistryError as error:
                 log.warning("skipping registry entry %s: %s", name, error)

@@ -391,8 +391,11 @@ def _on_expected(state: SupervisionState, event: Expected, now: float):
     the tolerance of a peer's view of that moment) died
     before its first heartbeat or answer (killed again while a JVM was starting): it is dead
     now, not at its start deadline (60 s for a JVM). Not while a restart is in flight (the
-    listing may predate the start), and not for UNKNOWN services (a process registered but
-    not yet spawned looks stopped too)."""
+    listing may predate the start). An UNKNOWN one listed as stopped by a listing begun after
+    this node learned of it is dead now too: `stopped` means it ran and is gone (an exited
+    container, a spawned process's dead pid; never one created or registered but not yet
+    started), and a checker that was itself restarted during start-up must not wait a JVM's
+    start deadline to restart a worker killed before it came up."""
     records = {
         name: replace(record, expected=name in event.names)
         if record.phase is Phase.UNKNOWN else record
@@ -401,12 +404,17 @@ def _on_expected(state: SupervisionState, event: Expected, now: float):
     actions: list[Action] = []
     for name in sorted(event.stopped & event.names):
         record = records.get(name)
-        if (record is not None and record.phase is Phase.STARTING and not record.in_flight
-                and not record.peer_in_flight
-                and record.since + SAME_RESTART_TOLERANCE_S < event.observed_at):
+        if record is None or record.since + SAME_RESTART_TOLERANCE_S >= event.observed_at:
+            continue
+        if (record.phase is Phase.STARTING and not record.in_flight
+                and not record.peer_in_flight):
             cause = "not running (exited) before its first heartbeat or answer"
-            records[name] = replace(record, phase=Phase.DEAD, since=now, cause=cause)
-            actions += _transition(name, record, records[name], cause)
+        elif record.phase is Phase.UNKNOWN:
+            cause = "not running (exited), never seen by this node"
+        else:
+            continue
+        records[name] = replace(record, phase=Phase.DEAD, since=now, cause=cause)
+        actions += _transition(name, record, records[name], cause)
     for name in sorted(event.names):
         if name != state.config.self_name and name not in records and (
             len(records) < SERVICES_MAX

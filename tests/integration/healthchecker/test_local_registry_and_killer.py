@@ -96,6 +96,8 @@ def test_restarter_refuses_unknown_and_unsupervised(registry):
 def test_restarter_kills_a_stopped_instance_and_tracks_clean_exits(registry, tmp_path):
     restarter = ProcessRestarter(registry)
     _register_sleeper(registry, "svc")
+    assert restarter.listing() == ServiceListing(frozenset({"svc"}), frozenset()), (
+        "registered, never spawned: the launcher may be about to start it, not stopped")
     first = restarter.restart("svc", "never started")
     assert first.action == ACTION_STARTED
     old_pid = registry.live_pid("svc")

@@ -151,18 +151,32 @@ def test_a_listing_begun_before_the_restart_completed_proves_nothing(observed_at
     assert machine.phase("spark-worker-1") is Phase.STARTING
 
 
-def test_stopped_in_a_listing_kills_neither_an_up_nor_an_unknown_nor_an_in_flight_service():
+def test_stopped_in_a_listing_kills_neither_an_up_nor_an_in_flight_service():
     machine = _up(Machine(), "broker-1")
-    machine.at(1.0).on(Lost("client-1", "c:1"))  # unknown to this node: ignored
-    machine.on(Expected(frozenset({"client-1", "broker-1"})))
+    machine.on(Expected(frozenset({"broker-1"})))
     _up(machine, "broker-2").at(2.0).on(Lost("broker-2", "h:1"))
     machine.on(Tick())  # restart of broker-2 decided, not done: in flight
     assert machine.state.records["broker-2"].in_flight
-    names = frozenset({"broker-1", "broker-2", "client-1"})
+    names = frozenset({"broker-1", "broker-2"})
     assert machine.at(5.0).on(Expected(names, stopped=names, observed_at=4.9)) == []
     assert machine.phase("broker-1") is Phase.UP, "an up service dies by its own evidence"
-    assert machine.phase("client-1") is Phase.UNKNOWN, "registered may mean not yet spawned"
     assert machine.phase("broker-2") is Phase.STARTING
+
+
+def test_an_unknown_service_listed_stopped_is_dead_now_not_at_its_start_deadline():
+    """A checker restarted during start-up learns of a worker killed before it came up: the
+    listing says it ran and is gone, so it is restarted now, not after a JVM's 60 s."""
+    machine = Machine()
+    machine.at(1.0).on(Expected(frozenset({"spark-worker-1"})))
+    assert machine.phase("spark-worker-1") is Phase.UNKNOWN
+    names = frozenset({"spark-worker-1"})
+    assert machine.at(1.4).on(Expected(names, stopped=names, observed_at=1.3)) == [], (
+        "a listing begun about when this node learned of it proves nothing yet")
+    actions = machine.at(2.6).on(Expected(names, stopped=names, observed_at=2.5))
+    cause = "not running (exited), never seen by this node"
+    assert Transition("spark-worker-1", Phase.UNKNOWN, Phase.DEAD, cause) in actions
+    (restart,) = machine.restarts(machine.at(2.7).on(Tick()))
+    assert restart.name == "spark-worker-1" and restart.cause == cause
 
 
 def test_connection_closed_without_goodbye_restarts_at_once():
