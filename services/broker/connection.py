@@ -48,7 +48,7 @@ from common.kaska.protocol.frames import (
     decode_request_header,
     encode_response_header,
 )
-from services.broker.body import RequestBody
+from services.broker.body import ReceiveBuffer, RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers import HANDLERS
 from services.broker.peer_gate import PeerSession
@@ -76,6 +76,7 @@ class Connection:
         self._closing = False
         self._authenticated = ctx.config.token is None
         self._header_buf = bytearray(REQUEST_HEADER.size)
+        self._receive_buffer = ReceiveBuffer()  # request bodies land here, off every lock
         self._send_lock = threading.Lock()
         self._deferred_done = threading.Condition(threading.Lock())
         self._deferred_pending = 0
@@ -177,7 +178,7 @@ class Connection:
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
         body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s,
-                           session=self._peer_session)
+                           session=self._peer_session, buffer=self._receive_buffer)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
             self._send_error(header.api, header.correlation_id, error)

@@ -1,11 +1,13 @@
-"""PRODUCE: the batch goes from the socket straight into the log's mapped region.
+"""PRODUCE: the batch goes from the socket into the connection's buffer, then into the log.
 
-Only the small prefix (topic, partition, acks) is read into memory; then the replica manager
-has `PartitionLog.append_from` reserve the batch's bytes in the active segment and call back to
-fill them with `recv_into` (zero copy). The storage checks CRC and producer sequence before the
-batch becomes visible; a retried batch is answered with its original offset (duplicate). The
-answer waits until a majority of brokers hold the batch (acks=all) or the leader has it
-(acks=1); consumers are woken when the high watermark passes it, not here.
+The small prefix (topic, partition, acks) is read first; then the whole batch lands in the
+connection's reusable buffer (no allocation), off every lock, so a producer that stalls halfway
+through its batch stalls only itself; only then does the replica manager have
+`PartitionLog.append_from` reserve the batch's bytes in the active segment under the partition's
+append lock and call back to copy them in (one memcpy). The storage checks CRC and producer
+sequence before the batch becomes visible; a retried batch is answered with its original
+offset (duplicate). The answer waits until a majority of brokers hold the batch (acks=all) or
+the leader has it (acks=1); consumers are woken when the high watermark passes it, not here.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     if batch_bytes < HEADER_BYTES:
         raise CorruptBatchError(f"a batch of {batch_bytes} bytes cannot hold its header")
 
+    batch = body.receive_rest()
+
     def fill(region: memoryview) -> None:
-        body.rearm()  # the wait for the partition lock is not this client's delay
-        body.recv_into_exactly(region)
+        region[:] = batch
 
     result, await_acks = ctx.replicas.append_deferred(prefix.topic, prefix.partition,
                                                       partition_log, batch_bytes, fill,

@@ -1,6 +1,8 @@
-"""A producer trickling its batch in, a byte at a time, cannot hold a partition for longer than
-the broker's read timeout (regression: each recv was bounded, the whole batch was not, and the
-batch is received under the partition's append lock)."""
+"""A producer that stalls halfway through its batch stalls only itself: the batch lands in its
+connection's buffer off every lock, so the other producers of the partition go on at once (issue
+21: "a produce never holds a partition lock while it waits on a socket"), and the broker drops
+the stalled one at its read timeout (regression: the batch was received under the partition's
+append lock, so every producer of the partition waited up to that timeout)."""
 
 import socket
 import struct
@@ -20,49 +22,76 @@ from tests.integration.broker.broker_process import CLIENT_OPTIONS
 
 pytestmark = pytest.mark.integration
 
-READ_TIMEOUT_S = 0.5
-TRICKLE_PAUSE_S = 0.1  # below the read timeout: every single recv succeeds
-TRICKLE_S_MAX = 20.0
+READ_TIMEOUT_S = 6.0
+TRICKLE_PAUSE_S = 0.05  # far below the read timeout: every single recv succeeds
+TRICKLE_S_MAX = 60.0
+BYTES_SENT_FIRST = 100
+STALL_S_MAX = 1.0  # the issue's bound on any other produce's stall
+ON_TIME_SENDS = 20
 
 
-def trickle_a_batch(address, topic: str, stop: threading.Event) -> None:
-    """Send a PRODUCE frame whose batch arrives a byte per TRICKLE_PAUSE_S until the broker
-    gives up on it (or the test stops us)."""
-    batch = encode_batch([b"x" * 10_000])
-    prefix = ProducePrefix(topic, 0, 1).encode()
-    with socket.create_connection(address) as sock:
-        sock.sendall(encode_request_header(Api.PRODUCE, 1, len(prefix) + len(batch)) + prefix
-                     + batch[:100])
-        deadline = time.monotonic() + TRICKLE_S_MAX
-        for byte in batch[100:]:
-            if stop.wait(TRICKLE_PAUSE_S) or time.monotonic() > deadline:
-                return
-            try:
-                sock.sendall(struct.pack(">B", byte))
-            except OSError:  # the broker closed this connection: what we expect
-                return
+class Trickler(threading.Thread):
+    """Sends a PRODUCE frame whose batch arrives a byte per TRICKLE_PAUSE_S until the broker
+    drops the connection (`dropped_at`) or the test stops it."""
+
+    def __init__(self, address, topic: str) -> None:
+        super().__init__(name="trickler", daemon=True)
+        self.address, self.topic = address, topic
+        self.stop = threading.Event()
+        self.bytes_sent = 0
+        self.dropped_at: float | None = None
+
+    def run(self) -> None:
+        batch = encode_batch([b"x" * 10_000])
+        prefix = ProducePrefix(self.topic, 0, 1).encode()
+        with socket.create_connection(self.address) as sock:
+            sock.sendall(encode_request_header(Api.PRODUCE, 1, len(prefix) + len(batch))
+                         + prefix + batch[:BYTES_SENT_FIRST])
+            self.bytes_sent = BYTES_SENT_FIRST
+            deadline = time.monotonic() + TRICKLE_S_MAX
+            for byte in batch[BYTES_SENT_FIRST:]:
+                if self.stop.wait(TRICKLE_PAUSE_S) or time.monotonic() > deadline:
+                    return
+                try:
+                    sock.sendall(struct.pack(">B", byte))
+                    self.bytes_sent += 1
+                    if sock.recv(1, socket.MSG_DONTWAIT) == b"":
+                        raise ConnectionResetError("closed by the broker")
+                except BlockingIOError:
+                    continue  # nothing to read: still open
+                except OSError:  # the broker closed this connection: what we expect
+                    self.dropped_at = time.monotonic()
+                    return
 
 
-def test_a_trickling_producer_does_not_stall_the_partition(tmp_path):
+def test_a_stalled_producer_does_not_stall_the_others_of_its_partition(tmp_path):
     config = BrokerConfig(node_id=1, data_dir=tmp_path / "data", port=0,
                           read_timeout_s=READ_TIMEOUT_S)
-    stop = threading.Event()
     with BrokerServer(config) as server:
         with Admin(server.bootstrap, **CLIENT_OPTIONS) as admin:
             admin.create_topic("slow")
-        trickler = threading.Thread(target=trickle_a_batch,
-                                    args=(server.address, "slow", stop))
+        trickler = Trickler(server.address, "slow")
         trickler.start()
         try:
             with Producer(server.bootstrap, **CLIENT_OPTIONS) as producer:
-                time.sleep(3 * TRICKLE_PAUSE_S)  # the trickler now holds the append lock
-                started = time.monotonic()
-                assert producer.send_msg("slow", b"on time") == 0
-                waited_s = time.monotonic() - started
+                deadline = time.monotonic() + 30
+                while trickler.bytes_sent < BYTES_SENT_FIRST + 5:  # its batch is on the wire
+                    assert time.monotonic() < deadline and trickler.is_alive()
+                    time.sleep(0.01)
+                stalls_s = []
+                for i in range(ON_TIME_SENDS):
+                    started = time.monotonic()
+                    assert producer.send_msg("slow", b"on time %d" % i) == i
+                    stalls_s.append(time.monotonic() - started)
+                sent_at = time.monotonic()
+            # The scenario: every send happened while the trickler's batch was half on the wire.
+            assert trickler.dropped_at is None and trickler.is_alive(), (
+                "the trickler was dropped before the other producer was done: no overlap")
             trickler.join(TRICKLE_S_MAX)
-            assert not trickler.is_alive(), "the broker never dropped the trickling producer"
+            assert not trickler.is_alive(), "the broker never dropped the stalled producer"
         finally:
-            stop.set()
+            trickler.stop.set()
             trickler.join()
-    # Its own timeout plus at most one socket timeout, with room for a loaded machine.
-    assert waited_s < 2 * READ_TIMEOUT_S + 2.0
+    assert max(stalls_s) < STALL_S_MAX, stalls_s
+    assert trickler.dropped_at is not None and trickler.dropped_at > sent_at
+    assert trickler.dropped_at - sent_at < READ_TIMEOUT_S + 10, "dropped near its read timeout"

@@ -1,10 +1,11 @@
 """A request body must arrive within its timeout, however it trickles in (regression: only each
-recv was bounded, so a client sending a byte per socket timeout held a partition's append lock
-for as long as it liked)."""
+recv was bounded, so a client sending a byte per socket timeout held its connection thread, and
+then a partition's append lock, for as long as it liked); and it lands in the connection's
+reusable buffer, never in the log, while it is on the wire."""
 
 import pytest
 
-from services.broker.body import RequestBody, SlowPeerError
+from services.broker.body import ReceiveBuffer, RequestBody, SlowPeerError
 
 
 class TricklingSocket:
@@ -27,7 +28,7 @@ def test_a_body_still_short_after_its_timeout_is_refused():
     sock = TricklingSocket([(1.0, b"ab"), (4.0, b"c"), (5.5, b"d")])
     body = RequestBody(sock, 10, timeout_s=5.0, clock=sock.clock)
     with pytest.raises(SlowPeerError):
-        body.recv_into_exactly(memoryview(bytearray(10)))
+        body.receive_rest()
     assert body.remaining == 6  # what arrived is still counted
 
 
@@ -37,19 +38,21 @@ def test_a_body_that_completes_by_its_last_recv_is_accepted():
     assert body.read_exact(6) == b"abcdef"  # the deadline only refuses a body still short
 
 
-def _body_read_in_two_steps(rearm: bool) -> bytes:
-    sock = TricklingSocket([(1.0, b"ab"), (101.0, b"cd"), (104.0, b"ef"), (106.0, b"gh")])
-    body = RequestBody(sock, 8, timeout_s=5.0, clock=sock.clock)
-    first = body.read_exact(2)
-    sock.now_s = 100.0  # waiting for another producer's append to finish
-    if rearm:
-        body.rearm()
-    region = bytearray(6)
-    body.recv_into_exactly(memoryview(region))
-    return first + bytes(region)
+def test_the_rest_lands_in_the_connections_buffer_which_is_reused_not_regrown():
+    buffer = ReceiveBuffer(keep_bytes_max=64)
+    sock = TricklingSocket([(1.0, b"ab"), (1.1, b"cdef"), (1.2, b"0123456789")])
+    body = RequestBody(sock, 6, timeout_s=5.0, clock=sock.clock, buffer=buffer)
+    assert bytes(body.receive_rest()) == b"abcdef"
+    assert body.remaining == 0
+    first = buffer.view(6).obj
+    again = RequestBody(sock, 10, timeout_s=5.0, clock=sock.clock, buffer=buffer)
+    assert bytes(again.receive_rest()) == b"0123456789"
+    assert buffer.view(10).obj is buffer.view(6).obj, "grown once, then reused"
+    assert buffer.view(6).obj is not first, "grown as a new array: a live view of the old stays"
 
 
-def test_rearm_gives_the_rest_a_full_timeout():
-    assert _body_read_in_two_steps(rearm=True) == b"abcdefgh"
-    with pytest.raises(SlowPeerError):
-        _body_read_in_two_steps(rearm=False)
+def test_a_body_above_the_kept_size_gets_an_array_of_its_own():
+    buffer = ReceiveBuffer(keep_bytes_max=8)
+    kept = buffer.view(8).obj
+    assert len(buffer.view(9)) == 9 and buffer.view(9).obj is not kept
+    assert buffer.view(8).obj is kept, "an idle connection pins at most keep_bytes_max"

@@ -26,13 +26,12 @@ def test_reads_and_drain_leave_the_next_frame_intact(pair):
     assert server.recv(4) == b"NEXT"
 
 
-def test_recv_into_fills_a_region_in_place(pair):
+def test_receive_rest_takes_the_whole_rest_of_the_frame_and_nothing_more(pair):
     server, client = pair
-    region = bytearray(8)
-    client.sendall(b"abcdefgh")
+    client.sendall(b"abcdefghNEXT")
     body = RequestBody(server, 8)
-    body.recv_into_exactly(memoryview(region))
-    assert region == b"abcdefgh" and body.remaining == 0
+    assert bytes(body.receive_rest()) == b"abcdefgh" and body.remaining == 0
+    assert server.recv(4) == b"NEXT"
 
 
 def test_reading_past_the_frame_is_refused(pair):
@@ -55,5 +54,5 @@ def test_peer_closing_midway_counts_what_arrived(pair):
     client.close()
     body = RequestBody(server, 10)
     with pytest.raises(PeerClosedError):
-        body.recv_into_exactly(memoryview(bytearray(10)))
+        body.receive_rest()
     assert body.remaining == 7
