@@ -63,7 +63,7 @@ def wire_to(follower: ReplicationNode, leader: ReplicationNode) -> list[Snapshot
         future.set_result((0, response.encode_prefix() + data))
         return future
 
-    follower._send = send
+    follower._peer_requests.send = send
     return seen
 
 
