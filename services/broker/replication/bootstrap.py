@@ -1,6 +1,13 @@
-"""What a replication node does to a data directory before its state machine exists: give the
-directory an identity when it has none, and journal the data of a directory written before
-replication (issue 20, finding 8; docs/replication.md, "Membership and identity").
+"""What a replication node does to a data directory before its state machine exists
+(`open_replication_state`): check the directory belongs to the configured cluster, open the
+journal and the small stores beside it, give the directory an identity when it has none, journal
+the data of a directory written before replication, and reconcile the partitions with the
+journal at the commit index to start from (issue 20, finding 8; docs/replication.md,
+"Membership and identity").
+
+The order is a contract: the cluster id is checked before anything else is read
+(`ClusterIdMismatchError`: the broker refuses to start); the identity is made, and old data
+adopted, before the commit index is computed; `reconcile` runs last, on that commit index.
 
 It owns two decisions:
 - `first_identity`: a directory without an identity is a voter when it already holds replication
@@ -24,16 +31,80 @@ no lock is taken.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.replication.identity import BrokerIdentity, IdentityStore
+from services.broker.replication.config import REPLICATION_DIR, ReplicationConfig
+from services.broker.replication.identity import (
+    BrokerIdentity,
+    ClusterIdMismatchError,
+    IdentityStore,
+)
 from services.broker.replication.journal import Journal, JournalEntry
-from services.broker.replication.quorum_store import CommitStore, QuorumState
+from services.broker.replication.quorum_store import (
+    AppliedStore,
+    CommitStore,
+    QuorumState,
+    QuorumStore,
+)
+from services.broker.replication.reconcile import reconcile
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationState:
+    """A data directory's replication state, opened and reconciled (`open_replication_state`)."""
+
+    directory: Path  # DATA/@replication
+    identity_store: IdentityStore
+    journal: Journal
+    quorum_store: QuorumStore
+    commit_store: CommitStore
+    applied_store: AppliedStore
+    quorum: QuorumState  # the persisted epoch and vote
+    identity: BrokerIdentity
+    applied: int  # the persisted applied index (AppliedStore)
+    commit: int  # the commit index to start from, within the journal
+
+
+def open_replication_state(config: ReplicationConfig, log_store: Log,
+                           data_dir: Path) -> ReplicationState:
+    """Open (making it when missing) the replication state of `data_dir` for `config`'s node."""
+    has_peers = bool(config.peers)
+    directory = Path(data_dir) / REPLICATION_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    upgrading = not any(directory.iterdir())
+    identity_store = IdentityStore(directory)
+    stored_identity = identity_store.load()
+    cluster_id = config.resolved_cluster_id()
+    if stored_identity is not None and stored_identity.cluster_id != cluster_id:
+        raise ClusterIdMismatchError(stored_identity.cluster_id, cluster_id,
+                                     identity_store.path)
+    journal = Journal(directory, log_store.space)
+    quorum_store = QuorumStore(directory)
+    commit_store = CommitStore(directory)
+    applied_store = AppliedStore(directory)
+    quorum = quorum_store.load()
+    identity = stored_identity or first_identity(
+        config.node_id, identity_store, journal, cluster_id, quorum, upgrading, has_peers)
+    if upgrading:
+        adopt_unjournaled_data(config.node_id, journal, log_store, commit_store, has_peers)
+    # Only committed entries are ever applied, so the persisted applied index is a commit
+    # index too, and it may be the newer one (saved after each delete, the commit index
+    # only now and then): reconcile must count those deletes as committed, since their
+    # effects are not done again (ReplicationNode's _apply_commits_locked).
+    applied = applied_store.load()
+    # The snapshot's entries are committed and applied, whatever the stores say.
+    commit = max(min(max(commit_store.load(), applied), journal.end), journal.start)
+    reconcile(journal, log_store, commit)
+    commit = min(commit, journal.end)
+    return ReplicationState(directory, identity_store, journal, quorum_store, commit_store,
+                            applied_store, quorum, identity, applied, commit)
 
 
 def first_identity(node_id: int, store: IdentityStore, journal: Journal, cluster_id: str,

@@ -81,7 +81,8 @@ from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.peer_gate import PeerSession
 from services.broker.replication import raft
-from services.broker.replication.bootstrap import adopt_unjournaled_data, first_identity
+from services.broker.replication.bootstrap import open_replication_state
+from services.broker.replication.commit_apply import CommitApplier
 from services.broker.replication.config import (  # noqa: F401 (node.py's names, re-exported)
     REPLICATION_DIR,
     PeerAddress,
@@ -90,7 +91,7 @@ from services.broker.replication.config import (  # noqa: F401 (node.py's names,
     ReplicationFsync,
     ReplicationFsyncError,
 )
-from services.broker.replication.entry_effects import EntryEffects, forget_topic
+from services.broker.replication.entry_effects import EntryEffects
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.fetch_answers import (
     FetchSession,
@@ -100,19 +101,13 @@ from services.broker.replication.fetch_answers import (
 )
 from services.broker.replication.identity import (
     BrokerIdentity,
-    ClusterIdMismatchError,
-    IdentityStore,
 )
-from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.journal import JournalEntry
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.quorum_store import (
-    AppliedStore,
-    CommitStore,
     QuorumState,
-    QuorumStore,
 )
-from services.broker.replication.reconcile import reconcile
 from services.broker.replication.snapshot import partition_ends
 from services.broker.replication.snapshot_install import copy_partition, make_topics
 from services.broker.storage.errors import StorageFullError
@@ -154,40 +149,18 @@ class ReplicationNode:
         self._on_partition_visible = on_partition_visible or (lambda _t, _p: None)
         self._peers = {peer.node_id: peer for peer in config.peers}
         self.counters = ReplicationCounters()
-        directory = Path(data_dir) / REPLICATION_DIR
-        directory.mkdir(parents=True, exist_ok=True)
-        upgrading = not any(directory.iterdir())
-        self._directory = directory
+        opened = open_replication_state(config, log_store, data_dir)
+        self._directory = opened.directory
         self._space = log_store.space
-        self._identity_store = IdentityStore(directory)
-        stored_identity = self._identity_store.load()
-        cluster_id = config.resolved_cluster_id()
-        if stored_identity is not None and stored_identity.cluster_id != cluster_id:
-            raise ClusterIdMismatchError(stored_identity.cluster_id, cluster_id,
-                                         self._identity_store.path)
-        self.journal = Journal(directory, log_store.space)
-        self._quorum_store = QuorumStore(directory)
-        self._commit_store = CommitStore(directory)
-        self._applied_store = AppliedStore(directory)
-        quorum = self._quorum_store.load()
-        self.identity = stored_identity or first_identity(
-            config.node_id, self._identity_store, self.journal, cluster_id, quorum, upgrading,
-            has_peers=bool(self._peers))
-        if upgrading:
-            adopt_unjournaled_data(config.node_id, self.journal, log_store, self._commit_store,
-                                   has_peers=bool(self._peers))
+        self._identity_store = opened.identity_store
+        self.journal = opened.journal
+        self._quorum_store = opened.quorum_store
+        self._commit_store = opened.commit_store
+        self._applied_store = opened.applied_store
+        quorum, self.identity = opened.quorum, opened.identity
+        applied, commit = opened.applied, opened.commit
         self._effects = EntryEffects(config.node_id, self.journal, log_store,
                                      self._on_topic_deleted)
-        # Only committed entries are ever applied, so the persisted applied index is a commit
-        # index too, and it may be the newer one (saved after each delete, the commit index
-        # only now and then): reconcile must count those deletes as committed, since their
-        # effects are not done again below.
-        applied = self._applied_store.load()
-        # The snapshot's entries are committed and applied, whatever the stores say.
-        commit = max(min(max(self._commit_store.load(), applied), self.journal.end),
-                     self.journal.start)
-        reconcile(self.journal, log_store, commit)
-        commit = min(commit, self.journal.end)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._syncing = config.fsync is ReplicationFsync.ENTRY
@@ -206,14 +179,13 @@ class ReplicationNode:
         if self._signer is not None:
             self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
                                   self._state.learner)
-        # The snapshot's partition ends are its high watermarks (all of it is committed).
-        self._hw: dict[tuple[str, int], int] = partition_ends(self.journal.snapshot)
-        # Entries below it are applied (in memory: the high watermarks).
-        self._applied = self.journal.start
-        # The effects of the entries below it were done before this start (issue 20, finding
-        # 1). Not past the journal's end: entries reconcile cut come again from the leader, and
+        # The high watermarks and the applied index (commit_apply.py). The effects of the
+        # entries below `effects_from` were done before this start (issue 20, finding 1). Not
+        # past the journal's end: entries reconcile cut come again from the leader, and
         # applying one of their deletes again is harmless (it names its incarnation).
-        self._effects_from = max(min(applied, self.journal.end), self.journal.start)
+        self._commits = CommitApplier(
+            self.journal, self._effects,
+            effects_from=max(min(applied, self.journal.end), self.journal.start))
         with self._lock:
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
@@ -272,7 +244,7 @@ class ReplicationNode:
         return peer.address if peer is not None else ""
 
     def high_watermark(self, topic: str, partition: int) -> int:
-        return self._hw.get((topic, partition), 0)
+        return self._commits.high_watermark(topic, partition)
 
     def entry_committed(self, index: int, epoch: int) -> bool:
         """Whether the committed prefix holds THE entry (index, epoch) -- not merely something
@@ -507,29 +479,10 @@ class ReplicationNode:
         self._changed.notify_all()
 
     def _apply_commits_locked(self, commit: int) -> None:
-        """Make entries below `commit` visible, one by one in index order: high watermarks, and
-        a DELETE_TOPIC's removal of the incarnation it names (only once committed, since a
-        delete cannot be undone by truncation). Entries below `_effects_from` (the persisted
-        applied index) only rebuild the high watermarks -- their effects were done before the
-        restart -- so every committed entry is applied once, across restarts."""
-        touched: set[tuple[str, int]] = set()
-        deleted = False
-        for entry in self.journal.entries(self._applied, commit):
-            kind = entry.kind
-            if kind in (EntryKind.BATCH, EntryKind.SKIPPED):
-                key = (entry.topic, entry.partition)
-                self._hw[key] = max(self._hw.get(key, 0), entry.end_offset)
-                touched.add(key)
-            elif kind is EntryKind.DELETE_TOPIC:
-                # In index order every high watermark of the topic so far is the deleted
-                # incarnation's; a newer one's batches come after this entry.
-                forget_topic(self._hw, entry.topic)
-                touched = {key for key in touched if key[0] != entry.topic}
-                if entry.index >= self._effects_from:
-                    self._effects.delete_incarnation(entry)
-                    deleted = True
-            self._applied = entry.index + 1
-        self._applied = max(self._applied, commit)
+        """Make entries below `commit` visible (commit_apply.py): high watermarks, and a
+        DELETE_TOPIC's removal of the incarnation it names; then persist the applied index
+        after a delete, tell the broker which partitions moved, and wake the waiters."""
+        touched, deleted = self._commits.apply(commit)
         if deleted:
             self._persist_applied_locked()
         for topic, partition in touched:
@@ -539,7 +492,7 @@ class ReplicationNode:
     def _persist_applied_locked(self) -> None:
         try:
             with self._space.writing(self._directory):
-                self._applied_store.save(self._applied)
+                self._applied_store.save(self._commits.applied)
         except StorageFullError:
             pass  # a restart applies from an older index: DELETEs are idempotent (topic ids)
 
@@ -554,7 +507,7 @@ class ReplicationNode:
         try:
             with self._space.writing(self._directory):
                 self._commit_store.save(commit)
-                self._applied_store.save(self._applied)
+                self._applied_store.save(self._commits.applied)
         except StorageFullError:
             return  # a restart then starts from an older commit, which is safe; tried again
         self._persisted_commit = commit
@@ -613,7 +566,7 @@ class ReplicationNode:
         if held <= config.journal_entries_max and journal.tail_bytes <= config.journal_bytes_max:
             return
         with self._lock:
-            upto = self._applied
+            upto = self._commits.applied
             state = self._state
             if state.role is raft.Role.LEADER and self._peers:
                 lagging = min(state.match.get(peer, 0) for peer in self._peers)
@@ -796,7 +749,8 @@ class ReplicationNode:
             return  # nothing new (a snapshot of entries held already)
         topics = {topic.name: topic for topic in snapshot.topics}
         with self._lock:
-            make_topics(self.journal, self._log, self._hw, topics, self._on_topic_deleted)
+            make_topics(self.journal, self._log, self._commits.hw, topics,
+                        self._on_topic_deleted)
         for (topic, number), end in sorted(partition_ends(snapshot).items()):
             described = topics.get(topic)
             if not copy_partition(self._peer_requests, self._log, self.config, leader, epoch,
@@ -806,9 +760,7 @@ class ReplicationNode:
             self.journal.install(snapshot)
             self._truncation_generation += 1
             self._synced_end = snapshot.end  # the journal and every copied byte are synced
-            self._hw = partition_ends(snapshot)
-            self._applied = snapshot.end
-            self._effects_from = max(self._effects_from, snapshot.end)
+            self._commits.install(snapshot)
             self._offsets_reload = True
             self.counters.snapshots_installed += 1
             log.info("broker %d: installed leader %d's snapshot (entries below %d, %d topics)",
@@ -816,7 +768,7 @@ class ReplicationNode:
             self._step_locked(raft.LogChanged(
                 self._view(), commit, snapshot.end,
                 synced_end=self._synced_end if self._syncing else None))
-            for topic, number in self._hw:
+            for topic, number in self._commits.hw:
                 self._on_partition_visible(topic, number)
 
     def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
@@ -839,7 +791,7 @@ class ReplicationNode:
                 return
             if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
                 self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
-            self._effects.apply(header, data, self._hw, self._offsets_backlog)
+            self._effects.apply(header, data, self._commits.hw, self._offsets_backlog)
             self.counters.entries_applied += 1
 
     def _truncate_locked(self, end: int) -> None:
