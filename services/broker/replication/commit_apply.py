@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.protocol.snapshot_fetch import Snapshot
-from services.broker.replication.entry_effects import EntryEffects, HighWatermarks, forget_topic
+from services.broker.replication.entry_effects import EntryEffects, HighWatermarks
 from services.broker.replication.journal import Journal
-from services.broker.replication.snapshot import partition_ends
+from services.broker.replication.snapshot import forget_topic, partition_ends
 
 
 class CommitApplier:

@@ -16,7 +16,7 @@ Invariants: entries are applied one by one in index order, each whole; a partiti
 bytes past its journal after an apply (foreign bytes are cut first); a CREATE_TOPIC of a name
 already on disk replaces that older incarnation, so the result is what applying the entries
 one by one gives (issue 20, finding 4). High watermarks of a topic that makes way are forgotten
-(`forget_topic`).
+(snapshot.forget_topic).
 
 Threads: `apply`, `cut` run on the replication loop thread under the node's `_lock`;
 `delete_incarnation` under `_lock` on whichever thread advanced the commit; `sync_partitions`
@@ -33,18 +33,13 @@ from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.snapshot import forget_topic
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
 
 HighWatermarks = dict[tuple[str, int], int]
-
-
-def forget_topic(hw: HighWatermarks, topic: str) -> None:
-    """Drop every high watermark of `topic` (its incarnation is gone)."""
-    for key in [key for key in hw if key[0] == topic]:
-        del hw[key]
 
 
 class EntryEffects:

@@ -5,6 +5,19 @@ thread; it carries out the state machine's actions (persist, send votes, append 
 apply fetched entries, truncate, apply commits) and answers the peers' VOTE and REPLICA_FETCH
 requests. `replica_manager.py` puts the leader's side (produce, topics) on top of it.
 
+This module keeps the node's lifecycle, its lock and state, the step of the state machine and
+the carrying out of its actions, and the replication loop (ticks, vote rounds, fetch rounds,
+compaction, the snapshot install's order). The parts that need none of the node's state live
+beside it, each taking what it needs:
+- config.py: ReplicationConfig, the fsync policy, the counters;
+- bootstrap.py: opening the data directory's replication state (cluster id, identity,
+  adoption of pre-replication data, reconcile);
+- peer_requests.py: the loop's connections to its peers (send, judge an answer, drop);
+- fetch_answers.py: the leader's choice of entries, its refusals, its SNAPSHOT_FETCH answer;
+- entry_effects.py: what entries do to the Log (apply, truncate, a committed delete, fsync);
+- commit_apply.py: the high watermarks and the applied index;
+- snapshot_install.py: a follower's topics and partition copies of an install.
+
 Threads:
 - the replication loop (`_run`): ticks, runs pre-votes and elections (vote requests to every
   peer in parallel), fetches from the leader and applies what comes back. Only this thread

@@ -32,9 +32,10 @@ from common.kaska.protocol.snapshot_fetch import (
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import is_internal
 from services.broker.replication.config import ReplicationConfig
-from services.broker.replication.entry_effects import HighWatermarks, forget_topic
+from services.broker.replication.entry_effects import HighWatermarks
 from services.broker.replication.journal import Journal
 from services.broker.replication.peer_requests import PeerRequests
+from services.broker.replication.snapshot import forget_topic
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
