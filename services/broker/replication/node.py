@@ -5,6 +5,19 @@ thread; it carries out the state machine's actions (persist, send votes, append 
 apply fetched entries, truncate, apply commits) and answers the peers' VOTE and REPLICA_FETCH
 requests. `replica_manager.py` puts the leader's side (produce, topics) on top of it.
 
+This module keeps the node's lifecycle, its lock and state, the step of the state machine and
+the carrying out of its actions, and the replication loop (ticks, vote rounds, fetch rounds,
+compaction, the snapshot install's order). The parts that need none of the node's state live
+beside it, each taking what it needs:
+- config.py: ReplicationConfig, the fsync policy, the counters;
+- bootstrap.py: opening the data directory's replication state (cluster id, identity,
+  adoption of pre-replication data, reconcile);
+- peer_requests.py: the loop's connections to its peers (send, judge an answer, drop);
+- fetch_answers.py: the leader's choice of entries, its refusals, its SNAPSHOT_FETCH answer;
+- entry_effects.py: what entries do to the Log (apply, truncate, a committed delete, fsync);
+- commit_apply.py: the high watermarks and the applied index;
+- snapshot_install.py: a follower's topics and partition copies of an install.
+
 Threads:
 - the replication loop (`_run`): ticks, runs pre-votes and elections (vote requests to every
   peer in parallel), fetches from the leader and applies what comes back. Only this thread
@@ -60,59 +73,62 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, as_completed
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
-from common.kaska.errors import KaskaError, UnknownReplicaError, UnknownTopicOrPartitionError
-from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
+from common.kaska.errors import KaskaError, UnknownReplicaError
+from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.peer_auth import RequestStamp
 from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
     EntryKind,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
 )
 from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
 from common.kaska.protocol.snapshot_fetch import (
-    NO_TOPIC_ID,
     Snapshot,
-    SnapshotFetchOutcome,
     SnapshotFetchRequest,
     SnapshotFetchResponse,
-    SnapshotTopic,
 )
 from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
-from common.kaska.record_batch import iter_batches
-from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
+from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.peer_gate import PeerSession
 from services.broker.replication import raft
+from services.broker.replication.bootstrap import open_replication_state
+from services.broker.replication.commit_apply import CommitApplier
+from services.broker.replication.config import (  # noqa: F401 (node.py's names, re-exported)
+    REPLICATION_DIR,
+    PeerAddress,
+    ReplicationConfig,
+    ReplicationCounters,
+    ReplicationFsync,
+    ReplicationFsyncError,
+)
+from services.broker.replication.entry_effects import EntryEffects
 from services.broker.replication.errors import SyncFailedError
+from services.broker.replication.fetch_answers import (
+    FetchSession,
+    answer_snapshot_fetch,
+    entries_to_send,
+    refusal,
+)
 from services.broker.replication.identity import (
     BrokerIdentity,
-    ClusterIdMismatchError,
-    IdentityStore,
-    check_cluster_id,
-    derived_cluster_id,
 )
-from services.broker.replication.journal import Journal, JournalEntry
-from services.broker.replication.peer_link import PeerLink, PeerSigner
+from services.broker.replication.journal import JournalEntry
+from services.broker.replication.peer_link import PeerSigner
+from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.quorum_store import (
-    AppliedStore,
-    CommitStore,
     QuorumState,
-    QuorumStore,
 )
-from services.broker.replication.reconcile import reconcile
 from services.broker.replication.snapshot import partition_ends
-from services.broker.storage.errors import PartitionClosedError, StorageFullError
+from services.broker.replication.snapshot_install import copy_partition, make_topics
+from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import FileSlice
 
 log = logging.getLogger(__name__)
 
-REPLICATION_DIR = "@replication"
 # Actions whose writes a step's new state presupposes (see _step_locked).
 _WRITES_FIRST = (raft.PersistQuorum, raft.AppendNoop, raft.BecomeVoter)
 _OUTCOME_FROM_WIRE = {
@@ -121,114 +137,6 @@ _OUTCOME_FROM_WIRE = {
     WireOutcome.NOT_LEADER: raft.Outcome.NOT_LEADER,
     WireOutcome.SNAPSHOT: raft.Outcome.SNAPSHOT,
 }
-
-
-# A peer is what METADATA calls a broker: node id, host, port (and "host:port").
-PeerAddress = BrokerInfo
-
-
-class ReplicationFsyncError(ValueError):
-    """A replication fsync policy that is not one of ReplicationFsync's values."""
-
-
-class ReplicationFsync(Enum):
-    """When a broker counts a journal entry as held (docs/replication.md, "Durability").
-
-    NONE   in the page cache is enough (Kafka: durability through replication). Survives a
-           SIGKILL of any broker and the loss of any minority of machines; a power cut of
-           every broker at once loses what the page caches held.
-    ENTRY  fsynced first, journal entry and partition bytes (Raft, Redpanda): a follower
-           before the fetch that acknowledges them, a leader before its copy counts. An
-           acknowledged (acks=all) batch also survives a power cut of every broker at once.
-    """
-
-    NONE = "none"
-    ENTRY = "entry"
-
-    @classmethod
-    def parse(cls, value: ReplicationFsync | str) -> ReplicationFsync:
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            raise ReplicationFsyncError(
-                f"replication fsync policy {value!r} is not one of "
-                f"{', '.join(policy.value for policy in cls)}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicationConfig:
-    """Every bound of replication, units last. Defaults suit three brokers on one LAN."""
-
-    node_id: int
-    peers: tuple[PeerAddress, ...] = ()
-    election_timeout_min_s: float = 1.0
-    election_timeout_max_s: float = 2.0
-    quorum_timeout_s: float = 3.0
-    lease_timeout_s: float | None = None  # None: raft.LEASE_FRACTION_DEFAULT of the minimum
-    tick_interval_s: float = 0.05
-    fetch_wait_ms: int = 200  # a caught-up follower's long-poll; also its heartbeat period
-    fetch_bytes_max: int = 8 * 1024 * 1024
-    fetch_entries_max: int = 4096
-    request_timeout_s: float = 1.5  # one fetch round trip, long-poll included
-    vote_timeout_s: float = 0.5
-    commit_persist_interval_s: float = 0.2
-    storage_full_pause_s: float = 1.0  # a round refused for lack of disk space: wait this long
-    token: str | None = None
-    fsync: ReplicationFsync = ReplicationFsync.NONE  # see ReplicationFsync
-    cluster_id: str | None = None  # None: derived from the voter ids (identity.py)
-    # Compaction: fold the applied prefix into the snapshot once the journal holds more
-    # entries, or more bytes of records, than this (docs/replication.md "Compaction").
-    journal_entries_max: int = 100_000
-    journal_bytes_max: int = 16 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fsync", ReplicationFsync.parse(self.fsync))
-        if self.cluster_id is not None:
-            check_cluster_id(self.cluster_id)
-        if self.journal_entries_max < 2 or self.journal_bytes_max < 1:
-            raise raft.RaftConfigError("journal_entries_max must be >= 2 and journal_bytes_max "
-                                       ">= 1")
-
-    def resolved_cluster_id(self) -> str:
-        if self.cluster_id is not None:
-            return self.cluster_id
-        return derived_cluster_id({self.node_id, *(peer.node_id for peer in self.peers)})
-
-    def raft_config(self) -> raft.RaftConfig:
-        voters = frozenset({self.node_id, *(peer.node_id for peer in self.peers)})
-        if len(voters) != 1 + len(self.peers):
-            raise raft.RaftConfigError("peer ids must be distinct and differ from --node-id")
-        return raft.RaftConfig(self.node_id, voters, self.election_timeout_min_s,
-                               self.election_timeout_max_s, self.quorum_timeout_s,
-                               self.lease_timeout_s)
-
-
-class FetchSession:
-    """The leader's memory of one follower connection: (epoch, time) of the last fetch answer
-    it made on it, None when the last request got no answer of a leader. Owned by the
-    connection's thread (fetches on one connection come one after another)."""
-
-    __slots__ = ("answered",)
-
-    def __init__(self) -> None:
-        self.answered: tuple[int, float] | None = None
-
-
-@dataclass
-class ReplicationCounters:
-    """Counted refusals and events, for logs and (later) metrics."""
-
-    unknown_replica_requests: int = 0
-    stale_epoch_requests: int = 0
-    elections_won: int = 0
-    truncations: int = 0
-    entries_applied: int = 0
-    stale_divergences: int = 0  # DIVERGING answers below the commit index (nothing truncated)
-    peer_incarnation_changes: int = 0  # a follower came back with another data directory
-    compactions: int = 0  # journal prefixes folded into the snapshot
-    snapshots_installed: int = 0  # leader snapshots installed by this follower
 
 
 class ReplicationNode:
@@ -254,35 +162,18 @@ class ReplicationNode:
         self._on_partition_visible = on_partition_visible or (lambda _t, _p: None)
         self._peers = {peer.node_id: peer for peer in config.peers}
         self.counters = ReplicationCounters()
-        directory = Path(data_dir) / REPLICATION_DIR
-        directory.mkdir(parents=True, exist_ok=True)
-        upgrading = not any(directory.iterdir())
-        self._directory = directory
+        opened = open_replication_state(config, log_store, data_dir)
+        self._directory = opened.directory
         self._space = log_store.space
-        self._identity_store = IdentityStore(directory)
-        stored_identity = self._identity_store.load()
-        cluster_id = config.resolved_cluster_id()
-        if stored_identity is not None and stored_identity.cluster_id != cluster_id:
-            raise ClusterIdMismatchError(stored_identity.cluster_id, cluster_id,
-                                         self._identity_store.path)
-        self.journal = Journal(directory, log_store.space)
-        self._quorum_store = QuorumStore(directory)
-        self._commit_store = CommitStore(directory)
-        self._applied_store = AppliedStore(directory)
-        quorum = self._quorum_store.load()
-        self.identity = stored_identity or self._first_identity(cluster_id, quorum, upgrading)
-        if upgrading:
-            self._adopt_unjournaled_data()
-        # Only committed entries are ever applied, so the persisted applied index is a commit
-        # index too, and it may be the newer one (saved after each delete, the commit index
-        # only now and then): reconcile must count those deletes as committed, since their
-        # effects are not done again below.
-        applied = self._applied_store.load()
-        # The snapshot's entries are committed and applied, whatever the stores say.
-        commit = max(min(max(self._commit_store.load(), applied), self.journal.end),
-                     self.journal.start)
-        reconcile(self.journal, log_store, commit)
-        commit = min(commit, self.journal.end)
+        self._identity_store = opened.identity_store
+        self.journal = opened.journal
+        self._quorum_store = opened.quorum_store
+        self._commit_store = opened.commit_store
+        self._applied_store = opened.applied_store
+        quorum, self.identity = opened.quorum, opened.identity
+        applied, commit = opened.applied, opened.commit
+        self._effects = EntryEffects(config.node_id, self.journal, log_store,
+                                     self._on_topic_deleted)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._syncing = config.fsync is ReplicationFsync.ENTRY
@@ -301,14 +192,13 @@ class ReplicationNode:
         if self._signer is not None:
             self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
                                   self._state.learner)
-        # The snapshot's partition ends are its high watermarks (all of it is committed).
-        self._hw: dict[tuple[str, int], int] = partition_ends(self.journal.snapshot)
-        # Entries below it are applied (in memory: the high watermarks).
-        self._applied = self.journal.start
-        # The effects of the entries below it were done before this start (issue 20, finding
-        # 1). Not past the journal's end: entries reconcile cut come again from the leader, and
+        # The high watermarks and the applied index (commit_apply.py). The effects of the
+        # entries below `effects_from` were done before this start (issue 20, finding 1). Not
+        # past the journal's end: entries reconcile cut come again from the leader, and
         # applying one of their deletes again is harmless (it names its incarnation).
-        self._effects_from = max(min(applied, self.journal.end), self.journal.start)
+        self._commits = CommitApplier(
+            self.journal, self._effects,
+            effects_from=max(min(applied, self.journal.end), self.journal.start))
         with self._lock:
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
@@ -318,67 +208,12 @@ class ReplicationNode:
         # holds its own lock while it appends through replication (which takes _lock).
         self._offsets_backlog: list[bytes] = []
         self._offsets_reload = False
-        self._connections: dict[int, PeerLink] = {}
+        self._peer_requests = PeerRequests(config, self._peers, peer_signer)
         self._stop = threading.Event()
         self._direct_sessions: dict[int, FetchSession] = {}  # answer_fetch without a session
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-replication-{config.node_id}")
         self._next_peer = 0
-
-    def _first_identity(self, cluster_id: str, quorum: QuorumState,
-                        upgrading: bool) -> BrokerIdentity:
-        """The identity of a directory that has none: a voter when it already holds replication
-        state (written before identities existed: its votes are in `quorum.*`) or when the
-        broker is a cluster of one; otherwise a learner, since an empty directory in a cluster
-        may be a broker that lost its state (raft.py, "learners")."""
-        has_state = quorum.epoch > 0 or (not upgrading and self.journal.end > 0)
-        identity = BrokerIdentity.fresh(cluster_id, voter=has_state or not self._peers)
-        self._identity_store.save(identity)
-        log.warning("broker %d: data directory of cluster %r made a new incarnation (%d) of "
-                    "this broker, %s", self.config.node_id, cluster_id, identity.incarnation,
-                    "a voter (it already held replication state, or it is a cluster of one)"
-                    if identity.voter else "a learner until it has caught up with the cluster "
-                    "(docs/replication.md, \"Membership and identity\")")
-        return identity
-
-    def _adopt_unjournaled_data(self) -> None:
-        """A data directory from before replication (a single broker's): journal what it holds
-        at epoch 0. Alone, the broker counts it committed (it acknowledged all of it); in a
-        cluster it is only a candidate history, kept or truncated by the election."""
-        topics = {name: count for name, count in self._log.topics().items()
-                  if name != OFFSETS_TOPIC}
-        offsets = {OFFSETS_TOPIC: 1} if OFFSETS_TOPIC in self._log.topics() else {}
-        if not topics and not offsets:
-            return
-        for name, count in sorted(topics.items()):
-            self._journal_adopted(EntryKind.CREATE_TOPIC, topic=name, partitions=count)
-        for name, count in sorted({**topics, **offsets}.items()):
-            for partition in range(count):
-                self._adopt_partition(name, partition)
-        if not self._peers:
-            self._commit_store.save(self.journal.end)
-        log.warning("broker %d: adopted %d topic(s) written before replication (journal of %d "
-                    "entries, all committed)", self.config.node_id, len(topics),
-                    self.journal.end)
-
-    def _adopt_partition(self, topic: str, partition: int) -> None:
-        partition_log = self._log.partition(topic, partition)
-        offset = partition_log.log_start_offset
-        end = partition_log.log_end_offset
-        if offset > 0:
-            self._journal_adopted(EntryKind.SKIPPED, topic=topic, partition=partition,
-                                  base_offset=0, record_count=offset)
-        while offset < end:
-            chunk = partition_log.read_bytes(offset, 1 << 20, upto_offset=end)
-            for header, _batch in iter_batches(chunk):
-                self._journal_adopted(EntryKind.BATCH, topic=topic, partition=partition,
-                                      base_offset=header.base_offset,
-                                      record_count=header.record_count,
-                                      batch_bytes=header.total_bytes)
-                offset = header.next_offset
-
-    def _journal_adopted(self, kind: EntryKind, **fields) -> None:
-        self.journal.append_replica(JournalEntry(self.journal.end, 0, kind, **fields))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -401,8 +236,7 @@ class ReplicationNode:
             self._changed.notify_all()
         if self._thread.is_alive():
             self._thread.join()
-        for connection in self._connections.values():
-            connection.close("broker stopping")
+        self._peer_requests.close_all("broker stopping")
         with self._lock:
             self._persist_commit_locked(force=True)
         self.journal.flush()
@@ -423,7 +257,7 @@ class ReplicationNode:
         return peer.address if peer is not None else ""
 
     def high_watermark(self, topic: str, partition: int) -> int:
-        return self._hw.get((topic, partition), 0)
+        return self._commits.high_watermark(topic, partition)
 
     def entry_committed(self, index: int, epoch: int) -> bool:
         """Whether the committed prefix holds THE entry (index, epoch) -- not merely something
@@ -472,7 +306,7 @@ class ReplicationNode:
             if target <= start or (upto is not None and start >= upto):
                 return
             try:
-                self._sync_partitions(self.journal.entries(start, target))
+                self._effects.sync_partitions(self.journal.entries(start, target))
                 self.journal.flush()  # after the partitions: an entry never outlives its bytes
             except OSError as exc:
                 log.error("broker %d: fsync of journal entries %d..%d failed: %s; they do not "
@@ -486,15 +320,6 @@ class ReplicationNode:
                 self._synced_end = max(self._synced_end, target)
                 self._step_locked(raft.LogChanged(self._view(), synced_end=self._synced_end))
                 self._changed.notify_all()
-
-    def _sync_partitions(self, entries: list[JournalEntry]) -> None:
-        keys = {(entry.topic, entry.partition) for entry in entries
-                if entry.kind in (EntryKind.BATCH, EntryKind.SKIPPED)}
-        for topic, partition in sorted(keys):
-            try:
-                self._log.partition(topic, partition).sync()
-            except (UnknownTopicOrPartitionError, PartitionClosedError):
-                continue  # deleted since: no bytes left to keep
 
     def tick(self) -> None:
         with self._lock:
@@ -567,7 +392,7 @@ class ReplicationNode:
         if answer.outcome is not raft.Outcome.ENTRIES:
             if answer.outcome is raft.Outcome.DIVERGING:
                 session.answered = (answer.epoch, self._clock())
-            return self._refusal(answer), []
+            return refusal(answer), []
         epoch = answer.epoch
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
             self.wait_changed(lambda: self.journal.end > request.fetch_end
@@ -585,62 +410,20 @@ class ReplicationNode:
                 return ReplicaFetchResponse(epoch, self.config.node_id, state.commit,
                                             WireOutcome.SNAPSHOT,
                                             snapshot=self.journal.snapshot), []
-            entries = self._entries_to_send(request.fetch_end, request.max_bytes)
+            entries = entries_to_send(self.journal, self.config, request.fetch_end,
+                                      request.max_bytes)
             commit = state.commit
         session.answered = (epoch, self._clock())
         return ReplicaFetchResponse(epoch, self.config.node_id, commit,
                                     WireOutcome.ENTRIES), entries
 
-    def _refusal(self, answer: raft.AnswerFetch) -> ReplicaFetchResponse:
-        leader = NO_LEADER if answer.leader_id is None else answer.leader_id
-        if answer.outcome is raft.Outcome.DIVERGING:
-            return ReplicaFetchResponse(answer.epoch, leader, answer.commit,
-                                        WireOutcome.DIVERGING,
-                                        diverging_epoch=answer.diverging_epoch,
-                                        diverging_end=answer.diverging_end)
-        return ReplicaFetchResponse(answer.epoch, leader, answer.commit, WireOutcome.NOT_LEADER)
-
     def answer_snapshot_fetch(self, request: SnapshotFetchRequest
                               ) -> tuple[SnapshotFetchResponse, list[FileSlice]]:
-        """The leader's side of SNAPSHOT_FETCH: committed bytes of the incarnation the request
-        names, from the batch holding `offset`, below `end_offset` and the high watermark."""
+        """The leader's side of SNAPSHOT_FETCH (fetch_answers.py): committed bytes of the
+        incarnation the request names, below its `end_offset` and the high watermark."""
         self.check_peer(request.follower)
-        state = self._state
-        if state.role is not raft.Role.LEADER or state.epoch != request.epoch:
-            leader = NO_LEADER if state.leader_id is None else state.leader_id
-            return SnapshotFetchResponse(state.epoch, leader,
-                                         SnapshotFetchOutcome.NOT_LEADER), []
-        gone = SnapshotFetchResponse(state.epoch, self.config.node_id,
-                                     SnapshotFetchOutcome.GONE), []
-        current = self.journal.incarnation(request.topic)
-        named = None if request.id_epoch == NO_TOPIC_ID else (request.id_epoch,
-                                                                request.id_index)
-        if current != named or request.partition >= self._log.topics().get(request.topic, 0):
-            return gone
-        try:
-            partition = self._log.partition(request.topic, request.partition)
-            start = partition.log_start_offset
-            upto = min(request.end_offset, self.high_watermark(request.topic,
-                                                               request.partition),
-                       partition.log_end_offset)
-            offset = max(request.offset, start)
-            slices = partition.read(offset, min(request.max_bytes, self.config.fetch_bytes_max),
-                                    upto_offset=upto) if offset < upto else []
-        except (UnknownTopicOrPartitionError, PartitionClosedError):
-            return gone  # deleted meanwhile
-        return SnapshotFetchResponse(state.epoch, self.config.node_id, SnapshotFetchOutcome.DATA,
-                                     start), slices
-
-    def _entries_to_send(self, start: int, max_bytes: int) -> list[JournalEntry]:
-        stop = min(self.journal.end, start + self.config.fetch_entries_max)
-        budget = min(max_bytes, self.config.fetch_bytes_max)
-        chosen: list[JournalEntry] = []
-        for entry in self.journal.entries(start, stop):
-            if chosen and entry.batch_bytes > budget:
-                break
-            budget -= entry.batch_bytes
-            chosen.append(entry)
-        return chosen
+        return answer_snapshot_fetch(request, self._state, self.journal, self._log, self.config,
+                                     self.high_watermark)
 
     # -- carrying out actions (under _lock) ------------------------------------------------
 
@@ -709,55 +492,20 @@ class ReplicationNode:
         self._changed.notify_all()
 
     def _apply_commits_locked(self, commit: int) -> None:
-        """Make entries below `commit` visible, one by one in index order: high watermarks, and
-        a DELETE_TOPIC's removal of the incarnation it names (only once committed, since a
-        delete cannot be undone by truncation). Entries below `_effects_from` (the persisted
-        applied index) only rebuild the high watermarks -- their effects were done before the
-        restart -- so every committed entry is applied once, across restarts."""
-        touched: set[tuple[str, int]] = set()
-        deleted = False
-        for entry in self.journal.entries(self._applied, commit):
-            kind = entry.kind
-            if kind in (EntryKind.BATCH, EntryKind.SKIPPED):
-                key = (entry.topic, entry.partition)
-                self._hw[key] = max(self._hw.get(key, 0), entry.end_offset)
-                touched.add(key)
-            elif kind is EntryKind.DELETE_TOPIC:
-                # In index order every high watermark of the topic so far is the deleted
-                # incarnation's; a newer one's batches come after this entry.
-                for key in [key for key in self._hw if key[0] == entry.topic]:
-                    del self._hw[key]
-                touched = {key for key in touched if key[0] != entry.topic}
-                if entry.index >= self._effects_from:
-                    self._apply_delete_locked(entry)
-                    deleted = True
-            self._applied = entry.index + 1
-        self._applied = max(self._applied, commit)
+        """Make entries below `commit` visible (commit_apply.py): high watermarks, and a
+        DELETE_TOPIC's removal of the incarnation it names; then persist the applied index
+        after a delete, tell the broker which partitions moved, and wake the waiters."""
+        touched, deleted = self._commits.apply(commit)
         if deleted:
             self._persist_applied_locked()
         for topic, partition in touched:
             self._on_partition_visible(topic, partition)
         self._changed.notify_all()
 
-    def _apply_delete_locked(self, entry: JournalEntry) -> None:
-        """Remove the incarnation the DELETE_TOPIC names, and only that one: when the journal
-        already holds a newer CREATE_TOPIC of the name (re-created after this delete), the
-        topic on disk is that newer incarnation and stays (Kafka's topic ids)."""
-        topic = entry.topic
-        current = self.journal.incarnation(topic)
-        if entry.topic_id is not None and current != entry.topic_id:
-            log.info("broker %d: delete of topic %r (id %s, entry %d) applied; the topic on "
-                     "disk is the newer incarnation %s and stays", self.config.node_id, topic,
-                     tuple(entry.topic_id), entry.index, current and tuple(current))
-            return
-        if topic in self._log.topics():
-            self._log.delete_topic(topic)
-        self._on_topic_deleted(topic)
-
     def _persist_applied_locked(self) -> None:
         try:
             with self._space.writing(self._directory):
-                self._applied_store.save(self._applied)
+                self._applied_store.save(self._commits.applied)
         except StorageFullError:
             pass  # a restart applies from an older index: DELETEs are idempotent (topic ids)
 
@@ -772,7 +520,7 @@ class ReplicationNode:
         try:
             with self._space.writing(self._directory):
                 self._commit_store.save(commit)
-                self._applied_store.save(self._applied)
+                self._applied_store.save(self._commits.applied)
         except StorageFullError:
             return  # a restart then starts from an older commit, which is safe; tried again
         self._persisted_commit = commit
@@ -831,7 +579,7 @@ class ReplicationNode:
         if held <= config.journal_entries_max and journal.tail_bytes <= config.journal_bytes_max:
             return
         with self._lock:
-            upto = self._applied
+            upto = self._commits.applied
             state = self._state
             if state.role is raft.Role.LEADER and self._peers:
                 lagging = min(state.match.get(peer, 0) for peer in self._peers)
@@ -839,7 +587,7 @@ class ReplicationNode:
         if upto - journal.start < max(1, held // 2):
             return  # too little to fold (the commit or a follower lags): wait for more
         # The snapshot must never outlive the bytes it covers (a machine crash): sync them.
-        self._sync_partitions(journal.entries(journal.start, upto))
+        self._effects.sync_partitions(journal.entries(journal.start, upto))
         journal.compact(upto)
         self.counters.compactions += 1
         log.info("broker %d: journal compacted below %d (%d entries held, %d bytes)",
@@ -864,7 +612,7 @@ class ReplicationNode:
                                request.end, request.pre_vote)
         futures: dict[Future, int] = {}
         for peer in sorted(request.to):
-            future = self._send(peer, wire)
+            future = self._peer_requests.send(peer, wire)
             if future is not None:
                 futures[future] = peer
         try:
@@ -874,11 +622,11 @@ class ReplicationNode:
         except TimeoutError:
             for future, peer in futures.items():
                 if not future.done():
-                    self._drop(peer)
+                    self._peer_requests.drop(peer)
 
     def _absorb_vote(self, peer: int, future: Future, request: raft.SendVotes) -> bool:
         """Feed one answer; False once the round is over (won, lost, or moved on)."""
-        response = self._result(peer, future, WireVoteResponse)
+        response = self._peer_requests.result(peer, future, WireVoteResponse)
         if response is not None:
             leader = None if response.leader_id == NO_LEADER else response.leader_id
             with self._lock:
@@ -904,7 +652,7 @@ class ReplicationNode:
         request = ReplicaFetchRequest(
             self.config.node_id, state.epoch, state.log.end, state.log.last_epoch,
             self.config.fetch_bytes_max, self.config.fetch_wait_ms if leader is not None else 0)
-        future = self._send(target, request)
+        future = self._peer_requests.send(target, request)
         if future is None:
             with self._lock:
                 self._step_locked(raft.FetchAnswered(target, raft.Outcome.FAILED))
@@ -919,9 +667,10 @@ class ReplicationNode:
             # The epoch moved on meanwhile: fetch from whoever leads it, at once -- on a new
             # connection, since a fetch on this one would tell the target this follower read
             # the answer it abandons (the leader lease counts on that, raft.holds_lease).
-            self._drop(target)
+            self._peer_requests.drop(target)
             return
-        response = self._result(target, future, ReplicaFetchResponse)  # done, or timed out
+        # Done, or timed out.
+        response = self._peer_requests.result(target, future, ReplicaFetchResponse)
         if response is None:
             self._stop.wait(self.config.tick_interval_s)
             return
@@ -1013,18 +762,18 @@ class ReplicationNode:
             return  # nothing new (a snapshot of entries held already)
         topics = {topic.name: topic for topic in snapshot.topics}
         with self._lock:
-            self._make_topics_locked(topics)
+            make_topics(self.journal, self._log, self._commits.hw, topics,
+                        self._on_topic_deleted)
         for (topic, number), end in sorted(partition_ends(snapshot).items()):
             described = topics.get(topic)
-            if not self._copy_partition(leader, epoch, topic, number, end, described):
+            if not copy_partition(self._peer_requests, self._log, self.config, leader, epoch,
+                                  topic, number, end, described):
                 return
         with self._lock:
             self.journal.install(snapshot)
             self._truncation_generation += 1
             self._synced_end = snapshot.end  # the journal and every copied byte are synced
-            self._hw = partition_ends(snapshot)
-            self._applied = snapshot.end
-            self._effects_from = max(self._effects_from, snapshot.end)
+            self._commits.install(snapshot)
             self._offsets_reload = True
             self.counters.snapshots_installed += 1
             log.info("broker %d: installed leader %d's snapshot (entries below %d, %d topics)",
@@ -1032,72 +781,8 @@ class ReplicationNode:
             self._step_locked(raft.LogChanged(
                 self._view(), commit, snapshot.end,
                 synced_end=self._synced_end if self._syncing else None))
-            for topic, number in self._hw:
+            for topic, number in self._commits.hw:
                 self._on_partition_visible(topic, number)
-
-    def _make_topics_locked(self, topics: dict[str, SnapshotTopic]) -> None:
-        """The data directory's topics become the snapshot's: an incarnation it does not name
-        was deleted by a committed entry it folded, a missing one is created."""
-        present = self._log.topics()
-        for name, count in sorted(present.items()):
-            if is_internal(name):
-                continue
-            wanted = topics.get(name)
-            if (wanted is not None and wanted.partitions == count and self.journal.incarnation(
-                    name) == (wanted.id_epoch, wanted.id_index)):
-                continue
-            self._log.delete_topic(name)
-            for key in [key for key in self._hw if key[0] == name]:
-                del self._hw[key]
-            self._on_topic_deleted(name)
-        present = self._log.topics()
-        for name, wanted in sorted(topics.items()):
-            if name not in present:
-                self._log.create_topic(name, wanted.partitions)
-
-    def _copy_partition(self, leader: int, epoch: int, topic: str, number: int, end: int,
-                        described: SnapshotTopic | None) -> bool:
-        """Copy the leader's bytes of one partition up to `end`; False when the leader refused
-        or did not answer (the install is abandoned for this round)."""
-        if topic not in self._log.topics():
-            return True  # an internal topic this broker does not hold yet: nothing to copy
-        partition = self._log.partition(topic, number)
-        if partition.log_end_offset > end:
-            partition.truncate_to(end)  # past the snapshot: never another leader's bytes
-        id_epoch, id_index = ((NO_TOPIC_ID, NO_TOPIC_ID) if described is None
-                              else (described.id_epoch, described.id_index))
-        while partition.log_end_offset < end:
-            held = partition.log_end_offset
-            request = SnapshotFetchRequest(self.config.node_id, epoch, topic, id_epoch, id_index,
-                                           number, held, end, self.config.fetch_bytes_max)
-            future = self._send(leader, request)
-            answer = None if future is None else self._result(
-                leader, future, SnapshotFetchResponse, self.config.request_timeout_s)
-            if answer is None or answer.outcome is not SnapshotFetchOutcome.DATA:
-                log.info("broker %d: snapshot install stopped at %s/%d offset %d (%s)",
-                         self.config.node_id, topic, number, held,
-                         "no answer" if answer is None else answer.outcome.name)
-                return False
-            if held < answer.log_start_offset:
-                partition.restart_at(min(answer.log_start_offset, end))  # retention
-            if not answer.data:
-                if partition.log_end_offset < end:
-                    log.warning("broker %d: leader %d has no bytes of %s/%d from %d to %d; "
-                                "the partition restarts at %d", self.config.node_id, leader,
-                                topic, number, partition.log_end_offset, end, end)
-                    partition.restart_at(end)
-                break
-            for header, batch in iter_batches(answer.data):
-                if header.next_offset <= partition.log_end_offset:
-                    continue  # the leader's answer starts with the batch holding `held`
-                partition.append_replica(batch)
-            if partition.log_end_offset <= held:
-                log.warning("broker %d: leader %d's bytes of %s/%d at %d do not continue this "
-                            "partition; snapshot install stopped", self.config.node_id, leader,
-                            topic, number, held)
-                return False
-        partition.sync()
-        return True
 
     def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
         self.counters.stale_divergences += 1
@@ -1119,62 +804,8 @@ class ReplicationNode:
                 return
             if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
                 self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
-            self._apply_entry(header, data)
+            self._effects.apply(header, data, self._commits.hw, self._offsets_backlog)
             self.counters.entries_applied += 1
-
-    def _apply_entry(self, header: EntryHeader, data: memoryview) -> None:
-        entry = JournalEntry(header.index, header.epoch, header.kind, header.topic,
-                             header.partition, header.base_offset, header.record_count,
-                             header.partitions, header.data_bytes)
-        kind = header.kind
-        if kind is EntryKind.BATCH:
-            self._apply_batch(entry, data)
-            return
-        if kind is EntryKind.SKIPPED:
-            self._skip_to(entry)
-        elif kind is EntryKind.CREATE_TOPIC:
-            self._replace_topic(entry)
-            self.journal.append_replica(entry)
-            return
-        self.journal.append_replica(entry)
-
-    def _replace_topic(self, entry: JournalEntry) -> None:
-        """The topic before its entry (like a batch): if the disk refuses the topic, the entry
-        is not journaled either and comes again with the next fetch. A topic of that name
-        already here is another incarnation -- an older one whose DELETE_TOPIC this broker has
-        not applied yet (a leader journals a CREATE_TOPIC only once that delete is committed),
-        or the empty leftover of this very entry's refused append -- and makes way, so the
-        result is what applying the entries one by one gives (finding 4)."""
-        topic = entry.topic
-        if topic in self._log.topics():
-            log.info("broker %d: topic %r re-created by entry %d; the incarnation %s on disk "
-                     "makes way", self.config.node_id, topic, entry.index,
-                     self.journal.incarnation(topic))
-            self._log.delete_topic(topic)
-            for key in [key for key in self._hw if key[0] == topic]:
-                del self._hw[key]
-        self._log.create_topic(topic, entry.partitions)
-
-    def _apply_batch(self, entry: JournalEntry, data: memoryview) -> None:
-        partition = self._log.partition(entry.topic, entry.partition)
-        if partition.log_end_offset < entry.base_offset:
-            partition.restart_at(entry.base_offset)  # the leader's bytes before are gone
-        elif partition.log_end_offset > entry.base_offset:
-            # Bytes past the journal (left by an append whose entry never made it): not ours.
-            log.warning("broker %d: %s/%d holds data past its journal (%d > %d); cut",
-                        self.config.node_id, entry.topic, entry.partition,
-                        partition.log_end_offset, entry.base_offset)
-            partition.truncate_to(entry.base_offset)
-        partition.append_replica(data, on_append=lambda _h, _b: self.journal.append_replica(
-            entry))
-        if entry.topic == OFFSETS_TOPIC:
-            self._offsets_backlog.append(bytes(data))
-
-    def _skip_to(self, entry: JournalEntry) -> None:
-        if entry.topic in self._log.topics():
-            partition = self._log.partition(entry.topic, entry.partition)
-            if partition.log_end_offset < entry.end_offset:
-                partition.restart_at(entry.end_offset)
 
     def _truncate_locked(self, end: int) -> None:
         """Drop journal entries from `end` on, and what they stand for: the data first, then
@@ -1184,24 +815,9 @@ class ReplicationNode:
             log.error("broker %d: refusing to truncate to %d below the commit index %d",
                       self.config.node_id, end, self._state.commit)
             return
-        doomed = self.journal.entries(end, self.journal.end)
+        doomed, cut = self._effects.cut(end)  # fsynced: the prefix below `end` stays synced
         if not doomed:
             return
-        cut: dict[tuple[str, int], int] = {}
-        created: list[str] = []
-        for entry in doomed:
-            if entry.kind is EntryKind.BATCH:
-                cut.setdefault((entry.topic, entry.partition), entry.base_offset)
-            elif entry.kind is EntryKind.CREATE_TOPIC:
-                created.append(entry.topic)
-        topics = self._log.topics()
-        for (topic, partition), offset in cut.items():
-            if topic in topics and topic not in created:
-                self._log.partition(topic, partition).truncate_to(offset)
-        for topic in created:
-            if topic in self._log.topics():
-                self._log.delete_topic(topic)
-        self.journal.truncate(end)  # fsynced: the prefix below `end` stays synced
         self._truncation_generation += 1
         self._synced_end = min(self._synced_end, end)
         self.counters.truncations += 1
@@ -1212,55 +828,4 @@ class ReplicationNode:
         self._step_locked(raft.LogChanged(
             self._view(), synced_end=self._synced_end if self._syncing else None))
 
-    # -- network ----------------------------------------------------------------------------
 
-    def _send(self, peer: int, request) -> Future | None:
-        try:
-            return self._connection(peer).send(request)
-        except KaskaError as exc:
-            log.debug("broker %d: cannot reach peer %d: %s", self.config.node_id, peer, exc)
-            self._drop(peer)
-            return None
-
-    def _result(self, peer: int, future: Future, response_type, timeout_s: float = 0.0):
-        """The decoded answer, or None when the peer failed, refused or did not answer."""
-        try:
-            code, body = future.result(timeout=timeout_s or None) if timeout_s \
-                else future.result(timeout=0)
-        except TimeoutError:
-            self._drop(peer)
-            return None
-        except KaskaError as exc:
-            log.debug("broker %d: peer %d: %s", self.config.node_id, peer, exc)
-            self._drop(peer)
-            return None
-        if code:
-            log.info("broker %d: peer %d refused: error code %d", self.config.node_id, peer,
-                     code)
-            # A new connection for the next request: a fetch on the old one would tell the
-            # leader this follower read its answer (its lease counts on that).
-            self._drop(peer)
-            return None
-        try:
-            return response_type.decode(body)
-        except KaskaError as exc:
-            log.warning("broker %d: unreadable answer from peer %d: %s", self.config.node_id,
-                        peer, exc)
-            self._drop(peer)
-            return None
-
-    def _connection(self, peer: int) -> PeerLink:
-        connection = self._connections.get(peer)
-        if connection is not None and connection.alive:
-            return connection
-        assert self._signer is not None, "a node with peers is built with a peer_signer"
-        connection = PeerLink(self._signer, self._peers[peer], token=self.config.token,
-                              connect_timeout_s=self.config.request_timeout_s,
-                              request_timeout_s=self.config.request_timeout_s)
-        self._connections[peer] = connection
-        return connection
-
-    def _drop(self, peer: int) -> None:
-        connection = self._connections.pop(peer, None)
-        if connection is not None:
-            connection.close("dropped after a failed replication request")

@@ -36,7 +36,7 @@ from common.kaska.topic_name import is_internal
 if TYPE_CHECKING:  # journal.py imports this module
     from services.broker.replication.journal import JournalEntry
 
-__all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "partition_ends"]
+__all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "partition_ends"]
 
 
 def advance(snapshot: Snapshot, entries: Iterable[JournalEntry]) -> Snapshot:
@@ -53,10 +53,10 @@ def advance(snapshot: Snapshot, entries: Iterable[JournalEntry]) -> Snapshot:
             epochs.append((entry.epoch, entry.index))
         kind, name = entry.kind, entry.topic
         if kind is EntryKind.CREATE_TOPIC:
-            _forget(ends, name)
+            forget_topic(ends, name)
             topics[name] = SnapshotTopic(name, entry.epoch, entry.index, entry.partitions)
         elif kind is EntryKind.DELETE_TOPIC:
-            _forget(ends, name)
+            forget_topic(ends, name)
             topics.pop(name, None)
         elif kind in (EntryKind.BATCH, EntryKind.SKIPPED) and (name in topics
                                                                 or is_internal(name)):
@@ -67,7 +67,8 @@ def advance(snapshot: Snapshot, entries: Iterable[JournalEntry]) -> Snapshot:
                           for (topic, partition), offset in sorted(ends.items())))
 
 
-def _forget(ends: dict[tuple[str, int], int], topic: str) -> None:
+def forget_topic(ends: dict[tuple[str, int], int], topic: str) -> None:
+    """Drop every partition's end (or high watermark) of `topic`: its incarnation is gone."""
     for key in [key for key in ends if key[0] == topic]:
         del ends[key]
 

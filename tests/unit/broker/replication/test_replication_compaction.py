@@ -63,7 +63,7 @@ def wire_to(follower: ReplicationNode, leader: ReplicationNode) -> list[Snapshot
         future.set_result((0, response.encode_prefix() + data))
         return future
 
-    follower._send = send
+    follower._peer_requests.send = send
     return seen
 
 
@@ -92,7 +92,7 @@ def test_leader_compacts_past_a_down_follower_which_installs_the_snapshot(logs):
                 produce(manager, "t", 0, b"after%d" % k)
         fetch_everything(leader)
         end = leader.journal.end
-        assert leader.state.commit == end and leader._applied == end
+        assert leader.state.commit == end and leader._commits.applied == end
         leader._maybe_compact()
         # Broker 3 matched nothing: the leader keeps half the bound for such a laggard, no more.
         assert leader.journal.start == end - ENTRIES_MAX // 2 and leader.counters.compactions

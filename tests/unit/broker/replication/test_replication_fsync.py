@@ -117,7 +117,7 @@ def next_fetch_request(node: ReplicationNode, monkeypatch: pytest.MonkeyPatch
         future.set_result((1, b""))  # an error code: the round ends without an answer
         return future
 
-    monkeypatch.setattr(node, "_send", send)
+    monkeypatch.setattr(node._peer_requests, "send", send)
     node._fetch_once(1)
     assert len(sent) == 1
     return sent[0]
@@ -163,7 +163,8 @@ def test_entry_follower_whose_fsync_fails_acknowledges_nothing_more(log, monkeyp
 
         monkeypatch.setattr(os, "fsync", failing_fsync)
         sent: list[ReplicaFetchRequest] = []
-        monkeypatch.setattr(follower, "_send", lambda _peer, request: sent.append(request))
+        monkeypatch.setattr(follower._peer_requests, "send",
+                            lambda _peer, request: sent.append(request))
         with pytest.raises(SyncFailedError, match="entries 0..3 failed"):
             follower._fetch_once(1)  # the loop logs it and tries again next round
         assert sent == [] and follower.synced_end == 0

@@ -232,12 +232,12 @@ def test_follower_drops_the_connection_after_an_error_answer(log):
     new connection, so it cannot tell the leader an answer was read."""
     node = cluster_node(2, log, Clock())
     closed = []
-    node._connections[1] = SimpleNamespace(close=closed.append, alive=True)
+    node._peer_requests.connections[1] = SimpleNamespace(close=closed.append, alive=True)
     future: Future = Future()
     future.set_result((6, b""))
     try:
-        assert node._result(1, future, object) is None
-        assert 1 not in node._connections and len(closed) == 1
+        assert node._peer_requests.result(1, future, object) is None
+        assert 1 not in node._peer_requests.connections and len(closed) == 1
     finally:
         node.stop()
 
