@@ -54,19 +54,21 @@ import argparse
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
 
 from common.cluster_secret import ClusterSecretError
-from common.heartbeat import (
-    HeartbeatConfigError,
-    HeartbeatSender,
-    heartbeat_secret,
-    parse_targets,
+from common.heartbeat import HeartbeatConfigError, heartbeat_secret
+from common.metrics_http import MetricsBindError, MetricsEndpoint
+from common.service_cli import (
+    add_heartbeat_flags,
+    add_log_level_flag,
+    add_metrics_listen_flag,
+    configure_logging,
+    handle_stop_signals,
+    start_heartbeats,
 )
-from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
 from spark.driver import spark_session, stop_spark_quietly, warm_up_quietly
 from spark.metrics import query_service_registry
 from spark.query_service import QueryService
@@ -85,9 +87,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--token", default=os.environ.get("KASKA_TOKEN"))
     parser.add_argument("--checkpoint-dir", type=Path, default=None,
                         help="keep progress in a local checkpoint store instead of the broker")
-    parser.add_argument("--heartbeat-targets", type=parse_targets, default=(),
-                        help="health checkers, HOST:PORT[,...]")
-    parser.add_argument("--heartbeat-interval-s", type=float, default=1.0)
+    add_heartbeat_flags(parser, targets_help="health checkers, HOST:PORT[,...]")
     parser.add_argument("--secret-file", type=Path, default=None,
                         help="file holding the cluster secret the heartbeats are signed with "
                              "(default: $FLIGHTS_CLUSTER_SECRET)")
@@ -103,8 +103,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--result-slice-pause-s", type=float, default=0.0,
                         help="pause after each result slice (fault-injection tests only)")
     parser.add_argument("--read-retry-deadline-s", type=float, default=60.0)
-    parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
-                        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
+    add_metrics_listen_flag(parser)
     parser.add_argument("--finished-session-retention-s", type=float, default=0.0,
                         help="seconds a session's topics are kept after its client acknowledged "
                              "the results (default 0: deleted at once; negative: kept)")
@@ -116,10 +115,9 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--warm-up-rows", type=int, default=WARM_UP_ROWS_DEFAULT,
                         help="run Q1-Q4 once over this many sample rows before serving "
                              "(spark/warm_up.py; 0: serve cold)")
-    parser.add_argument("--log-level", default="INFO")
+    add_log_level_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     for name in ("sessions_concurrent_max", "sessions_pending_max", "session_attempts_max",
                  "shuffle_partitions", "result_rows_per_slice"):
         if getattr(args, name) < 1:
@@ -147,24 +145,15 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     stop_requested = threading.Event()
-
-    def on_signal(signum, _frame) -> None:
-        log.info("signal %d: stopping", signum)
-        stop_requested.set()
-
     # Before Spark starts (it takes seconds): a SIGTERM meanwhile still ends in a clean exit.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
+    handle_stop_signals(stop_requested.set, log)
     try:
         secret = heartbeat_secret(settings.heartbeat_targets, settings.secret_file)
     except (ClusterSecretError, HeartbeatConfigError) as error:
         log.error("%s: %s", type(error).__name__, error)
         return 2
-    heartbeat = None
-    if settings.heartbeat_targets:
-        heartbeat = HeartbeatSender(SERVICE_NAME, targets=settings.heartbeat_targets,
-                                    interval_s=settings.heartbeat_interval_s,
-                                    secret=secret).start()
+    heartbeat = start_heartbeats(SERVICE_NAME, settings.heartbeat_targets,
+                                 settings.heartbeat_interval_s, secret)
     spark = spark_session(settings)
     service = QueryService(settings, spark, stop_requested)
     try:
