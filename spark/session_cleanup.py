@@ -19,9 +19,9 @@ A deletion that fails (broker away) is tried again after a pause that doubles up
 `RETRY_PAUSE_S_MAX`. Deleting a topic that is already gone counts as done, so a repeated ack,
 or an ack read again after a crash, is harmless.
 
-Crash safety (the service's part, spark/query_service.py): an ack's place on `sessions` stays pending
-in a second cursor (consumer group `query-service-cleanup`) until its topics are deleted; a
-restart reads `sessions` from the lower of the two committed positions, so an ack whose
+Crash safety (the service's part, spark/query_service.py): an ack's place on `sessions` stays
+pending in a second cursor (consumer group `query-service-cleanup`) until its topics are
+deleted; a restart reads `sessions` from the lower of the two committed positions, so an ack whose
 deletion was not done yet is read, and scheduled, again. The job cursor never waits for
 deletions, so a long retention holds back nothing but the cleanup cursor.
 
