@@ -31,24 +31,21 @@ PARSERS = {**SERVICES, "health checker": (lambda argv: checker_parser().parse_ar
                                           CHECKER)}
 
 
-@pytest.mark.parametrize("service", sorted(PARSERS))
-@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "soon"])
-def test_a_bad_heartbeat_interval_is_a_clear_usage_error(service, interval, capsys):
-    parse, argv = PARSERS[service]
-    with pytest.raises(SystemExit) as exit_info:
-        parse([*argv, "--heartbeat-interval-s", interval])
-    assert exit_info.value.code == 2
-    assert "--heartbeat-interval-s: expected a positive number of seconds" in \
-        capsys.readouterr().err
+BAD_VALUES = [  # flag, value, what the error says
+    *(("--heartbeat-interval-s", value, "expected a positive number of seconds")
+      for value in ("0", "-1", "nan", "inf", "soon")),
+    ("--log-level", "LOUD", "expected one of"),
+]
 
 
 @pytest.mark.parametrize("service", sorted(PARSERS))
-def test_a_bad_log_level_is_a_clear_usage_error(service, capsys):
+@pytest.mark.parametrize("flag, value, says", BAD_VALUES)
+def test_a_bad_value_is_a_clear_usage_error(service, flag, value, says, capsys):
     parse, argv = PARSERS[service]
     with pytest.raises(SystemExit) as exit_info:
-        parse([*argv, "--log-level", "LOUD"])
+        parse([*argv, flag, value])
     assert exit_info.value.code == 2
-    assert "--log-level: expected one of" in capsys.readouterr().err
+    assert f"{flag}: {says}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
