@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import uuid
@@ -32,13 +31,15 @@ from client.runner import (
     run_session,
 )
 from common.cluster_secret import ClusterSecretError
-from common.heartbeat import (
-    HeartbeatConfigError,
-    HeartbeatSender,
-    heartbeat_secret,
-    parse_targets,
-)
+from common.heartbeat import HeartbeatConfigError, heartbeat_secret
 from common.kaska.cluster import parse_brokers
+from common.service_cli import (
+    add_heartbeat_flags,
+    add_log_level_flag,
+    configure_logging,
+    handle_stop_signals,
+    start_heartbeats,
+)
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
 TOKEN_ENV = "KASKA_TOKEN"
@@ -77,13 +78,6 @@ def _brokers(text: str) -> str:
     return text
 
 
-def _targets(text: str) -> list[tuple[str, int]]:
-    try:
-        return parse_targets(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,8 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--client-id", type=_client_id, help="resume this session (default: a new uuid4)")
     add("--partitions", type=_bounded_int(1, PARTITIONS_MAX), default=PARTITIONS_DEFAULT)
     add("--state-dir", type=Path, help="resume checkpoints (default: RESULTS_DIR/state)")
-    add("--heartbeat-targets", type=_targets, default=[], help="HOST:PORT[,...]")
-    add("--heartbeat-interval-s", type=float, default=1.0)
+    add_heartbeat_flags(parser, targets_help="HOST:PORT[,...]")
     add("--secret-file", type=Path, default=None,
         help="file holding the cluster secret the heartbeats are signed with (default: "
              "$FLIGHTS_CLUSTER_SECRET)")
@@ -110,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="upload at most this many rows a second, like a producer quota (default 0: as "
              "fast as the brokers take them)")
     add("--rows-shown", type=int, default=5, help="result rows printed per query")
-    add("--log-level", default="INFO")
+    add_log_level_flag(parser)
     return parser
 
 
@@ -129,27 +122,26 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     if logging.getLogger().level == logging.INFO:
         # The library logs every retry; client.patience already says when the broker is away.
         logging.getLogger("common.kaska").setLevel(logging.WARNING)
     config = config_from_args(args)
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    handle_stop_signals(stop.set)
     try:
         secret = heartbeat_secret(args.heartbeat_targets, args.secret_file)
     except (ClusterSecretError, HeartbeatConfigError) as error:
         parser.error(f"{type(error).__name__}: {error}")
-    heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
-                                interval_s=args.heartbeat_interval_s, secret=secret).start()
+    heartbeat = start_heartbeats(args.name, args.heartbeat_targets, args.heartbeat_interval_s,
+                                 secret)
     print(f"client {config.client_id}: session of {config.flights} and {config.airports} "
           f"via {config.brokers}", flush=True)
     try:
         summary = run_session(config, stop, make_progress())
     finally:
-        heartbeat.stop(say_goodbye=True)
+        if heartbeat is not None:
+            heartbeat.stop(say_goodbye=True)
     if summary.status == STATUS_COMPLETED:
         print(f"client {config.client_id}: results in {config.results_dir}/ (q1.csv ... q4.csv, "
               f"summary.json, report.html)", flush=True)

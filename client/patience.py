@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from common.backoff import Backoff
 from common.kaska.errors import KaskaError
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ T = TypeVar("T")
 STALL_TIMEOUT_S_DEFAULT = 120.0
 PAUSE_S_INITIAL = 0.2
 PAUSE_S_MAX = 2.0
+BACKOFF = Backoff(initial_s=PAUSE_S_INITIAL, max_s=PAUSE_S_MAX)
 
 
 class BrokerWaitError(Exception):
@@ -50,7 +52,7 @@ def persist(call: Callable[[], T], what: str, stop: threading.Event,
             clock: Callable[[], float] = time.monotonic) -> T:
     """`call()`, retried through retriable Kaska errors (rules: module doc)."""
     first_failure_at: float | None = None
-    pause_s = PAUSE_S_INITIAL
+    pauses_s = BACKOFF.delays_s()
     while True:
         try:
             return call()
@@ -62,8 +64,8 @@ def persist(call: Callable[[], T], what: str, stop: threading.Event,
             if now - first_failure_at > stall_timeout_s:
                 raise BrokerStalledError(
                     f"{what}: broker unavailable for {stall_timeout_s:g} s: {error}") from error
+            pause_s = next(pauses_s)
             log.warning("%s: broker unavailable (%s: %s); retrying in %.1f s", what,
                         type(error).__name__, error, pause_s)
             if stop.wait(pause_s):
                 raise StoppedWhileWaitingError(f"{what}: stopped") from error
-            pause_s = min(PAUSE_S_MAX, pause_s * 2)

@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
-import signal
 import sys
 from pathlib import Path
 
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.heartbeat import parse_target
-from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
+from common.metrics_http import MetricsBindError, MetricsEndpoint
+from common.service_cli import (
+    add_heartbeat_flags,
+    add_log_level_flag,
+    add_metrics_listen_flag,
+    configure_logging,
+    handle_stop_signals,
+    positive_s,
+)
 from healthchecker.bully import ElectionConfig
 from healthchecker.errors import HealthCheckerConfigError
 from healthchecker.local_registry import NAME_PATTERN
@@ -38,7 +44,9 @@ from healthchecker.supervision import DEFAULT_START_DEADLINES, SupervisionConfig
 
 SECRET_BYTES_MAX = 4096
 START_DEADLINE_S_DEFAULT = 10.0
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Milliseconds and the logger's name first: the checkers' logs are read side by side.
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s"
 
 log = logging.getLogger("healthchecker")
 SIGNAL_POLL_S = 0.2
@@ -67,17 +75,6 @@ def parse_peers(text: str) -> dict[int, tuple[str, int]]:
     if not peers:
         raise argparse.ArgumentTypeError("expected at least one ID=HOST:PORT")
     return peers
-
-
-def positive_s(text: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def count_at_least_1(text: str) -> int:
@@ -115,12 +112,6 @@ def service_name(text: str) -> str:
     return text
 
 
-def log_level(text: str) -> str:
-    if text.upper() not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
-    return text.upper()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m healthchecker", description=__doc__,
@@ -152,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--answer-timeout-s", type=positive_s, default=1.0)
     add("--coordinator-timeout-s", type=positive_s, default=2.0)
     add("--announce-interval-s", type=positive_s, default=2.0)
-    add("--heartbeat-interval-s", type=positive_s, default=1.0)
+    add_heartbeat_flags(parser, targets=False)  # it beats to its peers (--heartbeat-peers)
     add("--heartbeat-timeout-s", type=positive_s, default=3.0,
         help="an up service silent this long is restarted (default 3)")
     add("--start-deadline-s", type=positive_s,
@@ -174,12 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often the supervision state is shared with the peers (default 0.5)")
     add("--supervise-interval-s", type=positive_s, default=0.1,
         help="the supervision's tick (default 0.1)")
-    add("--metrics-listen", type=metrics_listen_arg,
-        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
+    add_metrics_listen_flag(parser)
     add("--status-listen", type=_address,
         help="HOST:PORT to answer the status page's signed, read-only GET /status on "
              "(absent: off)")
-    add("--log-level", type=log_level, default="INFO")
+    add_log_level_flag(parser)
     return parser
 
 
@@ -268,12 +258,7 @@ def build_config(args: argparse.Namespace, secret: bytes) -> NodeConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, fmt=LOG_FORMAT, datefmt="%H:%M:%S")
     secret = read_secret(args, parser)
     try:
         config = build_config(args, secret)
@@ -287,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         node = HealthCheckerNode(config, build_restarter(args, parser))
     except HealthCheckerConfigError as error:
         parser.error(f"{type(error).__name__}: {error}")
-    signal.signal(signal.SIGTERM, lambda signum, frame: node.request_stop())
-    signal.signal(signal.SIGINT, lambda signum, frame: node.request_stop())
+    handle_stop_signals(node.request_stop)
     try:
         metrics = MetricsEndpoint.start_optional(args.metrics_listen,
                                                  lambda: healthchecker_registry(node))

@@ -62,7 +62,7 @@ log = logging.getLogger("healthchecker")
 
 RECEIVE_TIMEOUT_S_MIN = 0.005
 RECEIVE_TIMEOUT_S_MAX = 0.1
-# Also how soon a service killed while starting is known dead (supervision._on_expected).
+# Also how soon a service killed while starting is known dead (supervision/machine.py).
 EXPECTED_REFRESH_S = 1.0
 RESTARTER_POLL_S = 0.2
 _SHARE_NOW = object()  # queued by the election thread: send our state to the leader now

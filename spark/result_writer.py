@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from common.backoff import Backoff
 from common.kaska import Producer
 from common.kaska.errors import DuplicateSequenceError, KaskaStorageError
 from common.kaska.retry import RetryPolicy
@@ -48,6 +49,8 @@ WRITE_RETRY = RetryPolicy(retries_max=10, backoff_s_initial=0.1, backoff_s_max=2
 STORAGE_FULL_WAIT_S_MAX_DEFAULT = 600.0
 STORAGE_FULL_PAUSE_S_INITIAL = 1.0
 STORAGE_FULL_PAUSE_S_MAX = 10.0
+STORAGE_FULL_BACKOFF = Backoff(initial_s=STORAGE_FULL_PAUSE_S_INITIAL,
+                               max_s=STORAGE_FULL_PAUSE_S_MAX)
 
 
 class ResultWriteInterruptedError(Exception):
@@ -120,7 +123,7 @@ class QueryResultWriter:
     def _send(self, payload: bytes, sequence: int) -> None:
         assert len(payload) <= record_bytes_max, "slices are bounded by rows_per_slice"
         refused_since = None
-        pause_s = STORAGE_FULL_PAUSE_S_INITIAL
+        pauses_s = STORAGE_FULL_BACKOFF.delays_s()
         while True:
             try:
                 self._producer.send_batch(self.topic, RESULTS_PARTITION, [payload],
@@ -134,12 +137,12 @@ class QueryResultWriter:
                 refused_since = now if refused_since is None else refused_since
                 if now - refused_since >= self._storage_full_wait_s_max:
                     raise
+                pause_s = next(pauses_s)
                 log.warning("%s %s: broker storage full (%s); slice %d sent again in %.0f s",
                             self.topic, self.query, error, sequence, pause_s)
             if self._stop.wait(pause_s):
                 raise ResultWriteInterruptedError(f"{self.topic} {self.query}: stopped while "
                                                   f"the broker's storage was full")
-            pause_s = min(STORAGE_FULL_PAUSE_S_MAX, pause_s * 2)
 
     def close(self) -> None:
         self._producer.close()

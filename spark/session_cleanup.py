@@ -19,9 +19,9 @@ A deletion that fails (broker away) is tried again after a pause that doubles up
 `RETRY_PAUSE_S_MAX`. Deleting a topic that is already gone counts as done, so a repeated ack,
 or an ack read again after a crash, is harmless.
 
-Crash safety (the service's part, spark/service.py): an ack's place on `sessions` stays pending
-in a second cursor (consumer group `query-service-cleanup`) until its topics are deleted; a
-restart reads `sessions` from the lower of the two committed positions, so an ack whose
+Crash safety (the service's part, spark/query_service.py): an ack's place on `sessions` stays
+pending in a second cursor (consumer group `query-service-cleanup`) until its topics are
+deleted; a restart reads `sessions` from the lower of the two committed positions, so an ack whose
 deletion was not done yet is read, and scheduled, again. The job cursor never waits for
 deletions, so a long retention holds back nothing but the cleanup cursor.
 
@@ -34,8 +34,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from common.backoff import Backoff
+
 RETRY_PAUSE_S_INITIAL = 1.0
 RETRY_PAUSE_S_MAX = 30.0
+RETRY_BACKOFF = Backoff(initial_s=RETRY_PAUSE_S_INITIAL, max_s=RETRY_PAUSE_S_MAX)
 WAITING_MAX_DEFAULT = 10_000  # acked sessions waiting for their deletion (the loop then pauses)
 
 
@@ -109,7 +112,7 @@ class SessionCleanup:
     def failed(self, client_id: str, now_s: float) -> float:
         """Deleting the client's topics failed: try again later; the pause in seconds."""
         entry = self._acked[client_id]
-        pause_s = min(RETRY_PAUSE_S_MAX, RETRY_PAUSE_S_INITIAL * 2 ** entry.failures)
+        pause_s = RETRY_BACKOFF.delay_s(entry.failures)
         entry.failures += 1
         entry.due_s = now_s + pause_s
         return pause_s

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from common.backoff import Backoff
 from common.kaska.cluster import Cluster
 from common.kaska.errors import KaskaError, OffsetOutOfRangeError
 from common.kaska.protocol import FetchRequest, ListOffsetsRequest
@@ -37,6 +38,7 @@ FETCH_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
 FETCH_WAIT_MS_DEFAULT = 500  # long-poll while a range's end is not yet visible
 RETRY_DEADLINE_S_DEFAULT = 60.0
 RETRY_PAUSE_S_MAX = 2.0
+RETRY_BACKOFF = Backoff(initial_s=0.1, max_s=RETRY_PAUSE_S_MAX)
 
 
 class OffsetRangeUnavailableError(KaskaError):
@@ -138,8 +140,7 @@ class RangeReader:
                 waited_s = self._clock() - started
                 if not error.retriable or waited_s >= self._retry_deadline_s:
                     raise
-                pause_s = min(RETRY_PAUSE_S_MAX, 0.1 * 2 ** attempt,
-                              self._retry_deadline_s - waited_s)
+                pause_s = min(RETRY_BACKOFF.delay_s(attempt), self._retry_deadline_s - waited_s)
                 log.warning("%s failed (%s: %s); retrying in %.2f s", what,
                             type(error).__name__, error, pause_s)
                 self._sleep(pause_s)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from common.backoff import Backoff
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -17,5 +19,5 @@ class RetryPolicy:
 
     def backoff_s(self, attempt: int) -> float:
         """Pause before retry number `attempt` (0-based); jitter spreads clients apart."""
-        ceiling = min(self.backoff_s_max, self.backoff_s_initial * (2 ** attempt))
+        ceiling = Backoff(self.backoff_s_initial, self.backoff_s_max).delay_s(attempt)
         return ceiling * random.uniform(0.5, 1.0)

@@ -7,17 +7,22 @@ free port; tests read the line). SIGTERM or SIGINT stop it gracefully, exit code
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
-from common.heartbeat import HeartbeatSender, parse_target
-from common.metrics_http import MetricsBindError, MetricsEndpoint, metrics_listen_arg
+from common.heartbeat import HeartbeatSender
+from common.metrics_http import MetricsBindError, MetricsEndpoint
+from common.service_cli import (
+    add_heartbeat_flags,
+    add_log_level_flag,
+    add_metrics_listen_flag,
+    configure_logging,
+    handle_stop_signals,
+)
 from services.broker.config import BrokerConfig, Peer
 from services.broker.metrics import broker_registry
 from services.broker.replication.identity import CLUSTER_ID_ENV, ClusterIdMismatchError
@@ -42,13 +47,6 @@ def _address(text: str) -> tuple[str, int]:
 def _peers(text: str) -> tuple[Peer, ...]:
     try:
         return tuple(Peer.parse(item) for item in text.split(",") if item)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _targets(text: str) -> tuple[tuple[str, int], ...]:
-    try:
-        return tuple(parse_target(item) for item in text.split(",") if item)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -124,12 +122,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="... or more bytes of entries than this")
     parser.add_argument("--name", default=None,
                         help="service name in heartbeats (default: broker-<node id>)")
-    parser.add_argument("--heartbeat-targets", type=_targets, default=(),
-                        help="health checkers to send heartbeats to, HOST:PORT[,...]")
-    parser.add_argument("--heartbeat-interval-s", type=float, default=1.0)
-    parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
-                        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
-    parser.add_argument("--log-level", default="INFO")
+    add_heartbeat_flags(parser)
+    add_metrics_listen_flag(parser)
+    add_log_level_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -167,11 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ClusterSecretError) as exc:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     stop_requested = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop_requested.set())
+    handle_stop_signals(stop_requested.set)
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
     # SIGTERM says "stopping" to the health checkers before the port closes.
     try:

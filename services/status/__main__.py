@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -29,7 +28,13 @@ import uvicorn
 
 from common.cluster_secret import SECRET_ENV as CLUSTER_SECRET_ENV
 from common.cluster_secret import ClusterSecretError, load_secret
-from common.heartbeat import HeartbeatSender, parse_targets
+from common.service_cli import (
+    add_heartbeat_flags,
+    add_log_level_flag,
+    configure_logging,
+    handle_stop_signals,
+    start_heartbeats,
+)
 from services.status.app import create_app
 from services.status.config import (
     REFRESH_INTERVAL_S_DEFAULT,
@@ -83,10 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--link", type=_arg(parse_link), action="append", default=[], metavar="NAME=URL",
         help="a link shown on the page (e.g. 'Spark master=http://127.0.0.1:8080/')")
     add("--name", default=SERVICE_NAME, help="heartbeat name (default status)")
-    add("--heartbeat-targets", type=parse_targets, default=[],
-        help="health checkers' heartbeat HOST:PORT[,...]")
-    add("--heartbeat-interval-s", type=float, default=1.0)
-    add("--log-level", default="INFO")
+    add_heartbeat_flags(parser, targets_help="health checkers' heartbeat HOST:PORT[,...]")
+    add_log_level_flag(parser)
     return parser
 
 
@@ -123,18 +126,14 @@ def build_config(args: argparse.Namespace, secret: bytes) -> StatusConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         config = build_config(args, read_secret(args, parser))
     except StatusConfigError as error:
         parser.error(f"{type(error).__name__}: {error}")
-    heartbeat = None
-    if args.heartbeat_targets:
-        # The checkers' secret is the cluster's: it signs the heartbeats too.
-        heartbeat = HeartbeatSender(args.name, targets=args.heartbeat_targets,
-                                    interval_s=args.heartbeat_interval_s,
-                                    secret=config.secret).start()
+    # The checkers' secret is the cluster's: it signs the heartbeats too.
+    heartbeat = start_heartbeats(args.name, args.heartbeat_targets, args.heartbeat_interval_s,
+                                 config.secret)
     poller = Poller(config)
     host, port = args.listen
     server = uvicorn.Server(uvicorn.Config(
@@ -143,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn handles SIGTERM and SIGINT while it serves, then re-raises the signal to the
     # handler it found: with Python's default that ends the process by the signal (exit 143
     # where a clean stop is 0). Ours asks the server to stop, also before it serves.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
+    handle_stop_signals(lambda: setattr(server, "should_exit", True))
     poller.start()
     log.info("status page on http://%s:%d/ (JSON: /api/status)", host, port)
     try:

@@ -27,7 +27,7 @@ import pytest
 from common.kaska import Admin, Consumer, Producer
 from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
-from spark.service import CLEANUP_GROUP, CONSUMER_GROUP
+from spark.query_service import CLEANUP_GROUP, CONSUMER_GROUP
 from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import BrokerCluster, free_ports
 from tests.integration.run_local_helpers import assert_results_match_reference, generated

@@ -11,8 +11,10 @@ import pytest
 
 from common.kaska.errors import ConnectionLostError, UnknownTopicOrPartitionError
 from common.session_records import ResultsAcked, SessionStarted, encode, session_topics
-from spark import service as service_module
-from spark.service import QueryService, ServiceSettings, parse_args
+from spark import session_workers as workers_module
+from spark.query_service import QueryService
+from spark.service import parse_args
+from spark.service_settings import ServiceSettings
 from tests.unit.spark.test_query_service_loop import (
     WAIT_S,
     FakeSpark,
@@ -62,7 +64,7 @@ def make_service(retention_s: float = 0.0, clock: FakeClock | None = None) -> Qu
 @pytest.fixture
 def jobs(monkeypatch):
     scripted = ScriptedJobs()
-    monkeypatch.setattr(service_module, "run_session_job", scripted)
+    monkeypatch.setattr(workers_module, "run_session_job", scripted)
     return scripted
 
 

@@ -10,9 +10,12 @@ import pytest
 from common.kaska import Message
 from common.kaska.errors import ConnectionLostError
 from common.session_records import SessionEnded, SessionStarted, encode
-from spark import service as service_module
+from spark import session_workers as workers_module
+from spark.progress_store import FileProgressStore
+from spark.query_service import QueryService
 from spark.result_writer import ResultWriteInterruptedError
-from spark.service import FileProgressStore, QueryService, ServiceSettings, parse_args
+from spark.service import parse_args
+from spark.service_settings import ServiceSettings
 from spark.session_job import JobReport
 
 WAIT_S = 10.0
@@ -77,7 +80,7 @@ class FakeSpark:
 @pytest.fixture
 def jobs(monkeypatch):
     scripted = ScriptedJobs()
-    monkeypatch.setattr(service_module, "run_session_job", scripted)
+    monkeypatch.setattr(workers_module, "run_session_job", scripted)
     return scripted
 
 

@@ -1,0 +1,286 @@
+"""The supervision step: `step(state, event, now) -> (state, actions)`, a pure state machine.
+
+Owns: how each event moves one service between phases (module doc of the package), when a
+dead service is restarted and with what back-off, and the stall correction.
+
+Invariants: only the leader emits `Restart`, and at once when a service is DEAD and its back-off
+allows (`not_before`); a restart is followed by `ShareState`; a tick more than `stall_gap_s`
+after the previous one shifts every clock of the table by the gap (`Stalled`), so the node does
+not blame the services for its own silence; the checker never supervises itself.
+
+Threads: none; no sockets, threads or clocks here: `now` is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from healthchecker.supervision.config import SupervisionConfig, backoff_s
+from healthchecker.supervision.events import (
+    Action,
+    Departed,
+    Event,
+    Expected,
+    Leadership,
+    Lost,
+    PeerState,
+    Restart,
+    RestartDone,
+    Seen,
+    ShareState,
+    Stalled,
+    Tick,
+    transition,
+)
+from healthchecker.supervision.peers import on_peer_state
+from healthchecker.supervision.records import (
+    SAME_RESTART_TOLERANCE_S,
+    SERVICES_MAX,
+    Phase,
+    ServiceRecord,
+    SupervisionState,
+)
+
+
+def step(
+    state: SupervisionState, event: Event, now: float
+) -> tuple[SupervisionState, list[Action]]:
+    """Advance the supervision by one event at time `now`; returns the new state and actions."""
+    if isinstance(event, Tick):
+        return _on_tick(state, now)
+    if isinstance(event, Leadership):
+        return _on_leadership(state, event, now)
+    if isinstance(event, Expected):
+        return _on_expected(state, event, now)
+    if isinstance(event, PeerState):
+        return on_peer_state(state, event, now)
+    name = event.name
+    if name == state.config.self_name:
+        return state, []
+    record = state.records.get(name)
+    if isinstance(event, Seen):
+        new, actions = _on_seen(record, event, now)
+    elif isinstance(event, Departed):
+        new, actions = _on_departed(record, event, now)
+    elif isinstance(event, Lost):
+        new, actions = _on_lost(record, event, now)
+    else:
+        assert isinstance(event, RestartDone), f"unknown event {event!r}"
+        new, actions = _on_restart_done(state.config, record, event, now)
+    if new is None or (record is None and len(state.records) >= SERVICES_MAX):
+        return state, []
+    return replace(state, records={**state.records, name: new}), actions
+
+
+
+def _on_seen(record: ServiceRecord | None, event: Seen, now: float):
+    if record is None:
+        new = ServiceRecord(Phase.UP, since=now, last_seen_at=now, instance=event.instance,
+                            seen_here=True)
+        return new, transition(event.name, None, new, "first seen")
+    if record.phase is Phase.STARTING and event.instance and (
+        event.instance == record.replaced_instance
+    ):
+        return None, []  # the replaced instance, between unpause and kill: not a sign of life
+    reasons = {
+        Phase.STARTING: f"first sign of life {now - record.since:.1f}s after the restart",
+        Phase.DEAD: "alive again before its restart",
+        Phase.UNKNOWN: "seen",
+        Phase.DEPARTED: "seen again after its goodbye",
+    }
+    new = replace(
+        record,
+        phase=Phase.UP,
+        since=record.since if record.phase is Phase.UP else now,
+        last_seen_at=now,
+        instance=event.instance or record.instance,
+        start_misses=0,
+        replaced_instance="",
+        seen_here=True,
+    )
+    return new, transition(event.name, record, new, reasons.get(record.phase, ""))
+
+
+def _on_departed(record: ServiceRecord | None, event: Departed, now: float):
+    if record is not None and record.phase is Phase.STARTING and event.instance and (
+        event.instance == record.replaced_instance
+    ):
+        return None, []
+    if record is not None and record.phase is Phase.DEPARTED:
+        return None, []
+    old = record or ServiceRecord(Phase.UNKNOWN, since=now)
+    new = replace(old, phase=Phase.DEPARTED, since=now, last_seen_at=now,
+                  instance=event.instance or old.instance, replaced_instance="")
+    return new, transition(event.name, record, new, "said goodbye (stopped on purpose)")
+
+
+def _on_lost(record: ServiceRecord | None, event: Lost, now: float):
+    if record is None or record.phase is not Phase.UP:
+        return None, []  # only an up service can be lost; a starting one has no connection yet
+    if event.instance and record.instance and event.instance != record.instance:
+        return None, []  # an older instance's connection closing late
+    new = replace(record, phase=Phase.DEAD, since=now, cause=event.reason)
+    return new, transition(event.name, record, new, event.reason)
+
+
+def _on_restart_done(
+    config: SupervisionConfig, record: ServiceRecord | None, event: RestartDone, now: float
+):
+    if record is None or not record.in_flight:
+        return None, []
+    if record.phase is not Phase.STARTING:
+        return replace(record, in_flight=False), []  # already up (or gone) again
+    if event.ok:
+        return replace(record, in_flight=False, since=now), [ShareState()]
+    retry_s = max(backoff_s(config, record.flaps), config.backoff_base_s)
+    cause = f"restart failed: {event.detail}"
+    new = replace(record, phase=Phase.DEAD, since=now, in_flight=False, cause=cause,
+                  not_before=max(record.not_before, now + retry_s))
+    return new, transition(event.name, record, new, cause)
+
+
+def _on_leadership(state: SupervisionState, event: Leadership, now: float):
+    """A new leader redoes the restarts its predecessor decided but never confirmed (it may
+    have died in the middle): the restarter kills whatever instance exists and starts anew."""
+    state = replace(state, is_leader=event.is_leader)
+    if not event.is_leader:
+        return state, []
+    records = dict(state.records)
+    actions: list[Action] = []
+    for name, record in sorted(records.items()):
+        if record.phase is Phase.STARTING and record.peer_in_flight:
+            cause = "a restart the previous leader decided was never confirmed"
+            records[name] = replace(record, phase=Phase.DEAD, since=now, cause=cause,
+                                    peer_in_flight=False)
+            actions += transition(name, record, records[name], cause)
+    return replace(state, records=records), actions
+
+
+def _on_expected(state: SupervisionState, event: Expected, now: float):
+    """Unseen services the restarter lists become due; unlisted ones (ended on purpose, or
+    only restored from a checkpoint) stay dormant, keeping their restart bookkeeping.
+
+    A STARTING service listed as stopped by a listing begun after its restart completed (with
+    the tolerance of a peer's view of that moment) died
+    before its first heartbeat or answer (killed again while a JVM was starting): it is dead
+    now, not at its start deadline (60 s for a JVM). Not while a restart is in flight (the
+    listing may predate the start). An UNKNOWN one listed as stopped by a listing begun after
+    this node learned of it is dead now too: `stopped` means it ran and is gone (an exited
+    container, a spawned process's dead pid; never one created or registered but not yet
+    started), and a checker that was itself restarted during start-up must not wait a JVM's
+    start deadline to restart a worker killed before it came up."""
+    records = {
+        name: replace(record, expected=name in event.names)
+        if record.phase is Phase.UNKNOWN else record
+        for name, record in state.records.items()
+    }
+    actions: list[Action] = []
+    for name in sorted(event.stopped & event.names):
+        record = records.get(name)
+        if record is None or record.since + SAME_RESTART_TOLERANCE_S >= event.observed_at:
+            continue
+        if (record.phase is Phase.STARTING and not record.in_flight
+                and not record.peer_in_flight):
+            cause = "not running (exited) before its first heartbeat or answer"
+        elif record.phase is Phase.UNKNOWN:
+            cause = "not running (exited), never seen by this node"
+        else:
+            continue
+        records[name] = replace(record, phase=Phase.DEAD, since=now, cause=cause)
+        actions += transition(name, record, records[name], cause)
+    for name in sorted(event.names):
+        if name != state.config.self_name and name not in records and (
+            len(records) < SERVICES_MAX
+        ):
+            records[name] = ServiceRecord(Phase.UNKNOWN, since=now, expected=True)
+    return replace(state, records=records), actions
+
+
+# --- time passing -------------------------------------------------------------------------------
+def _on_tick(state: SupervisionState, now: float) -> tuple[SupervisionState, list[Action]]:
+    actions: list[Action] = []
+    if state.last_tick_at is not None and now - state.last_tick_at > state.config.stall_gap_s:
+        gap_s = now - state.last_tick_at
+        state = _shift(state, gap_s)
+        actions.append(Stalled(gap_s))
+    config = state.config
+    records = dict(state.records)
+    restarted = False
+    for name in sorted(records):
+        if name == config.self_name:
+            continue
+        record, record_actions = _expire(config, name, records[name], now)
+        if record.phase is Phase.DEAD and state.is_leader and now >= record.not_before:
+            record, restart = _restart(config, name, record, now)
+            record_actions.append(restart)
+            restarted = True
+        records[name] = record
+        actions += record_actions
+    if restarted:
+        actions.append(ShareState())
+    return replace(state, records=records, last_tick_at=now), actions
+
+
+def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: float):
+    cause = None
+    start_misses = record.start_misses
+    if record.phase is Phase.STARTING and not record.in_flight:
+        deadline_s = config.start_deadline_for(name, record.start_misses)
+        if now - record.since > deadline_s:
+            cause = (f"no sign of life {now - record.since:.1f}s after its restart "
+                     f"(start deadline {deadline_s:g}s)")
+            start_misses += 1
+    elif record.phase is Phase.UP:
+        assert record.last_seen_at is not None
+        silent_s = now - record.last_seen_at
+        if silent_s > config.heartbeat_timeout_s:
+            what = "no heartbeat" + (f" from {record.instance}" if record.instance else "")
+            cause = f"{what} for {silent_s:.1f}s (timeout {config.heartbeat_timeout_s:g}s)"
+    elif record.phase is Phase.UNKNOWN and record.expected:
+        deadline_s = config.start_deadline_for(name, record.start_misses)
+        if now - record.since > deadline_s:
+            cause = (f"never seen by this node for {now - record.since:.1f}s "
+                     f"(start deadline {deadline_s:g}s)")
+            start_misses += 1
+    if cause is None:
+        return record, []
+    new = replace(record, phase=Phase.DEAD, since=now, cause=cause, start_misses=start_misses)
+    return new, transition(name, record, new, cause)
+
+
+def _restart(config: SupervisionConfig, name: str, record: ServiceRecord, now: float):
+    flapping = record.last_restart_at is not None and (
+        now - record.last_restart_at < config.stable_after_s
+    )
+    flaps = record.flaps + 1 if flapping else 0
+    wait_s = backoff_s(config, flaps)
+    new = replace(
+        record,
+        phase=Phase.STARTING,
+        since=now,
+        restart_count=record.restart_count + 1,
+        flaps=flaps,
+        last_restart_at=now,
+        not_before=now + wait_s,
+        in_flight=True,
+        replaced_instance=record.instance,
+        seen_here=False,
+    )
+    return new, Restart(name, record.cause, new.restart_count, wait_s)
+
+
+def _shift(state: SupervisionState, gap_s: float) -> SupervisionState:
+    def later(at: float | None) -> float | None:
+        return None if at is None else at + gap_s
+
+    records = {
+        name: replace(
+            record,
+            since=record.since + gap_s,
+            last_seen_at=later(record.last_seen_at),
+            last_restart_at=later(record.last_restart_at),
+            not_before=record.not_before + gap_s,
+        )
+        for name, record in state.records.items()
+    }
+    return replace(state, records=records)

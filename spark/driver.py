@@ -1,0 +1,103 @@
+"""The query service's Spark driver: its SparkSession, warming it up, stopping it.
+
+Owns: `spark_session` (FAIR scheduling between session jobs, the `kaska` source registered,
+the driver UI per `ServiceSettings.ui_port`), `warm_up_quietly`, `stop_spark_quietly`, and
+`JOB_ERRORS`, the failures of a job that the next attempt may fix.
+
+Invariants: nothing here raises into the service for a Spark that is cold or already stopping:
+a failed warm-up leaves Spark cold, a stop during shutdown tolerates a JVM already gone.
+
+Threads: `spark_session` and the stops run on the main thread; the session itself is shared by
+the session workers (Spark's scheduler is thread-safe; each worker has its own FAIR pool).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
+from common.kaska.errors import KaskaError
+from spark.kaska_source import register
+from spark.queries import SESSION_CONFIG
+from spark.service_settings import SERVICE_NAME, ServiceSettings
+from spark.warm_up import WarmUpError, warm_up
+
+# The service's one logger, as before the split: its log lines read the same.
+log = logging.getLogger("spark.service")
+REPO = Path(__file__).resolve().parents[1]
+# A job failure the next attempt may fix: Spark's (task/stage/executor failures surface as
+# these) and the broker's.
+JOB_ERRORS = (PySparkException, Py4JError, KaskaError)
+
+
+def warm_up_quietly(spark, sample_rows: int) -> None:
+    """Pay the first job's cost now (spark/warm_up.py); a failure only leaves Spark cold."""
+    if sample_rows <= 0:
+        return
+    try:
+        seconds = warm_up(spark, sample_rows)
+    except (*JOB_ERRORS, WarmUpError) as error:
+        log.warning("warm-up failed, serving cold: %s: %s", type(error).__name__,
+                    first_line(error))
+        return
+    log.info("warmed up in %.1f s (Q1-Q4 over %d sample rows)", seconds, sample_rows)
+
+
+def stop_spark_quietly(call, what: str) -> None:
+    """`call()` during shutdown, when the JVM may already be gone: a Ctrl-C or a group-wide
+    SIGTERM reaches the JVM too, and it stops its SparkContext on its own."""
+    try:
+        call()
+    except (Py4JError, PySparkException, ConnectionError) as error:
+        log.info("%s: the JVM is already stopping (%s)", what, first_line(error))
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:500] if text else type(error).__name__
+
+
+def spark_session(settings: ServiceSettings):
+    """The service's SparkSession: FAIR scheduling between session jobs, the `kaska` source."""
+    from pyspark.sql import SparkSession
+
+    # Python workers import `spark.kaska_source` and `common`: make the tree importable for
+    # them wherever the JVM starts them (an installed package works as well).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys(filter(None, [str(REPO), *os.environ.get("PYTHONPATH", "").split(
+            os.pathsep)])))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.driver_host)
+    builder = (SparkSession.builder.master(settings.master).appName(SERVICE_NAME)
+               .config("spark.scheduler.mode", "FAIR")
+               .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", settings.driver_memory)
+               .config("spark.driver.host", settings.driver_host))
+    for key, value in SESSION_CONFIG.items():
+        builder = builder.config(key, value)
+    if settings.master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", settings.driver_host)
+    builder = _ui_config(builder, settings)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark
+
+
+def _ui_config(builder, settings: ServiceSettings):
+    """The driver UI per `ServiceSettings.ui_port` (in local mode it binds to SPARK_LOCAL_IP,
+    the driver host, so 127.0.0.1 keeps it off the network)."""
+    if settings.ui_port == 0 or (settings.ui_port is None
+                                 and settings.master.startswith("local")):
+        return builder.config("spark.ui.enabled", "false")
+    builder = builder.config("spark.ui.enabled", "true")
+    if settings.ui_port is not None:
+        builder = builder.config("spark.ui.port", str(settings.ui_port))
+    return builder
