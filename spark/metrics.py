@@ -110,6 +110,9 @@ class QueryServiceCollector(Collector):
              "Acknowledged sessions whose topics are deleted."),
             ("session_topics_deleted", "session_topics_deleted",
              "Topics of acknowledged sessions deleted by this process."),
+            ("sessions_malformed_payload", "sessions_malformed_payload",
+             "Sessions given up at once: a rows payload did not decode or decoded past its "
+             "bound."),
         ):
             yield CounterMetricFamily(f"query_service_{name}", doc, value=counts.get(key, 0))
         completed = CounterMetricFamily("query_service_sessions_completed",

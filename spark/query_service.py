@@ -84,7 +84,8 @@ class QueryService:
         self.stop_requested = stop_requested or threading.Event()
         self.counts = {"sessions_done": 0, "sessions_given_up": 0, "records_skipped": 0,
                        "records_malformed": 0, "sessions_started": 0, "sessions_picked_up": 0,
-                       "sessions_acked": 0, "sessions_cleaned": 0, "session_topics_deleted": 0}
+                       "sessions_acked": 0, "sessions_cleaned": 0, "session_topics_deleted": 0,
+                       "sessions_malformed_payload": 0}
         self._counts_lock = threading.Lock()
         self.metrics = JobMetrics()  # read by spark.metrics at scrape time
         self._clock = clock

@@ -2,8 +2,9 @@
 
 Owns: the job queue the main loop fills (`submit`), the worker threads, the retry of a failed
 job with back-off (`--session-attempts-max` attempts, pauses from `session_retry_pause_s`
-doubling up to `SESSION_RETRY_PAUSE_S_MAX`), the set of clients whose job runs now, and the
-`Finished` reports the main loop absorbs.
+doubling up to `SESSION_RETRY_PAUSE_S_MAX`; a malformed rows payload, which every attempt
+would meet again, is given up at once and counted), the set of clients whose job runs now, and
+the `Finished` reports the main loop absorbs.
 
 Invariants: at most `sessions_concurrent_max` jobs run at once; at most one job per client
 runs at a time (a repeated SessionEnded for a running client is covered by the running job);
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.arrow_rows import MalformedRowsPayloadError, RowsPayloadTooLargeError
 from common.backoff import Backoff
 from common.session_records import SessionEnded
 from spark.driver import JOB_ERRORS, first_line, stop_spark_quietly
@@ -45,6 +47,18 @@ class Finished:
 
     partition: int
     offset: int
+
+
+# Raised in a Spark Python worker (spark/kaska_source.py, common/arrow_rows.py) and carried to
+# the driver inside a PythonException's text: a rows payload that does not decode, or decodes
+# past its bound.
+MALFORMED_PAYLOAD_ERRORS = (MalformedRowsPayloadError.__name__,
+                            RowsPayloadTooLargeError.__name__)
+
+
+def is_malformed_payload(error: BaseException) -> bool:
+    text = str(error)
+    return any(f"{name}:" in text for name in MALFORMED_PAYLOAD_ERRORS)
 
 
 class SessionWorkers:
@@ -139,6 +153,13 @@ class SessionWorkers:
                 if self.stop_requested.is_set():
                     log.info("session %s: stopped mid-job; redone on restart", cid)
                     return None
+                if is_malformed_payload(error):
+                    # The client's own bytes: every attempt would fail the same way.
+                    self._count("sessions_given_up")
+                    self._count("sessions_malformed_payload")
+                    log.error("session %s: a rows payload is malformed (%s); given up at once, "
+                              "its client gets no results", cid, first_line(error))
+                    return False
                 pause_s = self._retry_backoff.delay_s(attempt - 1)
                 log.warning("session %s: attempt %d of %d failed after %.1f s (%s: %s)", cid,
                             attempt, self.settings.session_attempts_max,

@@ -4,12 +4,16 @@ partitions, sliced ranges, empty ranges, inferred columns, streaming across a re
 from __future__ import annotations
 
 import json
+import uuid
 
+import pyarrow as pa
 import pytest
+from pyspark.errors import PySparkException
 
-from common.kaska import Consumer
+from common.kaska import Admin, Consumer, Producer
 from spark.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, KaskaDataSource, offsets_json
-from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
+from spark.session_workers import is_malformed_payload
+from tests.integration.spark.kaska_rows import CLIENT_OPTIONS, COLUMNS, RowsProducer
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +129,20 @@ def test_stream_commit_stores_the_offsets_for_the_group(broker, loaded):
     stream.commit({"0": 3, "1": 8, "2": 0})
     with Consumer(broker.address, "lag-watch") as consumer:
         assert [consumer.committed(loaded.topic, p) for p in range(3)] == [3, 8, 0]
+
+
+def test_a_payload_that_inflates_past_its_bound_fails_the_read_by_name(spark, broker):
+    """A hostile record (a zstd frame of ~2 KB that would inflate to 72 MiB) fails in the Spark
+    Python worker with RowsPayloadTooLargeError, before it is inflated, and the driver sees the
+    error by name: the query service gives such a session up at once (session_workers.py)."""
+    topic = "flights.hostile-payload"
+    with Admin(broker.address, **CLIENT_OPTIONS) as admin:
+        admin.create_topic(topic, 1)
+    bomb = pa.Codec("zstd").compress(bytes(72 * 1024 * 1024), asbytes=True)
+    assert len(bomb) < 64 * 1024, "the scenario: a small frame that claims a huge payload"
+    with Producer(broker.address, str(uuid.uuid4()), **CLIENT_OPTIONS) as producer:
+        producer.send_batch(topic, 0, [bomb])
+    frame = kaska_reader(spark, broker, topic, [0], [1], columns=json.dumps(COLUMNS)).load()
+    with pytest.raises(PySparkException) as raised:
+        frame.collect()
+    assert is_malformed_payload(raised.value), str(raised.value)[-2000:]

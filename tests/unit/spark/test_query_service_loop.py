@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from pyspark.errors import PythonException
 
 from common.kaska import Message
 from common.kaska.errors import ConnectionLostError
@@ -146,6 +147,22 @@ def test_failed_jobs_are_retried_then_given_up(service, jobs):
     wait_for_commit(service, store, 2)
     assert jobs.calls.count("c1") == 2 and jobs.calls.count("c2") == 3
     assert (service.counts["sessions_done"], service.counts["sessions_given_up"]) == (1, 1)
+
+
+def test_a_malformed_payload_is_given_up_at_once_and_counted(service, jobs):
+    """A worker's MalformedRowsPayloadError reaches the driver as a PythonException's text;
+    retrying would decode the same bytes again."""
+    store = MemoryStore()
+    jobs.errors["c1"] = [PythonException(
+        "An exception was thrown from the Python worker.\nTraceback ...\n"
+        "common.arrow_rows.RowsPayloadTooLargeError: rows payload decodes to more than "
+        "67108864 bytes")]
+    jobs.release("c1")
+    service.handle(message(0, encode(ended("c1"))))
+    wait_for_commit(service, store, 1)
+    assert jobs.calls.count("c1") == 1, "not retried"
+    assert (service.counts["sessions_given_up"],
+            service.counts["sessions_malformed_payload"]) == (1, 1)
 
 
 def test_an_interrupted_session_is_never_committed(service, jobs):
