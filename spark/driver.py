@@ -1,14 +1,16 @@
 """The query service's Spark driver: its SparkSession, warming it up, stopping it.
 
 Owns: `spark_session` (FAIR scheduling between session jobs, the `kaska` source registered,
-the driver UI per `ServiceSettings.ui_port`), `warm_up_quietly`, `stop_spark_quietly`, and
-`JOB_ERRORS`, the failures of a job that the next attempt may fix.
+the driver UI per `ServiceSettings.ui_port`), `warm_up_quietly` (before serving) and
+`warm_up_when_settled` (beside serving, once the deployment has settled), `stop_spark_quietly`,
+and `JOB_ERRORS`, the failures of a job that the next attempt may fix.
 
 Invariants: nothing here raises into the service for a Spark that is cold or already stopping:
 a failed warm-up leaves Spark cold, a stop during shutdown tolerates a JVM already gone.
 
 Threads: `spark_session` and the stops run on the main thread; the session itself is shared by
-the session workers (Spark's scheduler is thread-safe; each worker has its own FAIR pool).
+the session workers (Spark's scheduler is thread-safe; each worker has its own FAIR pool); a
+settled warm-up runs on its own daemon thread, in its own pool.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from py4j.protocol import Py4JError
@@ -25,6 +30,7 @@ from common.kaska.errors import KaskaError
 from spark.kaska_source import register
 from spark.queries import SESSION_CONFIG
 from spark.service_settings import SERVICE_NAME, ServiceSettings
+from spark.session_job import SCHEDULER_POOL_PROPERTY
 from spark.warm_up import WarmUpError, warm_up
 
 # The service's one logger, as before the split: its log lines read the same.
@@ -46,6 +52,55 @@ def warm_up_quietly(spark, sample_rows: int) -> None:
                     first_line(error))
         return
     log.info("warmed up in %.1f s (Q1-Q4 over %d sample rows)", seconds, sample_rows)
+
+
+WARM_UP_POOL = "warm-up"  # its own FAIR pool: a session arriving meanwhile is not queued behind
+SETTLE_POLL_S = 1.0
+
+
+def warm_up_when_settled(spark, sample_rows: int, settle_s: float, stop: threading.Event,
+                         busy: Callable[[], bool], settle_s_max: float = 600.0
+                         ) -> threading.Thread | None:
+    """Warm up on a thread of its own once the deployment has settled, while the service
+    already takes sessions (Compose: at a deployment's start every JVM starts on the same
+    host, and a warm-up then competed with all of them). Settled: the master has granted an
+    executor (none to wait for in local mode), then `settle_s` has passed. Skipped when a
+    session job already runs (it pays the first job's cost itself), on a stop, or when no
+    executor came within `settle_s_max`."""
+    if sample_rows <= 0:
+        return None
+
+    def run() -> None:
+        deadline = time.monotonic() + settle_s_max
+        while not _has_executor(spark):
+            if time.monotonic() > deadline:
+                log.warning("no executor within %.0f s: serving cold", settle_s_max)
+                return
+            if stop.wait(SETTLE_POLL_S):
+                return
+        if stop.wait(settle_s):
+            return
+        if busy():
+            log.info("warm-up skipped: a session job already runs")
+            return
+        spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, WARM_UP_POOL)
+        warm_up_quietly(spark, sample_rows)
+
+    thread = threading.Thread(target=run, name="warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _has_executor(spark) -> bool:
+    """An executor besides the driver; in local mode the driver runs the tasks itself."""
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        return True
+    try:
+        return len(context.statusTracker().getExecutorInfos()) > 1
+    except (Py4JError, PySparkException) as error:
+        log.info("executors unknown yet: %s", first_line(error))
+        return False
 
 
 def stop_spark_quietly(call, what: str) -> None:

@@ -69,7 +69,12 @@ from common.service_cli import (
     handle_stop_signals,
     start_heartbeats,
 )
-from spark.driver import spark_session, stop_spark_quietly, warm_up_quietly
+from spark.driver import (
+    spark_session,
+    stop_spark_quietly,
+    warm_up_quietly,
+    warm_up_when_settled,
+)
 from spark.metrics import query_service_registry
 from spark.query_service import QueryService
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
@@ -115,6 +120,10 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--warm-up-rows", type=int, default=WARM_UP_ROWS_DEFAULT,
                         help="run Q1-Q4 once over this many sample rows before serving "
                              "(spark/warm_up.py; 0: serve cold)")
+    parser.add_argument("--warm-up-settle-s", type=float, default=None,
+                        help="warm up beside serving instead, this many seconds after the "
+                             "master granted a first executor (a deployment starting all its "
+                             "JVMs at once); skipped if a session job runs by then")
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -124,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.ui_port is not None and not 0 <= args.ui_port <= 65535:
         parser.error(f"--ui-port must lie in [0, 65535], got {args.ui_port}")
+    if args.warm_up_settle_s is not None and not 0 <= args.warm_up_settle_s <= 3600:
+        parser.error(f"--warm-up-settle-s must lie in [0, 3600], got {args.warm_up_settle_s}")
     if not math.isfinite(args.finished_session_retention_s):
         parser.error("--finished-session-retention-s must be a finite number")
     retention_s = -1.0 if args.keep_finished_sessions else args.finished_session_retention_s
@@ -139,7 +150,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         result_slice_pause_s=args.result_slice_pause_s,
         read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen,
         finished_session_retention_s=retention_s, ui_port=args.ui_port,
-        warm_up_rows=max(0, args.warm_up_rows))
+        warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         if heartbeat is not None:
             heartbeat.stop()
         return 2
-    warm_up_quietly(spark, settings.warm_up_rows)
+    if settings.warm_up_settle_s is None:
+        warm_up_quietly(spark, settings.warm_up_rows)
+    else:
+        warm_up_when_settled(spark, settings.warm_up_rows, settings.warm_up_settle_s,
+                             stop_requested, lambda: service.metrics.snapshot()[0] > 0)
     log.info("query service up: brokers %s, master %s, %d concurrent sessions, finished "
              "sessions' topics %s", settings.brokers, settings.master,
              settings.sessions_concurrent_max,

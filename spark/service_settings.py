@@ -42,6 +42,9 @@ class ServiceSettings:
     read_retry_deadline_s: float = 60.0
     metrics_listen: tuple[str, int] | None = None  # Prometheus /metrics; None: off
     warm_up_rows: int = WARM_UP_ROWS_DEFAULT  # 0: serve cold
+    # >= 0: warm up beside serving, this long after the first executor (0 s included);
+    # None: before serving.
+    warm_up_settle_s: float | None = None
     # The driver's Spark UI: None = Spark's default port (4040) on a cluster and off in local
     # mode (tests start many drivers); 0 = off; a port = on, also in local mode.
     ui_port: int | None = None
