@@ -610,11 +610,7 @@ class ReplicationNode:
         peer costs nothing when the others answer."""
         wire = WireVoteRequest(self.config.node_id, request.epoch, request.last_epoch,
                                request.end, request.pre_vote)
-        futures: dict[Future, int] = {}
-        for peer in sorted(request.to):
-            future = self._peer_requests.send(peer, wire)
-            if future is not None:
-                futures[future] = peer
+        futures = self._peer_requests.send_to_each(request.to, wire)
         try:
             for future in as_completed(futures, timeout=self.config.vote_timeout_s):
                 if not self._absorb_vote(futures[future], future, request):
