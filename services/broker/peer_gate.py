@@ -95,7 +95,7 @@ class PeerRefusals:
 class PeerSession:
     """What one TCP connection has shown of itself: its remote host, and the peer it spoke for
     (set by the first frame that got through the gate). Owned by the connection's thread.
-    `answered`: the leader's last REPLICA_FETCH answer on it (replication/node.py,
+    `answered`: the leader's last REPLICA_FETCH answer on it (replication/fetch_answers.py,
     FetchSession: the leader lease counts on it)."""
 
     __slots__ = ("origin", "node_id", "answered")

@@ -3,7 +3,7 @@ by pure functions (no I/O, no clock: `now_s` is an input), so every rule below i
 fake inputs. The HTML page and `/api/status` show the same document.
 
 Rules:
-- services: each checker tracks every service (healthchecker/supervision.py); the leader's view
+- services: each checker tracks every service (healthchecker/supervision/); the leader's view
   wins (it restarts), then the other checkers' in name order. A checker does not track itself,
   so the leader's own row comes from its peers. A checker that answered but that nobody tracks
   (a deployment of one checker) is up: it answered. Last heal: the latest any checker saw.

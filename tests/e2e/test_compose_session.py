@@ -21,10 +21,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SESSION_TIMEOUT_S = 600
 PICKUP_TIMEOUT_S = 300
-# Causes of a restart decision (healthchecker/supervision.py) that mean "silent too long", not
-# "crashed".
+# Causes of a restart decision (healthchecker/supervision/machine.py) that mean "silent too
+# long", not "crashed".
 SILENCE_CAUSES = ("no heartbeat", "no sign of life", "never seen by this node")
-# A decision on a peer's record (healthchecker/supervision.py): the peer logged its own cause.
+# A decision on a peer's record (healthchecker/supervision/peers.py): the peer logged its own
+# cause.
 PEER_CAUSE = "dead according to a peer"
 PHASE_DEAD_LINE = re.compile(r"PHASE service=(?P<service>\S+) phase=dead previous=\S+ "
                              r"reason=(?P<reason>.*)$")
