@@ -5,7 +5,9 @@ import random
 
 import pytest
 
-from scripts.killer import KillError, ask, chaos, is_excluded, parse_choice
+from scripts.faults.backends import KillError
+from scripts.faults.chaos import chaos, is_excluded
+from scripts.killer import ask, parse_choice
 
 
 class FakeBackend:

@@ -19,14 +19,14 @@ import pytest
 
 from common.result_csv import QUERY_HEADERS
 from scripts import bench_duckdb
-from scripts.bench_duckdb import (
+from scripts.bench.duckdb_queries import (
     INVALID_KINDS,
     ArgumentError,
     MissingColumnsError,
     MissingInputFileError,
     duckdb_queries,
 )
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from tests import reference_queries as reference
 from tests.result_compare import assert_all_results, assert_same_results
 

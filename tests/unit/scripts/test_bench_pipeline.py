@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from scripts.bench_pipeline import BenchError, _check_counts, ratios
-from scripts.process_stats import descendants, disk_bytes, tree_stats
+from scripts.bench.pipeline import BenchError, _check_counts, ratios
+from scripts.bench.process_stats import descendants, disk_bytes, tree_stats
 
 COUNTS = {"q1": 3, "q2": 5, "q3": 2, "q4": 1}
 

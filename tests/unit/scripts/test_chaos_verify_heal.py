@@ -3,17 +3,17 @@ statistics, the round verdict and the tables."""
 
 import pytest
 
-from scripts.chaos_verify.heal import Sighting, Start, heal_records, heal_stats, kind_of
-from scripts.chaos_verify.rounds import ChaosVerifyConfigError, RoundOptions, RoundResult
-from scripts.chaos_verify.table import (
+from scripts.faults.chaos import ACTION_KILL, ACTION_PAUSE, Fault
+from scripts.faults.chaos_verify.heal import Sighting, Start, heal_records, heal_stats, kind_of
+from scripts.faults.chaos_verify.rounds import ChaosVerifyConfigError, RoundOptions, RoundResult
+from scripts.faults.chaos_verify.table import (
     fault_lines,
     faults_per_service,
     kind_stats,
     kind_table,
     round_table,
 )
-from scripts.killer import ACTION_KILL, ACTION_PAUSE, Fault
-from scripts.victims import LEADER_KIND
+from scripts.faults.victims import LEADER_KIND
 
 
 def fault(at, name, action=ACTION_KILL, leader=False):

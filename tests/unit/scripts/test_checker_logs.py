@@ -3,7 +3,7 @@ the local logs' time of day."""
 
 import datetime as dt
 
-from scripts.checker_logs import (
+from scripts.faults.checker_logs import (
     LogLine,
     agreed_leader,
     local_lines,

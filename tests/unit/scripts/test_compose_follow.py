@@ -3,7 +3,7 @@
 import datetime as dt
 import threading
 
-from scripts.compose_follow import ClientFollower, Timings, docker_time, summary_lines
+from scripts.deploy.follow import ClientFollower, Timings, docker_time, summary_lines
 
 
 def test_docker_time_keeps_microseconds_of_a_nanosecond_stamp():

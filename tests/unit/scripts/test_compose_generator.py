@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from scripts import compose_generator
-from scripts.compose_generator import (
+from scripts.deploy.compose_file import (
     DEV_FILE,
     DeploymentShape,
     DeploymentShapeError,

@@ -18,7 +18,7 @@ import pytest
 from scripts import generate_data
 from scripts.datagen import catalog, csv_text, invalid
 from scripts.datagen.csv_text import iso_duration, quote_needed
-from scripts.generate_data import GenerationReport, GeneratorArgumentError, generate
+from scripts.datagen.generate import GenerationReport, GeneratorArgumentError, generate
 
 FLIGHT_HEADER = [
     "legId", "searchDate", "flightDate", "startingAirport", "destinationAirport",

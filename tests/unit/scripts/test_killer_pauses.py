@@ -8,16 +8,10 @@ import random
 import pytest
 
 from scripts import killer
-from scripts.killer import (
-    ACTION_KILL,
-    ACTION_PAUSE,
-    ChaosConfigError,
-    DockerBackend,
-    KillError,
-    chaos,
-    runs_under_init,
-)
-from scripts.victims import RoundRobinKinds
+from scripts.faults import backends
+from scripts.faults.backends import DockerBackend, KillError, runs_under_init
+from scripts.faults.chaos import ACTION_KILL, ACTION_PAUSE, ChaosConfigError, ChaosThread, chaos
+from scripts.faults.victims import RoundRobinKinds
 
 
 class FakeTime:
@@ -125,7 +119,7 @@ def test_bad_settings_are_named_errors(interval_s, duration_s, pause_ratio):
         chaos(FakeBackend(["a"]), interval_s, duration_s, pause_ratio=pause_ratio,
               out=io.StringIO())
     with pytest.raises(ChaosConfigError):
-        killer.ChaosThread(FakeBackend(["a"]), interval_s, duration_s, pause_ratio=pause_ratio)
+        ChaosThread(FakeBackend(["a"]), interval_s, duration_s, pause_ratio=pause_ratio)
 
 
 def test_the_command_line_pauses_named_services_and_checks_its_values(monkeypatch, capsys):
@@ -225,13 +219,13 @@ class BrokenBackend(FakeBackend):
 def test_a_chaos_thread_shows_its_faults_live_and_whether_it_finished(monkeypatch):
     monkeypatch.setattr("threading.excepthook", lambda args: None)  # the crash below is wanted
     backend = FakeBackend(["a", "b"])
-    chaos_thread = killer.ChaosThread(backend, interval_s=0.01, duration_s=0.05,
+    chaos_thread = ChaosThread(backend, interval_s=0.01, duration_s=0.05,
                                       rng=random.Random(1), out=io.StringIO(),
                                       stop_when=lambda faults: len(faults) >= 2).start()
     chaos_thread.thread.join(timeout=30)
     assert chaos_thread.finished.is_set() and len(chaos_thread.faults) == 2
     assert [(f.action, f.name) for f in chaos_thread.faults] == backend.done
-    broken = killer.ChaosThread(BrokenBackend(["a"]), interval_s=0.01, duration_s=0.05,
+    broken = ChaosThread(BrokenBackend(["a"]), interval_s=0.01, duration_s=0.05,
                                 out=io.StringIO()).start()
     broken.thread.join(timeout=30)
     assert not broken.thread.is_alive() and not broken.finished.is_set()
@@ -260,15 +254,15 @@ class FlakyFreezer(FakeContainer):
 
 
 def test_a_freeze_the_engine_gives_up_on_is_retried_a_refusal_is_not(monkeypatch):
-    monkeypatch.setattr(killer, "FREEZE_RETRY_S", 0.0)
+    monkeypatch.setattr(backends, "FREEZE_RETRY_S", 0.0)
     unable = engine_error(500, "OCI runtime pause failed: unable to freeze: unknown")
     flaky = FlakyFreezer([unable])
     assert docker_backend_with(flaky).pause("svc").endswith("how=freeze")
     assert len(flaky.calls) == 2
-    stuck = FlakyFreezer([unable] * killer.FREEZE_ATTEMPTS)
+    stuck = FlakyFreezer([unable] * backends.FREEZE_ATTEMPTS)
     with pytest.raises(KillError, match="unable to freeze"):
         docker_backend_with(stuck).pause("svc")
-    assert len(stuck.calls) == killer.FREEZE_ATTEMPTS
+    assert len(stuck.calls) == backends.FREEZE_ATTEMPTS
     refused = FlakyFreezer([engine_error(409, "is already paused")])
     with pytest.raises(KillError, match="already paused"):
         docker_backend_with(refused).pause("svc")
@@ -290,7 +284,7 @@ def test_the_local_backend_names_the_leader_its_live_checkers_agree_on(tmp_path)
         registry.register(ServiceSpec(name, ("true",), cwd="/", log_file=str(log_file)))
     for name in ("healthchecker-1", "healthchecker-2"):
         registry.write_pid(name, os.getpid())  # this process: alive
-    backend = killer.LocalBackend(registry.directory)
+    backend = backends.LocalBackend(registry.directory)
     assert backend.leader() == "healthchecker-2"
     (tmp_path / "healthchecker-1.log").write_text("ROLE node=1 role=electing previous=2\n")
     assert backend.leader() is None

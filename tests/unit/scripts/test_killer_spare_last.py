@@ -4,7 +4,8 @@ import io
 import random
 
 from scripts import killer
-from scripts.killer import SpareLastBackend, chaos
+from scripts.faults.backends import SpareLastBackend
+from scripts.faults.chaos import chaos
 
 
 class FakeBackend:

@@ -13,9 +13,9 @@ from common.kaska.errors import BrokerUnavailableError, NotLeaderError, TopicAlr
 from common.session_records import SESSIONS_TOPIC
 from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec
 from scripts import run_local
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
-from scripts.local import brokers, console, sample_data
-from scripts.local.brokers import (
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.launcher import brokers, console, ports, sample_data
+from scripts.launcher.brokers import (
     BrokerNode,
     bootstrap_list,
     broker_argv,
@@ -25,20 +25,15 @@ from scripts.local.brokers import (
     wait_for_leader,
     wait_until_listening,
 )
-from scripts.local.layout import RunLayout
-from scripts.local.platform import HEALTHCHECKERS, LocalPlatform, stop_order
-from scripts.local.sessions import ClientSettings, client_argv
-from scripts.run_local import (
-    ChaosThread,
-    ClientRun,
-    InputFiles,
-    LogTail,
-    RunLocalError,
-    client_outcome,
-    free_ports,
-    parse_args,
-    sample_files,
-)
+from scripts.launcher.chaos import ChaosThread
+from scripts.launcher.errors import RunLocalError
+from scripts.launcher.layout import RunLayout
+from scripts.launcher.log_tail import LogTail
+from scripts.launcher.platform import HEALTHCHECKERS, LocalPlatform, stop_order
+from scripts.launcher.ports import free_ports
+from scripts.launcher.sample_data import InputFiles, sample_files
+from scripts.launcher.sessions import ClientRun, ClientSettings, client_argv, client_outcome
+from scripts.run_local import parse_args
 
 
 def write_summary(results_dir, **fields):
@@ -146,7 +141,7 @@ def test_chaos_thread_kills_on_schedule_and_stops_at_once(capsys):
     chaos = ChaosThread(backend, interval_s=0.02, duration_s=60, seed=3).start()
     _wait_until(lambda: len(backend.killed) >= 3)
     chaos.stop()
-    # "At once": stop() joins the thread for at most killer.STOP_JOIN_S, far below the 60 s the
+    # "At once": stop() joins the thread for at most chaos.STOP_JOIN_S, far below the 60 s the
     # loop would otherwise run, and it is over by then.
     assert not chaos.thread.is_alive()
     assert len(chaos.faults) == len(backend.killed) >= 3
@@ -198,13 +193,13 @@ def test_bad_arguments_are_refused(argv):
         parse_args(argv)
 
 
-# --- the split: scripts/run_local.py re-exports its parts ---------------------------------------
+# --- the split: scripts/run_local.py is the command line over scripts/launcher/ ------------------
 
 
 def test_every_name_run_local_exports_is_importable():
     for name in run_local.__all__:
         assert hasattr(run_local, name), name
-    assert free_ports is run_local.free_ports
+    assert free_ports is ports.free_ports
 
 
 def test_free_ports_are_distinct():

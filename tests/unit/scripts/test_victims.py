@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scripts.victims import (
+from scripts.faults.victims import (
     KIND_ORDER,
     LEADER_KIND,
     AnyVictim,

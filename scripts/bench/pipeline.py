@@ -39,11 +39,11 @@ import time
 import uuid
 from pathlib import Path
 
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
-from scripts.local.layout import RunLayout
-from scripts.local.platform import REPO, LocalPlatform
-from scripts.local.sample_data import InputFiles, sample_files
-from scripts.process_stats import TreeStats, disk_bytes, tree_stats
+from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.launcher.layout import RunLayout
+from scripts.launcher.platform import REPO, LocalPlatform, start_platform
+from scripts.launcher.sample_data import InputFiles, sample_files
 
 ROWS_DEFAULT = 2_000_000
 SESSION_TIMEOUT_S = 3600.0
@@ -133,8 +133,6 @@ def _wait_for_cleanup(directory: Path, client_id: str, timeout_s: float) -> tupl
 
 def run_pipeline(args: argparse.Namespace, flights: Path, airports: Path,
                  work_dir: Path) -> dict:
-    from scripts.run_local import start_platform
-
     layout = RunLayout(work_dir, work_dir / "run" / "broker-data", keep_broker_data=False)
     layout.prepare()
     platform = LocalPlatform(layout, args.master)
@@ -241,7 +239,7 @@ def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
 
 
 def run_duckdb(flights: Path, airports: Path) -> dict:
-    from scripts.bench_duckdb import duckdb_queries
+    from scripts.bench.duckdb_queries import duckdb_queries
 
     run = duckdb_queries(flights, airports)
     seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),

@@ -35,16 +35,16 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from scripts.chaos_verify.rounds import (
+from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
+from scripts.faults.chaos_verify.rounds import (
     ChaosVerifyConfigError,
     RoundDriver,
     RoundOptions,
     RoundResult,
     run_round,
 )
-from scripts.chaos_verify.table import fault_lines, kind_table, round_table
-from scripts.compose_generator import DEV_FILE, IMAGE_DEFAULT
-from scripts.victims import PICKERS
+from scripts.faults.chaos_verify.table import fault_lines, kind_table, round_table
+from scripts.faults.victims import PICKERS
 from tests.session_check import SessionData, prepare_session_data
 
 ROUNDS_MAX = 1000
@@ -117,8 +117,8 @@ def compose_round(args: argparse.Namespace, data: SessionData, options: RoundOpt
                   number: int) -> RoundResult:
     """One round on a fresh Compose project, always taken down (its log tails printed when the
     round failed)."""
-    from scripts.chaos_verify.compose_round import ComposeRound
-    from scripts.compose_deployment import ComposeDeployment, DeploymentError
+    from scripts.deploy.deployment import ComposeDeployment, DeploymentError
+    from scripts.faults.chaos_verify.compose_round import ComposeRound
 
     deployment = ComposeDeployment(data.directory, fresh_round_dir(args.work_dir, number),
                                    compose_file=args.compose_file, image=args.image,
@@ -138,7 +138,7 @@ def compose_round(args: argparse.Namespace, data: SessionData, options: RoundOpt
 
 def local_round(args: argparse.Namespace, data: SessionData, options: RoundOptions,
                 number: int) -> RoundResult:
-    from scripts.chaos_verify.local_round import LocalRound
+    from scripts.faults.chaos_verify.local_round import LocalRound
 
     driver: RoundDriver = LocalRound(fresh_round_dir(args.work_dir, number), data)
     return run_round(driver, data, options, number)

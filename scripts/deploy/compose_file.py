@@ -35,7 +35,7 @@ from pathlib import Path
 
 import jinja2
 
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = REPO / "compose"

@@ -10,16 +10,16 @@ from pathlib import Path
 import requests
 from docker.errors import DockerException
 
-from scripts import killer
-from scripts.chaos_verify.heal import Sighting, Start
-from scripts.chaos_verify.rounds import RoundError
-from scripts.checker_logs import restarted, sightings
-from scripts.compose_deployment import (
+from scripts.deploy.deployment import (
     SERVICE_LABEL,
     ComposeDeployment,
     DeploymentError,
     EventRecorder,
 )
+from scripts.faults import backends
+from scripts.faults.chaos_verify.heal import Sighting, Start
+from scripts.faults.chaos_verify.rounds import RoundError
+from scripts.faults.checker_logs import restarted, sightings
 
 CLIENT = "client-1"
 START_TIMEOUT_S = 300.0  # `up` returns once the brokers and Spark answer; then the client starts
@@ -52,8 +52,8 @@ class ComposeRound:
                                  self.start_timeout_s)
         self._events = EventRecorder(self.deployment).start()
 
-    def backend(self) -> killer.Backend:
-        return killer.DockerBackend(self.deployment.project)
+    def backend(self) -> backends.Backend:
+        return backends.DockerBackend(self.deployment.project)
 
     def session_state(self) -> str | None:
         state = self.deployment.container(CLIENT).attrs["State"]

@@ -1,4 +1,4 @@
-"""The killer's chaos loop (scripts/killer.py) on a thread of run_local: every interval a live
+"""The killer's chaos loop (scripts/faults/chaos.py) on a thread of run_local: every interval a live
 process of the run is SIGKILLed or paused (any broker, the health-checker leader and the clients
 included), never the last live health checker (nothing would be left to restart anything).
 Victims are random, or the service kinds in turn (`round-robin`: the client and the leader
@@ -16,10 +16,10 @@ import sys
 import time
 
 from healthchecker.local_registry import LocalServiceRegistry, RegistryError
-from scripts import killer
-from scripts.local import console
-from scripts.local.layout import CHECKER_PREFIX
-from scripts.victims import PICKERS
+from scripts.faults import backends, chaos
+from scripts.faults.victims import PICKERS
+from scripts.launcher import console
+from scripts.launcher.layout import CHECKER_PREFIX
 
 
 class _PrefixedLines:
@@ -39,18 +39,18 @@ class _PrefixedLines:
 
 
 class ChaosThread:
-    """`killer.ChaosThread` sparing the last live health checker, its lines prefixed with
+    """`chaos.ChaosThread` sparing the last live health checker, its lines prefixed with
     `[chaos]`; `stop()` ends it at its next wake-up."""
 
-    def __init__(self, backend: killer.Backend, interval_s: float, duration_s: float,
+    def __init__(self, backend: backends.Backend, interval_s: float, duration_s: float,
                  seed: int | None, pause_ratio: float = 0.0, victims: str = "random") -> None:
-        spared = killer.SpareLastBackend(backend, [CHECKER_PREFIX])
-        self._thread = killer.ChaosThread(
+        spared = backends.SpareLastBackend(backend, [CHECKER_PREFIX])
+        self._thread = chaos.ChaosThread(
             spared, interval_s, duration_s, random.Random(seed), _PrefixedLines("[chaos]"),
             pause_ratio=pause_ratio, picker=PICKERS[victims](), leader=spared.leader)
 
     @property
-    def faults(self) -> list[killer.Fault]:
+    def faults(self) -> list[chaos.Fault]:
         return self._thread.faults
 
     @property
@@ -69,13 +69,13 @@ FAULT_PID = re.compile(r"\bpid=(\d+)")
 HEAL_POLL_S = 0.2
 
 
-def fault_pid(fault: killer.Fault) -> int | None:
+def fault_pid(fault: chaos.Fault) -> int | None:
     """The pid the fault hit (the local backend names it in the fault's detail)."""
     match = FAULT_PID.search(fault.detail)
     return int(match.group(1)) if match else None
 
 
-def unhealed(faults: list[killer.Fault], registry: LocalServiceRegistry) -> list[killer.Fault]:
+def unhealed(faults: list[chaos.Fault], registry: LocalServiceRegistry) -> list[chaos.Fault]:
     """The faults whose instance was not replaced: the service's registered pid is still the
     one hit (or none is registered). A pause and a later kill of the same paused instance are
     both healed by the one replacement."""
@@ -90,8 +90,8 @@ def unhealed(faults: list[killer.Fault], registry: LocalServiceRegistry) -> list
     return left
 
 
-def wait_for_heals(faults: list[killer.Fault], registry: LocalServiceRegistry,
-                   timeout_s: float) -> list[killer.Fault]:
+def wait_for_heals(faults: list[chaos.Fault], registry: LocalServiceRegistry,
+                   timeout_s: float) -> list[chaos.Fault]:
     """Until every fault's instance was replaced or `timeout_s` passed; the unhealed ones."""
     deadline = time.monotonic() + timeout_s
     while (left := unhealed(faults, registry)) and time.monotonic() < deadline:

@@ -35,16 +35,16 @@ import docker
 from docker.models.containers import Container
 
 from common.cluster_secret import SECRET_ENV
-from scripts.checker_logs import (
+from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
+from scripts.deploy.follow import docker_time
+from scripts.faults.checker_logs import (
     CHECKER_PREFIX,
     DECISION_LINE,
     RESTARTED_LINE,
     LogLine,
     agreed_leader,
 )
-from scripts.compose_follow import docker_time
-from scripts.compose_generator import DEV_FILE, IMAGE_DEFAULT
-from scripts.local.ports import free_ports
+from scripts.launcher.ports import free_ports
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"

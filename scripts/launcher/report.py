@@ -1,41 +1,20 @@
-"""What a run prints about itself: the clients' log lines as they come, each session's outcome
-and timings, kills and restarts, where things are."""
+"""What a run prints about itself at its end: each session's outcome and timings, kills and
+restarts, where things are (the clients' lines as they come: log_tail.py)."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scripts.local import console
-from scripts.local.layout import CHECKER_PREFIX, RunLayout
+from scripts.launcher import console
+from scripts.launcher.layout import CHECKER_PREFIX, RunLayout
 
 if TYPE_CHECKING:
-    from scripts.local.chaos import ChaosThread
-    from scripts.local.sessions import ClientRun
+    from scripts.launcher.chaos import ChaosThread
+    from scripts.launcher.sessions import ClientRun
 
 RESTART_LINE = re.compile(r"RESTARTED service=(\S+)")
-
-
-class LogTail:
-    """Prints the new lines of some log files, prefixed with their service name."""
-
-    def __init__(self, paths: dict[str, Path]) -> None:
-        self.paths = paths
-        self.offsets = dict.fromkeys(paths, 0)
-
-    def print_new(self) -> None:
-        for name, path in self.paths.items():
-            if not path.exists():
-                continue
-            with open(path, "rb") as file:
-                file.seek(self.offsets[name])
-                data = file.read()
-            complete = data[:data.rfind(b"\n") + 1]
-            self.offsets[name] += len(complete)
-            for line in complete.decode(errors="replace").splitlines():
-                console.say(f"[{name}] {line}")
 
 
 def restarts_in_logs(layout: RunLayout) -> Counter:

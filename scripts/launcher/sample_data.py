@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE, generate
-from scripts.local import console
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE, generate
+from scripts.launcher import console
 
 MARKER_FILE = "sample.json"
 

@@ -22,8 +22,8 @@ from common.kaska import Admin
 from common.kaska.errors import KaskaError, TopicAlreadyExistsError
 from common.kaska.retry import RetryPolicy
 from common.session_records import SESSIONS_TOPIC
-from scripts.local.errors import RunLocalError
-from scripts.local.layout import RunLayout, broker_name
+from scripts.launcher.errors import RunLocalError
+from scripts.launcher.layout import RunLayout, broker_name
 
 BROKERS_DEFAULT = 3
 BROKERS_MAX = 9

@@ -30,9 +30,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from scripts.checker_logs import Sighting
-from scripts.killer import ACTION_KILL, ACTION_PAUSE, Fault
-from scripts.victims import LEADER_KIND, service_kind
+from scripts.faults.chaos import ACTION_KILL, ACTION_PAUSE, Fault
+from scripts.faults.checker_logs import Sighting
+from scripts.faults.victims import LEADER_KIND, service_kind
 
 __all__ = ["Heal", "HealStats", "Sighting", "Start", "heal_records", "heal_stats", "kind_of"]
 

@@ -3,7 +3,6 @@ directories), their command lines, reading their outcome, and the wait until all
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -13,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from healthchecker.local_registry import LocalServiceRegistry
-from scripts.local import console
-from scripts.local.report import LogTail
-from scripts.local.sample_data import InputFiles, sample_files
+from scripts.launcher import console
+from scripts.launcher.config import LaunchConfig
+from scripts.launcher.log_tail import LogTail
+from scripts.launcher.sample_data import InputFiles, sample_files
 
 if TYPE_CHECKING:
-    from scripts.local.platform import LocalPlatform
+    from scripts.launcher.platform import LocalPlatform
 
 WATCH_INTERVAL_S = 0.2
 RESULT_FILES = ("summary.json", "q1.csv", "q2.csv", "q3.csv", "q4.csv", "report.html")
@@ -53,7 +53,7 @@ def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSetting
             "--secret-file", str(platform.secret_file)]
 
 
-def plan_clients(args: argparse.Namespace) -> list[ClientRun]:
+def plan_clients(args: LaunchConfig) -> list[ClientRun]:
     """One session per client: one client writes to RESULTS_DIR, several to
     RESULTS_DIR/client-<i>; each gets its own generated sample (seed + i) unless files are
     given. Stale results are removed first."""

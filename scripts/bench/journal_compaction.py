@@ -36,8 +36,8 @@ from pathlib import Path
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch
 from scripts import bench_broker
-from scripts.bench_broker import Child
-from scripts.process_stats import cpu_seconds
+from scripts.bench.broker import Child
+from scripts.bench.process_stats import cpu_seconds
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import REPLICATION_DIR
 from services.broker.replication.quorum_store import (

@@ -20,8 +20,8 @@ from healthchecker.local_registry import (
     kill_process_tree,
     process_start_ticks,
 )
-from scripts.local import console
-from scripts.local.brokers import (
+from scripts.launcher import console
+from scripts.launcher.brokers import (
     BROKERS_DEFAULT,
     bootstrap_list,
     broker_argv,
@@ -29,8 +29,8 @@ from scripts.local.brokers import (
     wait_for_leader,
     wait_until_listening,
 )
-from scripts.local.errors import RunLocalError
-from scripts.local.layout import (
+from scripts.launcher.errors import RunLocalError
+from scripts.launcher.layout import (
     BROKER_PREFIX,
     CHECKER_PREFIX,
     SERVICE_NAME,
@@ -38,7 +38,7 @@ from scripts.local.layout import (
     RunLayout,
     checker_name,
 )
-from scripts.local.ports import free_ports
+from scripts.launcher.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHCHECKERS = 3
@@ -237,6 +237,18 @@ class LocalPlatform:
         for name, (pid, _ticks) in running.items():
             console.say(f"  {name} (pid {pid}) ignored SIGTERM for {stop_timeout_s:g} s: SIGKILL")
             kill_process_tree(pid)
+
+
+def start_platform(platform: LocalPlatform) -> None:
+    """Everything but the clients, in the order each needs the one before: the checkers (so
+    that whatever dies next is restarted), the brokers until they listen and elect, the query
+    service, the status page. Returns before the query service is ready (wait_for_service)."""
+    console.say(f"starting the platform on 127.0.0.1 (logs in {platform.layout.logs_dir})")
+    platform.start_checkers()
+    platform.start_brokers()
+    platform.wait_for_brokers()
+    platform.start_service()
+    platform.start_status()
 
 
 def stop_order(names: list[str]) -> list[list[str]]:

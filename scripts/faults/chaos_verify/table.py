@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from scripts.chaos_verify.heal import Heal, HealStats, heal_stats
-from scripts.killer import ACTION_KILL
-from scripts.victims import KIND_ORDER
+from scripts.faults.chaos import ACTION_KILL
+from scripts.faults.chaos_verify.heal import Heal, HealStats, heal_stats
+from scripts.faults.victims import KIND_ORDER
 
 if TYPE_CHECKING:
-    from scripts.chaos_verify.rounds import RoundResult
+    from scripts.faults.chaos_verify.rounds import RoundResult
 
 
 def seconds(value: float | None) -> str:

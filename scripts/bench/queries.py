@@ -241,7 +241,7 @@ def timed(run) -> tuple[float, dict]:
 
 
 def bench(args: argparse.Namespace) -> dict:
-    from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE, generate
+    from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE, generate
 
     data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"bench-queries-{args.rows}"
     flights_path, airports_path = data_dir / FLIGHTS_FILE, data_dir / AIRPORTS_FILE

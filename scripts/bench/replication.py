@@ -46,7 +46,7 @@ from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
-from scripts.bench_broker import BROKER_TIMEOUT_S, Child, build_batches, measured, produce
+from scripts.bench.broker import BROKER_TIMEOUT_S, Child, build_batches, measured, produce
 
 TOPIC = "bench"
 SETTLE_TIMEOUT_S = 60.0

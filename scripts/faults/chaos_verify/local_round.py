@@ -12,17 +12,16 @@ import uuid
 from pathlib import Path
 
 from healthchecker.local_registry import LocalServiceRegistry, RegistryError
-from scripts import killer
-from scripts.chaos_verify.heal import Sighting, Start
-from scripts.chaos_verify.rounds import RoundError
-from scripts.checker_logs import CHECKER_PREFIX, local_lines, restarted, sightings
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE
-from scripts.local.errors import RunLocalError
-from scripts.local.layout import RunLayout
-from scripts.local.platform import LocalPlatform
-from scripts.local.sample_data import InputFiles
-from scripts.local.sessions import ClientRun, ClientSettings, client_argv, client_outcome
-from scripts.run_local import start_platform
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.faults import backends
+from scripts.faults.chaos_verify.heal import Sighting, Start
+from scripts.faults.chaos_verify.rounds import RoundError
+from scripts.faults.checker_logs import CHECKER_PREFIX, local_lines, restarted, sightings
+from scripts.launcher.errors import RunLocalError
+from scripts.launcher.layout import RunLayout
+from scripts.launcher.platform import LocalPlatform, start_platform
+from scripts.launcher.sample_data import InputFiles
+from scripts.launcher.sessions import ClientRun, ClientSettings, client_argv, client_outcome
 from tests.session_check import SessionData
 
 CLIENT = "client-1"
@@ -117,8 +116,8 @@ class LocalRound:
         raise RoundError(f"{CLIENT} did not start its session in {SESSION_START_TIMEOUT_S:g} s;"
                          f" see {log_path}")
 
-    def backend(self) -> killer.Backend:
-        return killer.LocalBackend(self.layout.registry_dir)
+    def backend(self) -> backends.Backend:
+        return backends.LocalBackend(self.layout.registry_dir)
 
     def session_state(self) -> str | None:
         outcome = client_outcome(self.client, self._platform().registry)
