@@ -33,45 +33,30 @@ when other work shares the machine.
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
-import selectors
 import shutil
-import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
-import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 
 from common.kaska import Admin
-from common.kaska.connection import BrokerConnection, error_from_answer
-from common.kaska.consumer import FETCH_BYTES_MAX_DEFAULT
-from common.kaska.protocol import Api, FetchRequest, ProduceRequest, ProduceResponse
-from common.kaska.protocol.produce import ACKS_ALL
+from common.kaska.connection import BrokerConnection
+from common.kaska.protocol import FetchRequest
 from common.kaska.record_batch import (
-    HEADER_BYTES,
-    RECORD_LENGTH_BYTES,
-    encode_batch,
     iter_batches,
     iter_records,
 )
+from scripts.bench.child import Child, measured, timed
+from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
 
-REPO = Path(__file__).resolve().parents[1]
-READY_TIMEOUT_S = 60.0
 MB = 1_000_000
 TOTAL = struct.Struct(">Q")
 ACK = b"\x01"
 RECV_CHUNK_BYTES = 4 * 1024 * 1024  # recv_into this much at most per call in the ceilings
-PRODUCER_ID = bytes(range(16))
-BROKER_TIMEOUT_S = 120.0
 IN_FLIGHT_DEFAULT = 4  # as a Kafka producer's max.in.flight (5 with idempotence)
 BATCH_BYTES_MAX = 32 * 1024 * 1024  # well inside the broker's default 64 MiB segments
 
@@ -143,73 +128,12 @@ def helper_main(role: str, where: Path) -> int:
     return 0
 
 
-class Child:
-    """A child process that prints `... listening on host:port` once it serves."""
-
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-                                         env={**os.environ, "PYTHONPATH": str(REPO)})
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            ready = selector.select(READY_TIMEOUT_S)
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if "listening on" not in line:
-            self.stop()
-            raise RuntimeError(f"{command[2:4]} did not start: {log_path.read_text()[-2000:]}")
-        host, _, port = line.strip().rsplit(" ", 1)[1].rpartition(":")
-        self.address = (host, int(port))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
-
-
 def helper(role: str, where: Path, log_path: Path) -> Child:
     return Child([sys.executable, "-m", "scripts.bench_broker", "--serve", role,
                   "--where", str(where)], log_path)
 
 
 # -- the rounds ------------------------------------------------------------------------------
-
-
-def build_batches(records: int, record_bytes: int, batch_bytes: int,
-                  producer_id: bytes = PRODUCER_ID) -> list[bytes]:
-    """Idempotent batches of about batch_bytes, holding `records` records of record_bytes."""
-    per_batch = max(1, (batch_bytes - HEADER_BYTES) // (record_bytes + RECORD_LENGTH_BYTES))
-    pool = os.urandom(record_bytes + 251)
-    values = [pool[i % 251:i % 251 + record_bytes] for i in range(per_batch)]
-    batches = []
-    for sequence, start in enumerate(range(0, records, per_batch)):
-        count = min(per_batch, records - start)
-        batches.append(encode_batch(values[:count], producer_id=producer_id, sequence=sequence))
-    return batches
-
-
-def timed(run: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used (clock-tick resolution, ~10 ms)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def measured(server: Child, run: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, the server process's CPU seconds) of one round. CPU time hardly depends
-    on what else the machine runs, so it tells the broker's cost apart from the noise."""
-    before = cpu_s(server.proc.pid)
-    wall_s = timed(run)
-    return wall_s, cpu_s(server.proc.pid) - before
 
 
 def ceiling_in(address: tuple[str, int], batches: list[bytes]) -> None:
@@ -234,27 +158,6 @@ def ceiling_out(address: tuple[str, int], total: int, buffer: bytearray) -> None
             if n == 0:
                 raise ConnectionError("the sendfile source stopped early")
             got += n
-
-
-def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
-            in_flight: int, acks: int = ACKS_ALL) -> None:
-    """Send the batches in order, at most `in_flight` unanswered at a time on the connection
-    (the broker serves a connection's requests one after the other, so order holds)."""
-    pending: deque[Future] = deque()
-    for batch in batches:
-        if len(pending) == in_flight:
-            check_produced(pending.popleft())
-        pending.append(connection.send(Api.PRODUCE, list(
-            ProduceRequest(topic, 0, acks, batch).encode_parts())))
-    while pending:
-        check_produced(pending.popleft())
-
-
-def check_produced(answer: Future) -> None:
-    code, body = answer.result(BROKER_TIMEOUT_S)
-    if code:
-        raise error_from_answer(code, body)
-    assert not ProduceResponse.decode(body).duplicate
 
 
 def consume(connection: BrokerConnection, topic: str, fetch_bytes: int,
@@ -351,55 +254,3 @@ def summarize(args: argparse.Namespace, rounds: dict[str, list[tuple[float, floa
         "server_cpu_s_per_gb": cpu_per_gb,  # broker for produce/consume, helper for ceilings
         "seconds": {name: [round(wall, 4) for wall, _ in runs] for name, runs in rounds.items()},
     }
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_broker",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--record-bytes", type=int, default=100)
-    parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
-    parser.add_argument("--fetch-bytes", type=int, default=FETCH_BYTES_MAX_DEFAULT,
-                        help="max_bytes of each FETCH (default: the Consumer's)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT_DEFAULT,
-                        help="produce requests unanswered at a time (1: the client Producer "
-                             "today)")
-    parser.add_argument("--brokers", type=int, default=1,
-                        help="3 (or any odd N > 1): produce to a replicated cluster, acks=all and "
-                             "acks=1, side by side with a lone broker (scripts/bench_replication)")
-    parser.add_argument("--serve", choices=("mmap-sink", "sendfile-source"),
-                        help=argparse.SUPPRESS)  # the helper processes
-    parser.add_argument("--where", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve is None and (args.records < 1 or args.record_bytes < 0
-                               or args.batch_bytes < 1 or args.repeats < 1
-                               or args.fetch_bytes < 1 or args.in_flight < 1):
-        parser.error("records, batch bytes, fetch bytes, in-flight and repeats must be "
-                     "positive")
-    if args.brokers < 1 or args.brokers % 2 == 0:
-        parser.error("--brokers must be odd and positive")
-    if args.batch_bytes > BATCH_BYTES_MAX:
-        parser.error(f"--batch-bytes above {BATCH_BYTES_MAX}: a batch must fit a broker segment")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.serve is not None:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        return helper_main(args.serve, args.where)
-    if args.brokers > 1:
-        from scripts import bench_replication  # it imports this module: only when asked
-
-        return bench_replication.main([
-            "--brokers", str(args.brokers), "--records", str(args.records),
-            "--record-bytes", str(args.record_bytes), "--batch-bytes", str(args.batch_bytes),
-            "--in-flight", str(args.in_flight), "--repeats", str(args.repeats),
-            "--failovers", "0"])
-    print(json.dumps(run(args)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,9 +23,7 @@ trailing newline matches none of them.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -35,23 +33,12 @@ import duckdb
 
 from common.result_csv import QUERY_HEADERS, csv_text, format_row
 
-FLIGHTS_FILE = "itineraries.csv"
-AIRPORTS_FILE = "airports.csv"
-FLIGHT_COLUMNS = (
-    "legId",
-    "startingAirport",
-    "destinationAirport",
-    "travelDuration",
-    "totalFare",
-    "totalTravelDistance",
-    "segmentsArrivalAirportCode",
-)
-AIRPORT_COLUMNS = ("Airport Code", "Latitude", "Longitude")
-# Validity rules in QUERIES.md order; a row counts under the first one it fails.
-INVALID_KINDS = ("empty_leg_id", "bad_airport_code", "bad_duration", "bad_fare", "empty_segments")
+# The columns, the validity rules' names and the earth's radius are the query service's own:
+# DuckDB answers the same queries over the same inputs.
+from spark.queries import AIRPORT_COLUMNS, EARTH_RADIUS_MILES, FLIGHT_COLUMNS, INVALID_KINDS
+
 QUERIES = ("q1", "q2", "q3", "q4")
 
-EARTH_RADIUS_MILES = 3958.8
 DEFAULT_THREADS = 2
 DEFAULT_REPEATS = 1
 
@@ -395,33 +382,3 @@ def summary(runs: list[DuckdbRun], threads: int) -> dict:
         "q2_skipped": last.q2_skipped,
         "mean_fare": last.mean_fare,
     }
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_duckdb",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, required=True,
-                        help=f"directory holding {FLIGHTS_FILE} and {AIRPORTS_FILE}")
-    parser.add_argument("--threads", type=_at_least_one, default=DEFAULT_THREADS,
-                        help=f"DuckDB worker threads (default {DEFAULT_THREADS})")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write q1.csv ... q4.csv here (every run; timed as 'write')")
-    parser.add_argument("--repeats", type=_at_least_one, default=DEFAULT_REPEATS,
-                        help=f"runs to take the median of (default {DEFAULT_REPEATS})")
-    args = parser.parse_args(argv)
-    flights, airports = args.data_dir / FLIGHTS_FILE, args.data_dir / AIRPORTS_FILE
-    runs = [duckdb_queries(flights, airports, args.threads, args.out)
-            for _ in range(args.repeats)]
-    print(json.dumps(summary(runs, args.threads)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,8 +22,6 @@ Prints one JSON line (medians, and every trial). Every broker is a child process
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import shutil
@@ -35,8 +33,8 @@ from pathlib import Path
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch
-from scripts import bench_broker
-from scripts.bench.broker import Child
+from scripts.bench import child as bench_child
+from scripts.bench.child import Child
 from scripts.bench.process_stats import cpu_seconds
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import REPLICATION_DIR
@@ -128,26 +126,23 @@ def median(trials: list[dict], key: str) -> float:
     return statistics.median(trial[key] for trial in trials)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--entries", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--journal-entries-max", type=int, default=100_000,
-                        help="the compacting broker's bound (the broker's default)")
-    args = parser.parse_args()
-    bench_broker.READY_TIMEOUT_S = START_TIMEOUT_S
+def bench(entries: int, repeats: int, journal_entries_max: int) -> dict:
+    """Start times and memory of a broker replaying a journal of `entries` entries, unbounded
+    and then compacted below `journal_entries_max`, `repeats` trials each, as one dict; the
+    data directory is gone when it returns."""
+    bench_child.READY_TIMEOUT_S = START_TIMEOUT_S
     root = Path(tempfile.mkdtemp(prefix="bench-journal-"))
     try:
         data_dir = root / "data"
         began = time.perf_counter()
-        build(data_dir, args.entries)
+        build(data_dir, entries)
         built_s = time.perf_counter() - began
         log_path = root / "broker.log"
-        unbounded = ["--journal-entries-max", str(10 * args.entries),
+        unbounded = ["--journal-entries-max", str(10 * entries),
                      "--journal-bytes-max", str(1 << 40)]
         shape_before = journal_shape(data_dir)
-        before = [trial(data_dir, log_path, unbounded) for _ in range(args.repeats)]
-        bounded = ["--journal-entries-max", str(args.journal_entries_max)]
+        before = [trial(data_dir, log_path, unbounded) for _ in range(repeats)]
+        bounded = ["--journal-entries-max", str(journal_entries_max)]
         child, _ = start(data_dir, log_path, bounded)
         try:
             deadline = time.monotonic() + COMPACTION_TIMEOUT_S
@@ -158,9 +153,9 @@ def main() -> None:
         finally:
             child.stop()
         shape_after = journal_shape(data_dir)
-        after = [trial(data_dir, log_path, bounded) for _ in range(args.repeats)]
-        print(json.dumps({
-            "entries": args.entries, "build_s": round(built_s, 1),
+        after = [trial(data_dir, log_path, bounded) for _ in range(repeats)]
+        return {
+            "entries": entries, "build_s": round(built_s, 1),
             "journal_before": shape_before, "journal_after": shape_after,
             "before": {"start_s": median(before, "start_s"),
                        "start_cpu_s": median(before, "start_cpu_s"),
@@ -170,10 +165,7 @@ def main() -> None:
                       "start_cpu_s": median(after, "start_cpu_s"),
                       "rss_mib": median(after, "rss_mib"),
                       "peak_rss_mib": median(after, "peak_rss_mib"), "trials": after},
-            "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}))
+            "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    main()

@@ -309,39 +309,3 @@ def bench(args: argparse.Namespace) -> dict:
     _check_counts(result)
     result["ratios"] = ratios(result)
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_pipeline",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=ROWS_DEFAULT)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--invalid-rate", type=float, default=0.01)
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="input files (itineraries.csv, airports.csv; generated if absent)")
-    parser.add_argument("--work-dir", type=Path, default=None)
-    parser.add_argument("--warm-sessions", type=int, default=1)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--skip-spark-csv", action="store_true")
-    parser.add_argument("--skip-duckdb", action="store_true")
-    parser.add_argument("--topics-gone-timeout-s", type=float,
-                        default=TOPICS_GONE_TIMEOUT_S_DEFAULT)
-    parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if args.spark_csv_child:
-        print(json.dumps(spark_csv_child(args.flights, args.airports, args.master)))
-        return 0
-    if args.rows < 1 or args.warm_sessions < 0:
-        parser.error("--rows must be >= 1 and --warm-sessions >= 0")
-    result = bench(args)
-    print_table(result)
-    print(json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

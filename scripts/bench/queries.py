@@ -54,7 +54,7 @@ SLICE_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
 AIRPORTS_NULL_TEXT = "\\N"
 BROKER_READY_TIMEOUT_S = 60.0
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- loading a session, as a client does ------------------------------------------------------
@@ -275,28 +275,3 @@ def bench(args: argparse.Namespace) -> dict:
             "master": args.master, "load_s": round(loaded.seconds, 2), "csv_s": csv_s,
             "kaska_s": kaska_s, "kaska_over_csv": round(kaska_s / csv_s, 3), "runs": runs,
             "result_rows": counts["csv"]}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_queries",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--invalid-rate", type=float, default=0.01)
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--slice-rows", type=int, default=SLICE_ROWS_DEFAULT)
-    parser.add_argument("--partitions", type=int, default=PARTITIONS_DEFAULT)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmups", type=int, default=1, help="untimed runs of each path first")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    print(json.dumps(bench(args)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

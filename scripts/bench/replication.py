@@ -8,7 +8,7 @@ this machine, and beside them a second three-broker cluster started with
 `--replication-fsync entry` (acks=all; the others run the default, `none`: docs/replication.md);
 `repeats` rounds interleave them (single, cluster all, cluster one, cluster all fsync entry,
 ...) so the machine's noise is shared, each round producing the same pre-encoded idempotent
-batches (see scripts/bench_broker.py) with up to `--in-flight` requests unanswered. The ratios
+batches (see scripts/bench/produce.py) with up to `--in-flight` requests unanswered. The ratios
 that matter are `cluster_acks_all_vs_single` = single round time / cluster round time, and
 `fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
 cluster (the share of throughput the fsync policy keeps), medians over rounds.
@@ -25,8 +25,6 @@ Prints one JSON line. Every broker is a child process on 127.0.0.1 with a tempor
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import signal
 import socket
@@ -34,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.cluster_secret import write_secret_file
@@ -46,10 +45,25 @@ from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
-from scripts.bench.broker import BROKER_TIMEOUT_S, Child, build_batches, measured, produce
+from scripts.bench.child import Child, measured
+from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
 
 TOPIC = "bench"
 SETTLE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ReplicationSettings:
+    """One run: the cluster size (odd, >= 3), the throughput rounds (`repeats` of `records`
+    records; 0 repeats: none) and the failover trials (0: none)."""
+
+    brokers: int = 3
+    records: int = 1_000_000
+    record_bytes: int = 100
+    batch_bytes: int = 1024 * 1024
+    in_flight: int = 4
+    repeats: int = 5
+    failovers: int = 20
 
 
 def free_ports(count: int) -> list[int]:
@@ -165,7 +179,7 @@ def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int
         connection.close()
 
 
-def throughput(work: Path, args: argparse.Namespace) -> dict:
+def throughput(work: Path, args: ReplicationSettings) -> dict:
     single = LocalCluster(work, 1, "single")
     cluster = LocalCluster(work, args.brokers, "cluster")
     synced = LocalCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
@@ -279,37 +293,17 @@ def failover(work: Path, trials: int, brokers: int) -> dict:
     return result
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_replication",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--brokers", type=int, default=3, help="cluster size (odd)")
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--record-bytes", type=int, default=100)
-    parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
-    parser.add_argument("--in-flight", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--failovers", type=int, default=20)
-    args = parser.parse_args(argv)
-    if args.brokers < 3 or args.brokers % 2 == 0:
-        parser.error("--brokers must be odd and at least 3")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def bench(settings: ReplicationSettings) -> dict:
+    """The throughput rounds and the failover trials the settings ask for, as one JSON-ready
+    dict; every broker and its data directory are gone when it returns."""
     work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     try:
-        result = {"brokers": args.brokers, "records": args.records,
-                  "record_bytes": args.record_bytes, "repeats": args.repeats}
-        if args.repeats:
-            result |= throughput(work, args)
-        if args.failovers:
-            result |= failover(work, args.failovers, args.brokers)
+        result = {"brokers": settings.brokers, "records": settings.records,
+                  "record_bytes": settings.record_bytes, "repeats": settings.repeats}
+        if settings.repeats:
+            result |= throughput(work, settings)
+        if settings.failovers:
+            result |= failover(work, settings.failovers, settings.brokers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return result

@@ -17,6 +17,7 @@ import pytest
 
 from scripts import generate_data
 from scripts.datagen import catalog, csv_text, invalid
+from scripts.datagen import generate as generate_module
 from scripts.datagen.csv_text import iso_duration, quote_needed
 from scripts.datagen.generate import GenerationReport, GeneratorArgumentError, generate
 
@@ -171,7 +172,7 @@ def test_airline_names_with_commas_are_quoted_and_nothing_else_is(sample):
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, monkeypatch):
     # Small chunks so that several chunks run concurrently in the thread pool.
-    monkeypatch.setattr(generate_data, "CHUNK_ROWS", 700)
+    monkeypatch.setattr(generate_module, "CHUNK_ROWS", 700)
     first = generate(tmp_path / "a", 5000, seed=11, invalid_rate=0.01)
     second = generate(tmp_path / "b", 5000, seed=11, invalid_rate=0.01)
     other = generate(tmp_path / "c", 5000, seed=12, invalid_rate=0.01)

@@ -1,0 +1,78 @@
+"""The pipeline against Spark and DuckDB reading the CSV themselves, side by side in one run.
+
+    python -m scripts.bench_pipeline [--rows 2000000] [--seed 1] [--invalid-rate 0.01]
+        [--data-dir DIR] [--work-dir DIR] [--warm-sessions 1] [--master local[2]]
+        [--skip-spark-csv] [--skip-duckdb] [--topics-gone-timeout-s 120]
+
+On one machine, one after the other (so each has the machine to itself):
+1. **pipeline**: the embedded default (`scripts.run_local`'s platform: three health checkers,
+   three brokers, the query service on `--master`), started and ready; then the real client
+   (`python -m client`, default settings) runs one session on the fresh query service (its
+   first session) and `--warm-sessions` more on the now warm one, each waiting for the last.
+   Per session, from the client's own summary: upload (open to SessionEnded), query phase
+   (SessionEnded to the last result), total; the CPU seconds and peak RSS of the client; the
+   brokers' disk use before, at the end of the session, and once the finished session's
+   topics are gone (the query service deletes them after the client acknowledged its
+   results). The platform's processes (brokers, query service with its JVM and Python
+   workers, checkers): CPU seconds per session and peak RSS at the end.
+2. **spark-csv**: a fresh Spark application (`local[2]` unless `--master`), started in a child
+   process, reads both CSV files and computes Q1-Q4 with `spark.queries` (every row collected
+   and formatted, as the service does): its start and its first queries, timed apart.
+3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
+Every result count must agree (pipeline sessions, spark-csv, duckdb), or the run fails.
+
+Prints a table and one JSON line (`"bench": "pipeline"`); ratios: a session's total over
+spark-csv's first queries and over DuckDB's load + queries, and upload rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from scripts.bench.pipeline import (
+    ROWS_DEFAULT,
+    TOPICS_GONE_TIMEOUT_S_DEFAULT,
+    bench,
+    print_table,
+    spark_csv_child,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_pipeline",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=ROWS_DEFAULT)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--invalid-rate", type=float, default=0.01)
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="input files (itineraries.csv, airports.csv; generated if absent)")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--warm-sessions", type=int, default=1)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--skip-spark-csv", action="store_true")
+    parser.add_argument("--skip-duckdb", action="store_true")
+    parser.add_argument("--topics-gone-timeout-s", type=float,
+                        default=TOPICS_GONE_TIMEOUT_S_DEFAULT)
+    parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.spark_csv_child:
+        print(json.dumps(spark_csv_child(args.flights, args.airports, args.master)))
+        return 0
+    if args.rows < 1 or args.warm_sessions < 0:
+        parser.error("--rows must be >= 1 and --warm-sessions >= 0")
+    result = bench(args)
+    print_table(result)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Replication's price and its failover time, measured side by side in one run.
+
+    python -m scripts.bench_replication [--records N] [--record-bytes B] [--repeats 5]
+        [--failovers 20]
+
+Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
+this machine, and beside them a second three-broker cluster started with
+`--replication-fsync entry` (acks=all; the others run the default, `none`: docs/replication.md);
+`repeats` rounds interleave them (single, cluster all, cluster one, cluster all fsync entry,
+...) so the machine's noise is shared, each round producing the same pre-encoded idempotent
+batches (see scripts/bench/produce.py) with up to `--in-flight` requests unanswered. The ratios
+that matter are `cluster_acks_all_vs_single` = single round time / cluster round time, and
+`fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
+cluster (the share of throughput the fsync policy keeps), medians over rounds.
+
+Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, or frozen
+with SIGSTOP, between two small batches (acks=all) of a client with the default settings (30 s
+request timeout, default retries) that knows the bootstrap list; the time from the fault to
+the next batch acknowledged (necessarily by a new leader) is one trial -- the longest stall a
+produce sees. The killed broker is restarted, the frozen one thawed, and the cluster settles
+before the next trial. Median and max reported per fault.
+
+Prints one JSON line. Every broker is a child process on 127.0.0.1 with a temporary data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scripts.bench.replication import ReplicationSettings, bench
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_replication",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", type=int, default=3, help="cluster size (odd)")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--failovers", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.brokers < 3 or args.brokers % 2 == 0:
+        parser.error("--brokers must be odd and at least 3")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(json.dumps(bench(ReplicationSettings(**vars(args)))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
