@@ -28,31 +28,25 @@ Exit status 0 only if every round's results are exact and every fault healed.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
+from scripts.faults.chaos_verify.campaign import RoundTarget, run_rounds, write_json
 from scripts.faults.chaos_verify.rounds import (
     ChaosVerifyConfigError,
-    RoundDriver,
     RoundOptions,
-    RoundResult,
-    run_round,
 )
-from scripts.faults.chaos_verify.table import fault_lines, kind_table, round_table
+from scripts.faults.chaos_verify.table import kind_table, round_table
 from scripts.faults.victims import PICKERS
-from tests.session_check import SessionData, prepare_session_data
+from tests.session_check import prepare_session_data
 
 ROUNDS_MAX = 1000
 ROWS_DEFAULT = 50_000
 DATA_SEED_DEFAULT = 11
 INVALID_RATE_DEFAULT = 0.02
 WORK_DIR_DEFAULT = Path("results/chaos-verify")
-DIAGNOSTIC_TAIL_LINES = 40
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,71 +99,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RoundOptions
     return args, options
 
 
-def fresh_round_dir(work_dir: Path, number: int) -> Path:
-    """The round's directory, emptied: a client that finds its resume state from an earlier run
-    there resumes that session against fresh brokers that never saw it, and waits forever."""
-    directory = work_dir / f"round-{number}"
-    shutil.rmtree(directory, ignore_errors=True)
-    return directory
-
-
-def compose_round(args: argparse.Namespace, data: SessionData, options: RoundOptions,
-                  number: int) -> RoundResult:
-    """One round on a fresh Compose project, always taken down (its log tails printed when the
-    round failed)."""
-    from scripts.deploy.deployment import ComposeDeployment, DeploymentError
-    from scripts.faults.chaos_verify.compose_round import ComposeRound
-
-    deployment = ComposeDeployment(data.directory, fresh_round_dir(args.work_dir, number),
-                                   compose_file=args.compose_file, image=args.image,
-                                   project_prefix="flights-chaos")
-    try:
-        result = run_round(ComposeRound(deployment), data, options, number)
-        if not result.passed:
-            print(deployment.diagnostics(tail_lines=DIAGNOSTIC_TAIL_LINES), flush=True)
-        return result
-    finally:
-        try:
-            deployment.down()
-        except DeploymentError as error:
-            print(f"round {number}: could not take {deployment.project} down: {error}",
-                  flush=True)
-
-
-def local_round(args: argparse.Namespace, data: SessionData, options: RoundOptions,
-                number: int) -> RoundResult:
-    from scripts.faults.chaos_verify.local_round import LocalRound
-
-    driver: RoundDriver = LocalRound(fresh_round_dir(args.work_dir, number), data)
-    return run_round(driver, data, options, number)
-
-
-def print_round(result: RoundResult) -> None:
-    verdict = "passed" if result.passed else "FAILED"
-    print(f"\nround {result.number} ({result.label}): {verdict}", flush=True)
-    for line in fault_lines(result.heals):
-        print(line)
-    if result.error:
-        print(f"  error: {result.error}")
-    for problem in result.problems:
-        print(f"  not exact: {problem}")
-    sys.stdout.flush()
-
-
-def write_json(path: Path, results: list[RoundResult]) -> None:
-    rounds = []
-    for result in results:
-        heals = [{**asdict(heal.fault), "kind": heal.kind, "running_s": heal.running_s,
-                  "serving_s": heal.serving_s, "healed": heal.healed, "shared": heal.shared}
-                 for heal in result.heals]
-        rounds.append({"round": result.number, "label": result.label, "exact": result.exact,
-                       "error": result.error, "problems": result.problems,
-                       "session_s": result.session_s, "restarts": result.restarts,
-                       "faults": heals})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rounds, indent=1))
-
-
 def main(argv: list[str] | None = None) -> int:
     args, options = parse_args(argv)
     started = time.monotonic()
@@ -180,11 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_session_data(args.work_dir / "data-clean", args.work_dir / "data",
                                 args.rows, args.data_seed, args.invalid_rate)
     print(f"data: {args.rows:,} rows with malformed ones in {data.directory}", flush=True)
-    run_one = local_round if args.local else compose_round
-    results = []
-    for number in range(1, args.rounds + 1):
-        results.append(run_one(args, data, options, number))
-        print_round(results[-1])
+    target = RoundTarget(args.work_dir, args.local, args.compose_file, args.image)
+    results = run_rounds(target, data, options, args.rounds)
     print(f"\n{len(results)} round(s) in {time.monotonic() - started:.0f} s\n")
     print("\n".join(round_table(results)))
     print()

@@ -7,7 +7,9 @@ The parts:
     rounds         one round whatever the deployment (RoundOptions, RoundResult, run_round)
     compose_round  the round driver of a Compose deployment
     local_round    the round driver of run_local's processes
-    __main__       the command line
+    campaign       a run's rounds one after the other on one target (RoundTarget, run_rounds)
+
+The command line is scripts/chaos_verify.py.
 
 It imports the tests' reference (tests/reference_queries.py via tests/session_check.py), so it
 runs from the repository root, as every `python -m scripts...` does.

@@ -113,7 +113,7 @@ def test_a_round_without_faults_fails(tmp_path):
 
 
 def test_each_round_starts_from_an_empty_directory_no_stale_client_state(tmp_path):
-    from scripts.chaos_verify import fresh_round_dir
+    from scripts.faults.chaos_verify.campaign import fresh_round_dir
 
     stale = tmp_path / "round-1" / "client-1" / "state"
     stale.mkdir(parents=True)
