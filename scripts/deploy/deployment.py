@@ -28,7 +28,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -39,10 +38,12 @@ from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
 from scripts.deploy.follow import docker_time
 from scripts.faults.checker_logs import (
     CHECKER_PREFIX,
-    DECISION_LINE,
-    RESTARTED_LINE,
+    CheckerHistory,
     LogLine,
-    agreed_leader,
+    Restart,
+    RestartDecision,
+    checker_history,
+    leader_of,
 )
 from scripts.launcher.ports import free_ports
 
@@ -51,20 +52,11 @@ SERVICE_LABEL = "com.docker.compose.service"
 COMPOSE_TIMEOUT_S = 600
 POLL_S = 0.5
 EVENTS_JOIN_S = 5.0
-DECISION_CAUSE = re.compile(r"\bcause=(.*)$")  # the rest of a RESTART decision line
 
 
 class DeploymentError(Exception):
     """The deployment did not reach the state a caller waits for (the message carries the
     evidence)."""
-
-
-@dataclass(frozen=True)
-class Restart:
-    at: float
-    service: str
-    action: str
-    by: str  # the health checker that logged it
 
 
 class ComposeDeployment:
@@ -186,43 +178,34 @@ class ComposeDeployment:
     def checkers(self) -> list[str]:
         return sorted(name for name in self.containers() if name.startswith(CHECKER_PREFIX))
 
+    def checker_histories(self, running_only: bool = False) -> list[CheckerHistory]:
+        """Each health checker's history as its log tells it (scripts/faults/checker_logs.py);
+        with `running_only`, of the running checkers only."""
+        return [checker_history(checker, self.log_lines(checker)) for checker in self.checkers()
+                if not running_only or self.container(checker).status == "running"]
+
     def restarts(self) -> list[Restart]:
         """Every restart any health checker logged (`RESTARTED service=... action=...`)."""
-        found = []
-        for checker in self.checkers():
-            for line in self.log_lines(checker):
-                match = RESTARTED_LINE.search(line.text)
-                if match:
-                    found.append(Restart(line.at, match.group(1), match.group(2), checker))
-        return sorted(found, key=lambda restart: restart.at)
+        return sorted((restart for history in self.checker_histories()
+                       for restart in history.restarts), key=lambda restart: restart.at)
 
     def restart_decisions(self) -> list[tuple[float, str]]:
         """(when, service) of every `RESTART service=...` decision a health checker logged."""
-        found = []
-        for checker in self.checkers():
-            for line in self.log_lines(checker):
-                match = DECISION_LINE.search(line.text)
-                if match:
-                    found.append((line.at, match.group(1)))
-        return sorted(found)
+        return sorted((decision.at, decision.service) for decision in self._decisions())
 
     def restart_causes(self) -> list[tuple[float, str, str]]:
         """(when, service, cause) of every restart decision a health checker logged."""
-        found = []
-        for checker in self.checkers():
-            for line in self.log_lines(checker):
-                match = DECISION_LINE.search(line.text)
-                cause = DECISION_CAUSE.search(line.text)
-                if match:
-                    found.append((line.at, match.group(1), cause.group(1) if cause else ""))
-        return sorted(found)
+        return sorted((decision.at, decision.service, decision.cause)
+                      for decision in self._decisions())
+
+    def _decisions(self) -> list[RestartDecision]:
+        return [decision for history in self.checker_histories()
+                for decision in history.decisions]
 
     def leader(self) -> str | None:
         """The health checker every running checker last named as leader, or None."""
-        lines_by_checker = {
-            checker: [line.text for line in self.log_lines(checker)]
-            for checker in self.checkers() if self.container(checker).status == "running"}
-        return agreed_leader(lines_by_checker) if lines_by_checker else None
+        histories = self.checker_histories(running_only=True)
+        return leader_of(histories) if histories else None
 
     # --- waiting ----------------------------------------------------------------------------
     def wait_for(self, what: str, condition: Callable[[], object], timeout_s: float) -> object:

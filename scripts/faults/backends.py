@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from scripts.faults.checker_logs import CHECKER_PREFIX, agreed_leader
+from scripts.faults.checker_logs import CHECKER_PREFIX, checker_history, leader_of, untimed_lines
 
 # Programs that run as a container's PID 1 and merely forward signals to the service: SIGSTOP
 # stops them, not the service (a stopped process cannot forward anything).
@@ -100,7 +100,7 @@ class LocalBackend:
     def leader(self) -> str | None:
         from healthchecker.local_registry import RegistryError
 
-        lines_by_checker = {}
+        histories = []
         for name in self.registry.names():
             if not name.startswith(CHECKER_PREFIX):
                 continue
@@ -111,10 +111,11 @@ class LocalBackend:
             except RegistryError:
                 return None  # a registry being rewritten: no claim either way
             try:
-                lines_by_checker[name] = Path(log_file).read_text(errors="replace").splitlines()
+                text = Path(log_file).read_text(errors="replace")
             except OSError:
                 return None  # no log (yet): it has not said whom it follows
-        return agreed_leader(lines_by_checker) if lines_by_checker else None
+            histories.append(checker_history(name, untimed_lines(text)))
+        return leader_of(histories) if histories else None
 
 
 def runs_under_init(container) -> bool:
@@ -194,7 +195,7 @@ class DockerBackend:
 
         from healthchecker.restarter_docker import service_name
 
-        lines_by_checker = {}
+        histories = []
         for container in self._running_containers().values():
             name = service_name(container)
             if not name.startswith(CHECKER_PREFIX) or container.status != "running":
@@ -203,8 +204,8 @@ class DockerBackend:
                 logs = container.logs()
             except APIError:
                 return None  # removed meanwhile: no claim either way
-            lines_by_checker[name] = logs.decode(errors="replace").splitlines()
-        return agreed_leader(lines_by_checker) if lines_by_checker else None
+            histories.append(checker_history(name, untimed_lines(logs.decode(errors="replace"))))
+        return leader_of(histories) if histories else None
 
 
 class SpareLastBackend:

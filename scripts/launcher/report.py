@@ -3,10 +3,10 @@ restarts, where things are (the clients' lines as they come: log_tail.py)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from scripts.faults.checker_logs import checker_history, untimed_lines
 from scripts.launcher import console
 from scripts.launcher.layout import CHECKER_PREFIX, RunLayout
 
@@ -14,14 +14,12 @@ if TYPE_CHECKING:
     from scripts.launcher.chaos import ChaosThread
     from scripts.launcher.sessions import ClientRun
 
-RESTART_LINE = re.compile(r"RESTARTED service=(\S+)")
-
-
 def restarts_in_logs(layout: RunLayout) -> Counter:
     """Service name → restarts the health checkers logged (`RESTARTED service=...`)."""
     restarts: Counter = Counter()
     for path in sorted(layout.logs_dir.glob(f"{CHECKER_PREFIX}*.log")):
-        restarts.update(RESTART_LINE.findall(path.read_text(errors="replace")))
+        history = checker_history(path.stem, untimed_lines(path.read_text(errors="replace")))
+        restarts.update(restart.service for restart in history.restarts)
     return restarts
 
 

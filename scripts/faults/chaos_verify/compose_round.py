@@ -19,7 +19,6 @@ from scripts.deploy.deployment import (
 from scripts.faults import backends
 from scripts.faults.chaos_verify.heal import Sighting, Start
 from scripts.faults.chaos_verify.rounds import RoundError
-from scripts.faults.checker_logs import restarted, sightings
 
 CLIENT = "client-1"
 START_TIMEOUT_S = 300.0  # `up` returns once the brokers and Spark answer; then the client starts
@@ -74,16 +73,13 @@ class ComposeRound:
                 and SERVICE_LABEL in event.get("Actor", {}).get("Attributes", {})]
 
     def sightings(self) -> list[Sighting]:
-        found = []
-        for checker in self.deployment.checkers():
-            found += sightings(checker, self.deployment.log_lines(checker))
-        return found
+        return [sighting for history in self.deployment.checker_histories()
+                for sighting in history.sightings]
 
     def restarts(self) -> list[tuple[float, str]]:
-        found = []
-        for checker in self.deployment.checkers():
-            found += restarted(self.deployment.log_lines(checker))
-        return sorted(found)
+        return sorted((restart.at, restart.service)
+                      for history in self.deployment.checker_histories()
+                      for restart in history.restarts)
 
     def close(self) -> None:
         if self._events is not None:

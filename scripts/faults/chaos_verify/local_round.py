@@ -16,7 +16,12 @@ from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.faults import backends
 from scripts.faults.chaos_verify.heal import Sighting, Start
 from scripts.faults.chaos_verify.rounds import RoundError
-from scripts.faults.checker_logs import CHECKER_PREFIX, local_lines, restarted, sightings
+from scripts.faults.checker_logs import (
+    CHECKER_PREFIX,
+    CheckerHistory,
+    checker_history,
+    local_lines,
+)
 from scripts.launcher.errors import RunLocalError
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.platform import LocalPlatform, start_platform
@@ -130,20 +135,18 @@ class LocalRound:
             raise RoundError("no pids watched: the round never started")
         return list(self.watcher.starts)
 
-    def _checker_lines(self):
+    def _histories(self) -> list[CheckerHistory]:
         reference = time.time()
-        for path in sorted(self.layout.logs_dir.glob(f"{CHECKER_PREFIX}*.log")):
-            yield path.stem, local_lines(path.read_text(errors="replace"), reference)
+        return [checker_history(path.stem, local_lines(path.read_text(errors="replace"),
+                                                       reference))
+                for path in sorted(self.layout.logs_dir.glob(f"{CHECKER_PREFIX}*.log"))]
 
     def sightings(self) -> list[Sighting]:
-        found = []
-        for checker, lines in self._checker_lines():
-            found += sightings(checker, lines)
-        return found
+        return [sighting for history in self._histories() for sighting in history.sightings]
 
     def restarts(self) -> list[tuple[float, str]]:
-        return sorted(found for _checker, lines in self._checker_lines()
-                      for found in restarted(lines))
+        return sorted((restart.at, restart.service) for history in self._histories()
+                      for restart in history.restarts)
 
     def _platform(self) -> LocalPlatform:
         if self.platform is None:
