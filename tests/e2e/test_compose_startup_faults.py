@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from scripts.faults import backends, chaos
+from scripts.faults import chaos as killer
+from scripts.faults.backends import DockerBackend
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -42,17 +43,17 @@ ONE_SHOT = {"datagen", CLIENT}  # not restarted when they exit: the data generat
 def test_up_with_the_killer_from_the_first_second_succeeds_heals_and_stays_exact(
         deployment, e2e_data):
     seed = int(os.environ.get("KASKA_STARTUP_CHAOS_SEED", random.randrange(1 << 30)))
-    faults: list[chaos.Fault] = []
+    faults: list[killer.Fault] = []
     up_done = threading.Event()
     returned_at: list[float] = []
     out = io.StringIO()
 
     def fire() -> None:
-        backend = backends.DockerBackend(deployment.project)
+        backend = DockerBackend(deployment.project)
         while not up_done.is_set() and not [
-                name for name in backend.running() if not chaos.is_excluded(name, SPARED)]:
+                name for name in backend.running() if not killer.is_excluded(name, SPARED)]:
             time.sleep(FIRST_CONTAINER_POLL_S)  # the first fault as soon as there is a victim
-        chaos.chaos(backend, INTERVAL_S, FIRE_S_MAX, excludes=SPARED,
+        killer.chaos(backend, INTERVAL_S, FIRE_S_MAX, excludes=SPARED,
                      rng=random.Random(seed), out=out, faults=faults,
                      stop_when=lambda _faults: up_done.is_set()
                      and time.time() > returned_at[0] + FIRE_AFTER_UP_S)

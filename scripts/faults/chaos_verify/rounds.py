@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from scripts.faults import backends, chaos
+from scripts.faults.backends import Backend, KillError
+from scripts.faults.chaos import ChaosThread, Fault, chaos_config_error
 from scripts.faults.chaos_verify.heal import Heal, Sighting, Start, heal_records
 from scripts.faults.victims import PICKERS
 from tests.session_check import SessionData, session_problems
@@ -48,7 +49,7 @@ class RoundOptions:
     heal_wait_s: float = 120.0  # after the chaos loop, for the last faults to heal
 
     def __post_init__(self) -> None:
-        problem = chaos.chaos_config_error(self.interval_s, self.chaos_duration_s,
+        problem = chaos_config_error(self.interval_s, self.chaos_duration_s,
                                             self.pause_ratio)
         if problem is not None:
             raise ChaosVerifyConfigError(problem)
@@ -73,7 +74,7 @@ class RoundDriver(Protocol):
     def start(self) -> None:
         """The platform up, its client's session under way; raises RoundError."""
 
-    def backend(self) -> backends.Backend:
+    def backend(self) -> Backend:
         """What the chaos loop hits: every service of this deployment."""
 
     def session_state(self) -> str | None:
@@ -141,11 +142,11 @@ def wait_for_session(driver: RoundDriver, timeout_s: float) -> float:
     raise RoundError(f"the session did not complete in {timeout_s:g} s")
 
 
-def current_heals(driver: RoundDriver, faults: Sequence[chaos.Fault]) -> list[Heal]:
+def current_heals(driver: RoundDriver, faults: Sequence[Fault]) -> list[Heal]:
     return heal_records(faults, driver.starts(), driver.sightings())
 
 
-def wait_for_heals(driver: RoundDriver, faults: Sequence[chaos.Fault],
+def wait_for_heals(driver: RoundDriver, faults: Sequence[Fault],
                    timeout_s: float) -> list[Heal]:
     """The heal records once every fault healed, or as they stand after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -169,7 +170,7 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
         backend = driver.backend()
         session_over = threading.Event()
         rng = random.Random(None if options.seed is None else options.seed + number)
-        chaos = chaos.ChaosThread(
+        chaos = ChaosThread(
             backend, options.interval_s, options.chaos_duration_s, rng, out,
             pause_ratio=options.pause_ratio, picker=PICKERS[options.victims](),
             leader=backend.leader,
@@ -191,7 +192,7 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
             raise RoundError("no fault took: a round without faults proves nothing")
         result.heals = wait_for_heals(driver, chaos.faults, options.heal_wait_s)
         result.problems = session_problems(driver.results_dir, data)
-    except (RoundError, backends.KillError, OSError, *driver.errors) as error:
+    except (RoundError, KillError, OSError, *driver.errors) as error:
         result.error = f"{type(error).__name__}: {error}"
     finally:
         if chaos is not None:
@@ -202,7 +203,7 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
     return result
 
 
-def _heals_as_they_stand(driver: RoundDriver, faults: Sequence[chaos.Fault]) -> list[Heal]:
+def _heals_as_they_stand(driver: RoundDriver, faults: Sequence[Fault]) -> list[Heal]:
     try:
         return current_heals(driver, faults)
     except (RoundError, OSError, *driver.errors):
