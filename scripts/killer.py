@@ -20,7 +20,7 @@ freezer stops every process of the container). Local: SIGSTOP to the service's p
 (a query service's Spark JVM stops with its driver, as in a container).
 
 `--pause-ratio R` makes that fraction of the chaos loop's faults pauses; `--victims round-robin`
-hits the service kinds in turn (scripts/victims.py: the client and the health-checker leader
+hits the service kinds in turn (scripts/faults/victims.py: the client and the health-checker leader
 first) instead of uniformly. Every fault is one `KILL ...` or `PAUSE ...` line on stdout with the
 wall-clock time, so a chaos run's log can be matched against the health checkers' `RESTART`
 lines. The chaos loop stops by itself after `--duration-s`.

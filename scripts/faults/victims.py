@@ -1,4 +1,4 @@
-"""Who a chaos loop hits next: service kinds, and the victim pickers of scripts/killer.py.
+"""Who a chaos loop hits next (scripts/faults/chaos.py): service kinds, and the victim pickers.
 
 A service's kind is its name without a trailing `-<number>` (`broker-2` -> `broker`,
 `spark-worker-1` -> `spark-worker`, `query-service` and `status` stay). The health checker that

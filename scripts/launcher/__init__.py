@@ -1,4 +1,5 @@
-"""The parts of `python -m scripts.run_local` (the embedded default), one concern each:
+"""The embedded-default launcher, the library under `python -m scripts.run_local`, one concern
+each:
 
     console      the one output channel (`say`)
     errors       RunLocalError
@@ -11,8 +12,11 @@
                  readiness, stopping
     sample_data  generated input files, reused when made with the same parameters
     sessions     the client sessions: their command lines, outcomes, the wait for them
-    chaos        ChaosThread: the killer's chaos loop on a thread
-    report       log tails, the run's summary, restart counts
+    chaos        ChaosThread: the chaos loop (scripts/faults/) on a thread, healing awaited
+    log_tail     LogTail: the clients' log lines as they come
+    report       the run's summary, restart counts
+    config       LaunchConfig: what one run is asked to do, typed
+    run          run(): the parts wired together; start_platform lives in platform
 
-scripts/run_local.py parses the flags and wires these together.
+scripts/run_local.py parses the flags into a LaunchConfig and calls run().
 """

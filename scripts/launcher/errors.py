@@ -1,4 +1,4 @@
-"""The one error of run_local's parts."""
+"""The one error of the launcher's parts."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ class LocalPlatform:
     # -- readiness -------------------------------------------------------------------------
 
     def wait_for_brokers(self) -> None:
-        """Until every broker listens and the cluster has a leader (scripts/local/brokers.py)."""
+        """Until every broker listens and the cluster has a leader (scripts/launcher/brokers.py)."""
         listening_s = wait_until_listening(self.broker_nodes, self.layout.log_path,
                                            self.exit_status)
         leader_s = wait_for_leader(self.broker_nodes)

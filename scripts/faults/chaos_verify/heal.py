@@ -68,7 +68,7 @@ class Heal:
 
 
 def kind_of(fault: Fault) -> str:
-    """The fault's service kind, the health-checker leader apart (scripts/victims.py)."""
+    """The fault's service kind, the health-checker leader apart (scripts/faults/victims.py)."""
     return LEADER_KIND if fault.leader else service_kind(fault.name)
 
 

@@ -42,7 +42,7 @@ class RoundOptions:
     interval_s: float = 5.0  # between two faults
     chaos_duration_s: float = 60.0  # at most this long, even if the session is not over
     pause_ratio: float = 0.3  # fraction of the faults that are pauses (SIGSTOP)
-    victims: str = "random"  # scripts/victims.py PICKERS
+    victims: str = "random"  # scripts/faults/victims.py PICKERS
     seed: int | None = None  # per round: seed + round number
     faults_min: int = 0  # keep injecting after the session ended until this many faults
     session_timeout_s: float = 900.0  # from the first fault to the session's end

@@ -1,5 +1,5 @@
 """run_local's pieces without processes: session outcomes, the chaos guard, log tails, samples,
-the broker cluster's command lines and readiness, and the split into scripts/local/."""
+the broker cluster's command lines and readiness, and the split into scripts/launcher/."""
 
 import json
 import sys
