@@ -33,13 +33,13 @@ import time
 from pathlib import Path
 
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
-from scripts.faults.chaos_verify.campaign import RoundTarget, run_rounds, write_json
-from scripts.faults.chaos_verify.rounds import (
+from scripts.faults.victims import PICKERS
+from scripts.verify.campaign import RoundTarget, run_rounds, write_json
+from scripts.verify.rounds import (
     ChaosVerifyConfigError,
     RoundOptions,
 )
-from scripts.faults.chaos_verify.table import kind_table, round_table
-from scripts.faults.victims import PICKERS
+from scripts.verify.table import kind_table, round_table
 from tests.session_check import prepare_session_data
 
 ROUNDS_MAX = 1000

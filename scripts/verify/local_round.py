@@ -14,8 +14,6 @@ from pathlib import Path
 from healthchecker.local_registry import LocalServiceRegistry, RegistryError
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.faults import backends
-from scripts.faults.chaos_verify.heal import Sighting, Start
-from scripts.faults.chaos_verify.rounds import RoundError
 from scripts.faults.checker_logs import (
     CHECKER_PREFIX,
     CheckerHistory,
@@ -27,6 +25,8 @@ from scripts.launcher.layout import RunLayout
 from scripts.launcher.platform import LocalPlatform, start_platform
 from scripts.launcher.sample_data import InputFiles
 from scripts.launcher.sessions import ClientRun, ClientSettings, client_argv, client_outcome
+from scripts.verify.heal import Sighting, Start
+from scripts.verify.rounds import RoundError
 from tests.session_check import SessionData
 
 CLIENT = "client-1"

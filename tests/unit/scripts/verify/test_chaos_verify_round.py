@@ -7,10 +7,10 @@ import time
 import pytest
 
 from scripts.faults.chaos import ACTION_KILL
-from scripts.faults.chaos_verify import rounds
-from scripts.faults.chaos_verify.heal import Start
-from scripts.faults.chaos_verify.rounds import RoundOptions, run_round
 from scripts.faults.checker_logs import Sighting
+from scripts.verify import rounds
+from scripts.verify.heal import Start
+from scripts.verify.rounds import RoundOptions, run_round
 
 
 class FakeDeployment:
@@ -113,7 +113,7 @@ def test_a_round_without_faults_fails(tmp_path):
 
 
 def test_each_round_starts_from_an_empty_directory_no_stale_client_state(tmp_path):
-    from scripts.faults.chaos_verify.campaign import fresh_round_dir
+    from scripts.verify.campaign import fresh_round_dir
 
     stale = tmp_path / "round-1" / "client-1" / "state"
     stale.mkdir(parents=True)

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
-from scripts.faults.chaos_verify.rounds import RoundDriver, RoundOptions, RoundResult, run_round
-from scripts.faults.chaos_verify.table import fault_lines
+from scripts.verify.rounds import RoundDriver, RoundOptions, RoundResult, run_round
+from scripts.verify.table import fault_lines
 from tests.session_check import SessionData
 
 DIAGNOSTIC_TAIL_LINES = 40
@@ -59,7 +59,7 @@ def compose_round(target: RoundTarget, data: SessionData, options: RoundOptions,
     """One round on a fresh Compose project, always taken down (its log tails printed when the
     round failed)."""
     from scripts.deploy.deployment import ComposeDeployment, DeploymentError
-    from scripts.faults.chaos_verify.compose_round import ComposeRound
+    from scripts.verify.compose_round import ComposeRound
 
     deployment = ComposeDeployment(data.directory, fresh_round_dir(target.work_dir, number),
                                    compose_file=target.compose_file, image=target.image,
@@ -79,7 +79,7 @@ def compose_round(target: RoundTarget, data: SessionData, options: RoundOptions,
 
 def local_round(target: RoundTarget, data: SessionData, options: RoundOptions,
                 number: int) -> RoundResult:
-    from scripts.faults.chaos_verify.local_round import LocalRound
+    from scripts.verify.local_round import LocalRound
 
     driver: RoundDriver = LocalRound(fresh_round_dir(target.work_dir, number), data)
     return run_round(driver, data, options, number)

@@ -20,8 +20,8 @@ from typing import Protocol
 
 from scripts.faults.backends import Backend, KillError
 from scripts.faults.chaos import ChaosThread, Fault, chaos_config_error
-from scripts.faults.chaos_verify.heal import Heal, Sighting, Start, heal_records
 from scripts.faults.victims import PICKERS
+from scripts.verify.heal import Heal, Sighting, Start, heal_records
 from tests.session_check import SessionData, session_problems
 
 POLL_S = 1.0

@@ -4,16 +4,16 @@ statistics, the round verdict and the tables."""
 import pytest
 
 from scripts.faults.chaos import ACTION_KILL, ACTION_PAUSE, Fault
-from scripts.faults.chaos_verify.heal import Sighting, Start, heal_records, heal_stats, kind_of
-from scripts.faults.chaos_verify.rounds import ChaosVerifyConfigError, RoundOptions, RoundResult
-from scripts.faults.chaos_verify.table import (
+from scripts.faults.victims import LEADER_KIND
+from scripts.verify.heal import Sighting, Start, heal_records, heal_stats, kind_of
+from scripts.verify.rounds import ChaosVerifyConfigError, RoundOptions, RoundResult
+from scripts.verify.table import (
     fault_lines,
     faults_per_service,
     kind_stats,
     kind_table,
     round_table,
 )
-from scripts.faults.victims import LEADER_KIND
 
 
 def fault(at, name, action=ACTION_KILL, leader=False):

@@ -1,5 +1,6 @@
-"""`python -m scripts.chaos_verify`: rounds of client sessions under random SIGKILLs and pauses
-(nobody spared), each session checked against the reference and each fault against its heal.
+"""Chaos verification, the library under `python -m scripts.chaos_verify`: rounds of client
+sessions under random SIGKILLs and pauses (nobody spared; the faults: scripts/faults/), each
+session checked against the reference and each fault against its heal.
 The parts:
 
     heal           pure accounting: faults + starts + sightings -> heal records, statistics

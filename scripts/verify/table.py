@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from scripts.faults.chaos import ACTION_KILL
-from scripts.faults.chaos_verify.heal import Heal, HealStats, heal_stats
 from scripts.faults.victims import KIND_ORDER
+from scripts.verify.heal import Heal, HealStats, heal_stats
 
 if TYPE_CHECKING:
-    from scripts.faults.chaos_verify.rounds import RoundResult
+    from scripts.verify.rounds import RoundResult
 
 
 def seconds(value: float | None) -> str:

@@ -17,8 +17,8 @@ from scripts.deploy.deployment import (
     EventRecorder,
 )
 from scripts.faults import backends
-from scripts.faults.chaos_verify.heal import Sighting, Start
-from scripts.faults.chaos_verify.rounds import RoundError
+from scripts.verify.heal import Sighting, Start
+from scripts.verify.rounds import RoundError
 
 CLIENT = "client-1"
 START_TIMEOUT_S = 300.0  # `up` returns once the brokers and Spark answer; then the client starts
