@@ -7,18 +7,8 @@ in-memory database) and prints one JSON line: the median seconds (load, queries,
 row counts, the result rows per query and the invalid rows per kind. With --out, every run
 also writes q1.csv ... q4.csv there (common/result_csv.py's format).
 
-`duckdb_queries` is the whole computation. Every input column is read as text and every rule
-of QUERIES.md is written in SQL, with the decisions `spark/queries.py` documents for what the
-contract leaves open (and tests/reference_queries.py shares):
-- numbers are plain decimal literals (`NUMBER_REGEX`), then DuckDB's cast to DOUBLE;
-- `travelDuration` is `P[nD][T[nH][nM][nS]]`, at least one component, each of at most 9
-  digits; seconds count in whole minutes, floored;
-- an airport is known when its code is non-empty and both coordinates are finite numbers; a
-  code listed twice keeps its smallest (latitude, longitude);
-- Q1's `totalFare` is the parsed double;
-- Q3 breaks ties by duration, legId, totalFare, then stopovers, then travelDuration.
-DuckDB's regexes are RE2: `$` is the very end of the text (Java's `\\z`), so a value with a
-trailing newline matches none of them.
+The computation, and the decisions it makes where QUERIES.md leaves them open:
+scripts/bench/duckdb_queries.py.
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
-"""Broker throughput against the raw loopback ceilings, measured in one run.
+"""Broker throughput against the raw loopback ceilings: the library of
+`python -m scripts.bench_broker` (scripts/bench_broker.py says what each round measures and what
+the JSON line holds).
 
-    python -m scripts.bench_broker [--records N] [--record-bytes B] [--batch-bytes 1048576]
-        [--fetch-bytes 1048576] [--in-flight 4] [--repeats 5]
-
-Starts a broker (a child process, any free port, a temporary data directory) and two helper
-processes, then `repeats` times, interleaved so that the machine's noise is shared:
-  (a) ceiling-in:  this process sends the produce volume over 127.0.0.1 to a helper process
-                   that `recv_into()`s it straight into a preallocated, mmap'd file (what a
-                   broker does at best on produce);
-  (b) produce:     N records of B bytes, pre-encoded as idempotent record batches of about
-                   `batch-bytes` (encoding is the producer's cost, not the broker's), sent
-                   over one connection with up to `in-flight` requests unanswered (a Kafka
-                   producer's default is 5; the client Producer here sends one at a time:
-                   `--in-flight 1` measures that);
-  (c) ceiling-out: a helper process `os.sendfile()`s the same volume from a file (in the page
-                   cache) to this process, which `recv_into()`s a reused buffer;
-  (d) consume:     FETCH requests of up to `fetch-bytes` from offset 0 to the end; every batch
-                   is CRC-checked and its records counted (splitting out every record is
-                   the application's business; `consume_decoded_records_per_s` reports a
-                   consume that does it too, once, after the last round).
-Each round writes a fresh topic and deletes it afterwards. The client is always this process
-and the server another one, for the ceilings as for the broker.
-
-Prints one JSON line: medians over the repeats. MB are 10^6 bytes: broker figures count
-record payload (N * B), the ceilings count the bytes they moved (the encoded batches, ~4 %
-more at 100-byte records); `*_vs_ceiling` compare the same volume (ceiling time / broker
-time), so they are fair ratios. `server_cpu_s_per_gb` is the CPU time the serving process
-(broker, or the helper for a ceiling) spent per GB moved: unlike wall time it hardly moves
-when other work shares the machine.
+Owns the ceiling helpers (`serve_mmap_sink`, `serve_sendfile_source`; `helper_main` is their
+process), the four rounds (ceiling in, produce, ceiling out, consume), `run` (one whole run)
+and `summarize` (medians and ratios).
+Invariants: the rounds interleave, so the machine's noise is shared; each round writes a fresh
+topic and deletes it (the sink drops its file) outside the timed part; the client is always
+this process and the server another, for the ceilings as for the broker.
+Threads: the caller's; every server (broker, helpers) is a child process (bench/child.py).
 """
 
 from __future__ import annotations

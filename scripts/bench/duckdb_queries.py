@@ -1,11 +1,5 @@
-"""Q1-Q4 of QUERIES.md computed by DuckDB in one process: the pipeline benchmark's baseline.
-
-    python -m scripts.bench_duckdb --data-dir DIR [--threads 2] [--out DIR] [--repeats K]
-
-reads DIR/itineraries.csv and DIR/airports.csv, runs load + Q1-Q4 K times (each in a fresh
-in-memory database) and prints one JSON line: the median seconds (load, queries, total), the
-row counts, the result rows per query and the invalid rows per kind. With --out, every run
-also writes q1.csv ... q4.csv there (common/result_csv.py's format).
+"""Q1-Q4 of QUERIES.md computed by DuckDB in one process, the pipeline benchmark's baseline:
+the library of `python -m scripts.bench_duckdb` (scripts/bench_duckdb.py: its flags and output).
 
 `duckdb_queries` is the whole computation. Every input column is read as text and every rule
 of QUERIES.md is written in SQL, with the decisions `spark/queries.py` documents for what the
@@ -19,6 +13,7 @@ contract leaves open (and tests/reference_queries.py shares):
 - Q3 breaks ties by duration, legId, totalFare, then stopovers, then travelDuration.
 DuckDB's regexes are RE2: `$` is the very end of the text (Java's `\\z`), so a value with a
 trailing newline matches none of them.
+Threads: the caller's (DuckDB's own `threads` aside); each run is a fresh in-memory database.
 """
 
 from __future__ import annotations

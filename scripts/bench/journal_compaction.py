@@ -1,23 +1,13 @@
 """Start time and memory of a broker whose replication journal holds many entries, before and
-after compaction (issue 20, finding 10; docs/benchmarks.md "Journal compaction").
+after compaction: the library of `python -m scripts.bench_journal_compaction`
+(scripts/bench_journal_compaction.py says what is measured; docs/benchmarks.md the results).
 
-    python -m scripts.bench_journal_compaction [--entries 1000000] [--repeats 3]
-
-Builds a data directory as a long-lived broker leaves it: one topic whose partition holds
-`entries` one-record batches (in 4 MiB segments), each with its BATCH journal entry, all
-committed. Then:
-
-- before: the broker (a cluster of one) is started `repeats` times on it with compaction out
-  of reach (`--journal-entries-max` above the journal): the time from launch to "listening on"
-  (recovery reads the journal, reconcile replays it, the node applies it), the CPU seconds
-  the process spent until then (steadier than wall time on a loaded machine), and its
-  resident memory (VmRSS once listening, VmHWM its peak) are recorded;
-- the broker is started once with `--journal-entries-max` (default: the broker's) and left to
-  compact (its log says
-  "journal compacted below N"), then stopped;
-- after: the same measurements, `repeats` times, on the compacted directory.
-
-Prints one JSON line (medians, and every trial). Every broker is a child process on 127.0.0.1.
+Owns the data directory a long-lived broker leaves (`build`), one timed start (`trial`) and
+the whole comparison (`bench`).
+Invariants: every broker is a child process on 127.0.0.1 with the data directory built here,
+removed when `bench` returns; the compacting start waits (bounded) for the broker to log
+"journal compacted below N".
+Threads: the caller's.
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
-"""The pipeline against Spark and DuckDB reading the CSV themselves, side by side in one run.
+"""The pipeline against Spark and DuckDB reading the CSV themselves: the library of
+`python -m scripts.bench_pipeline` (scripts/bench_pipeline.py says what each step measures).
 
-    python -m scripts.bench_pipeline [--rows 2000000] [--seed 1] [--invalid-rate 0.01]
-        [--data-dir DIR] [--work-dir DIR] [--warm-sessions 1] [--master local[2]]
-        [--skip-spark-csv] [--skip-duckdb] [--topics-gone-timeout-s 120]
-
-On one machine, one after the other (so each has the machine to itself):
-1. **pipeline**: the embedded default (`scripts.run_local`'s platform: three health checkers,
-   three brokers, the query service on `--master`), started and ready; then the real client
-   (`python -m client`, default settings) runs one session on the fresh query service (its
-   first session) and `--warm-sessions` more on the now warm one, each waiting for the last.
-   Per session, from the client's own summary: upload (open to SessionEnded), query phase
-   (SessionEnded to the last result), total; the CPU seconds and peak RSS of the client; the
-   brokers' disk use before, at the end of the session, and once the finished session's
-   topics are gone (the query service deletes them after the client acknowledged its
-   results). The platform's processes (brokers, query service with its JVM and Python
-   workers, checkers): CPU seconds per session and peak RSS at the end.
-2. **spark-csv**: a fresh Spark application (`local[2]` unless `--master`), started in a child
-   process, reads both CSV files and computes Q1-Q4 with `spark.queries` (every row collected
-   and formatted, as the service does): its start and its first queries, timed apart.
-3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
-Every result count must agree (pipeline sessions, spark-csv, duckdb), or the run fails.
-
-Prints a table and one JSON line (`"bench": "pipeline"`); ratios: a session's total over
-spark-csv's first queries and over DuckDB's load + queries, and upload rows/s.
+Owns the three runs (`run_pipeline` on the launcher's platform with the real client,
+`run_spark_csv` in a child process, `run_duckdb`), the disk and process sampling around them,
+the cross-check of their result counts and the ratios.
+Invariants: the runs go one after the other, each with the machine to itself; every result
+count must agree (BenchError otherwise); the platform is stopped whatever happens.
+Threads: the caller's, plus one DiskPeak sampler thread during a session; Spark and the
+platform run as child processes.
 """
 
 from __future__ import annotations

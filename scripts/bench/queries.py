@@ -1,22 +1,13 @@
-"""Q1-Q4 from the CSV files against Q1-Q4 through the `kaska` source, in one Spark application.
+"""Q1-Q4 from the CSV files against Q1-Q4 through the `kaska` source, in one Spark
+application: the library of `python -m scripts.bench_queries` (scripts/bench_queries.py says
+what is timed).
 
-    python -m scripts.bench_queries --rows N [--seed S] [--data-dir DIR] [--slice-rows R]
-        [--partitions P] [--master local[2]] [--repeats K] [--warmups W]
-
-Generates N rows (unless DIR already holds them; 1 % malformed), starts a broker on 127.0.0.1
-(a child process, any free port), loads airports and flights into `airports.<cid>` /
-`flights.<cid>` the way a client does (untimed): Arrow IPC payloads of R CSV rows each (default
-300, the client's default), one Kaska record batch per payload, spread round-robin over P
-partitions. After W untimed warm-up runs of each path (JIT, Python workers; default 1), K times
-each, alternating, it times
-  (a) `csv`:   Spark reads both CSV files and computes the four queries,
-  (b) `kaska`: Spark reads both topics through the `kaska` source over the loaded offset
-               ranges and computes the same four queries,
-where "computes" means: every query's rows collected to the driver (plus the counts job), as
-the query service does. It prints one JSON line: the medians, every run, and kaska/csv.
-
-Also the loader used by the service tests: `produce_session` writes a whole client session
-(topics, SessionStarted, data batches, SessionEnded) with the client library directly.
+Owns the loader (`produce_session`: a whole client session, topics, SessionStarted, data
+batches, SessionEnded, written with the client library directly; the service tests use it
+too), the broker child, the Spark session and the two timed paths.
+Invariants: loading is untimed; "computes" means every query's rows collected to the driver
+(plus the counts job), as the query service does.
+Threads: the caller's (Spark's own aside); the broker is a child process.
 """
 
 from __future__ import annotations
