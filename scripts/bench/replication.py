@@ -1,26 +1,13 @@
-"""Replication's price and its failover time, measured side by side in one run.
+"""Replication's price and its failover time: the library of `python -m scripts.bench_replication`
+(scripts/bench_replication.py says what the rounds and the trials measure).
 
-    python -m scripts.bench_replication [--records N] [--record-bytes B] [--repeats 5]
-        [--failovers 20]
-
-Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
-this machine, and beside them a second three-broker cluster started with
-`--replication-fsync entry` (acks=all; the others run the default, `none`: docs/replication.md);
-`repeats` rounds interleave them (single, cluster all, cluster one, cluster all fsync entry,
-...) so the machine's noise is shared, each round producing the same pre-encoded idempotent
-batches (see scripts/bench/produce.py) with up to `--in-flight` requests unanswered. The ratios
-that matter are `cluster_acks_all_vs_single` = single round time / cluster round time, and
-`fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
-cluster (the share of throughput the fsync policy keeps), medians over rounds.
-
-Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, or frozen
-with SIGSTOP, between two small batches (acks=all) of a client with the default settings (30 s
-request timeout, default retries) that knows the bootstrap list; the time from the fault to
-the next batch acknowledged (necessarily by a new leader) is one trial -- the longest stall a
-produce sees. The killed broker is restarted, the frozen one thawed, and the cluster settles
-before the next trial. Median and max reported per fault.
-
-Prints one JSON line. Every broker is a child process on 127.0.0.1 with a temporary data dir.
+Owns `LocalCluster` (N brokers as child processes that know each other; 1 is a lone broker),
+the throughput rounds, the failover trials (the leader SIGKILLed or frozen between two
+acks=all batches) and `bench` (a whole run from typed ReplicationSettings).
+Invariants: the rounds interleave the clusters so the machine's noise is shared; after each
+failover trial the fault is undone (restart or thaw) and the cluster settles before the next;
+every broker and its temporary data directory are gone when `bench` returns.
+Threads: the caller's; every broker is a child process on 127.0.0.1.
 """
 
 from __future__ import annotations
