@@ -10,6 +10,7 @@ from scripts.deploy.compose_file import (
     DEV_FILE,
     DeploymentShape,
     DeploymentShapeError,
+    ask,
     render,
 )
 
@@ -90,7 +91,7 @@ def test_shapes_outside_the_bounds_are_refused(field, value):
 def test_questions_take_defaults_on_enter_and_ask_again_after_a_bad_answer():
     answers = iter(["", "x", "4", "", "2", "50_000"])
     out = io.StringIO()
-    shape = compose_generator.ask(read=lambda prompt: next(answers), out=out)
+    shape = ask(read=lambda prompt: next(answers), out=out)
     assert shape == DeploymentShape(brokers=3, healthcheckers=4, spark_workers=2,
                                     clients=2, rows=50_000)
     assert "'x' is not a whole number" in out.getvalue()
@@ -105,7 +106,7 @@ def test_an_even_number_of_brokers_is_asked_again():
         prompts.append(prompt)
         return next(answers)
 
-    shape = compose_generator.ask(read=read, out=out)
+    shape = ask(read=read, out=out)
     assert shape == DeploymentShape(brokers=5)
     assert prompts[0].startswith("brokers") and prompts[0] == prompts[1]
     assert "brokers must be odd" in out.getvalue()
