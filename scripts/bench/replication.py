@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
 from scripts.bench.child import Child, measured
 from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
+from scripts.launcher.ports import free_ports
 
 TOPIC = "bench"
 SETTLE_TIMEOUT_S = 60.0
@@ -51,17 +51,6 @@ class ReplicationSettings:
     in_flight: int = 4
     repeats: int = 5
     failovers: int = 20
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class LocalCluster:
