@@ -53,22 +53,22 @@ def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSetting
             "--secret-file", str(platform.secret_file)]
 
 
-def plan_clients(args: LaunchConfig) -> list[ClientRun]:
+def plan_clients(config: LaunchConfig) -> list[ClientRun]:
     """One session per client: one client writes to RESULTS_DIR, several to
     RESULTS_DIR/client-<i>; each gets its own generated sample (seed + i) unless files are
     given. Stale results are removed first."""
     runs = []
-    for index in range(1, args.clients + 1):
+    for index in range(1, config.clients + 1):
         name = f"client-{index}"
-        results_dir = args.results_dir if args.clients == 1 else args.results_dir / name
-        if args.flights is not None:
-            inputs = InputFiles(args.flights.resolve(), args.airports.resolve())
+        results_dir = config.results_dir if config.clients == 1 else config.results_dir / name
+        if config.flights is not None:
+            inputs = InputFiles(config.flights.resolve(), config.airports.resolve())
         else:
-            sample_dir = args.results_dir / "sample"
-            if args.clients > 1:
+            sample_dir = config.results_dir / "sample"
+            if config.clients > 1:
                 sample_dir = sample_dir / name
-            inputs = sample_files(sample_dir, args.rows, args.seed + index - 1,
-                                  args.invalid_rate)
+            inputs = sample_files(sample_dir, config.rows, config.seed + index - 1,
+                                  config.invalid_rate)
         for stale in RESULT_FILES:
             (results_dir / stale).unlink(missing_ok=True)
         runs.append(ClientRun(name, str(uuid.uuid4()), results_dir.resolve(), inputs))
