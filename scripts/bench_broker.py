@@ -40,7 +40,13 @@ from pathlib import Path
 
 from common.kaska.consumer import FETCH_BYTES_MAX_DEFAULT
 from scripts.bench import replication
-from scripts.bench.broker import BATCH_BYTES_MAX, IN_FLIGHT_DEFAULT, helper_main, run
+from scripts.bench.broker import (
+    BATCH_BYTES_MAX,
+    IN_FLIGHT_DEFAULT,
+    BrokerBenchSettings,
+    helper_main,
+    run,
+)
 from scripts.bench.replication import ReplicationSettings
 
 
@@ -86,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                                        failovers=0)
         print(json.dumps(replication.bench(settings)), flush=True)
         return 0
-    print(json.dumps(run(args)), flush=True)
+    settings = BrokerBenchSettings(args.records, args.record_bytes, args.batch_bytes,
+                                   args.fetch_bytes, args.in_flight, args.repeats)
+    print(json.dumps(run(settings)), flush=True)
     return 0
 
 

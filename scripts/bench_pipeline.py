@@ -36,6 +36,7 @@ from pathlib import Path
 from scripts.bench.pipeline import (
     ROWS_DEFAULT,
     TOPICS_GONE_TIMEOUT_S_DEFAULT,
+    PipelineSettings,
     bench,
     print_table,
     spark_csv_child,
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rows < 1 or args.warm_sessions < 0:
         parser.error("--rows must be >= 1 and --warm-sessions >= 0")
-    result = bench(args)
+    result = bench(PipelineSettings(
+        args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir, args.warm_sessions,
+        args.master, args.skip_spark_csv, args.skip_duckdb, args.topics_gone_timeout_s))
     print_table(result)
     print(json.dumps(result), flush=True)
     return 0

@@ -27,7 +27,13 @@ import os
 import sys
 from pathlib import Path
 
-from scripts.bench.queries import PARTITIONS_DEFAULT, REPO, SLICE_ROWS_DEFAULT, bench
+from scripts.bench.queries import (
+    PARTITIONS_DEFAULT,
+    REPO,
+    SLICE_ROWS_DEFAULT,
+    QueriesBenchSettings,
+    bench,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    print(json.dumps(bench(args)), flush=True)
+    print(json.dumps(bench(QueriesBenchSettings(**vars(args)))), flush=True)
     return 0
 
 

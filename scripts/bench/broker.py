@@ -13,7 +13,6 @@ Threads: the caller's; every server (broker, helpers) is a child process (bench/
 
 from __future__ import annotations
 
-import argparse
 import mmap
 import os
 import shutil
@@ -22,6 +21,7 @@ import statistics
 import struct
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.kaska import Admin
@@ -40,6 +40,19 @@ ACK = b"\x01"
 RECV_CHUNK_BYTES = 4 * 1024 * 1024  # recv_into this much at most per call in the ceilings
 IN_FLIGHT_DEFAULT = 4  # as a Kafka producer's max.in.flight (5 with idempotence)
 BATCH_BYTES_MAX = 32 * 1024 * 1024  # well inside the broker's default 64 MiB segments
+
+
+@dataclass(frozen=True)
+class BrokerBenchSettings:
+    """One run: `repeats` rounds of `records` records of `record_bytes` in batches of about
+    `batch_bytes`, up to `in_flight` produce requests unanswered, fetches of `fetch_bytes`."""
+
+    records: int
+    record_bytes: int
+    batch_bytes: int
+    fetch_bytes: int
+    in_flight: int
+    repeats: int
 
 
 # -- helper processes ------------------------------------------------------------------------
@@ -158,10 +171,10 @@ def consume(connection: BrokerConnection, topic: str, fetch_bytes: int,
     return decoded
 
 
-def run(args: argparse.Namespace) -> dict:
-    batches = build_batches(args.records, args.record_bytes, args.batch_bytes)
+def run(settings: BrokerBenchSettings) -> dict:
+    batches = build_batches(settings.records, settings.record_bytes, settings.batch_bytes)
     wire_bytes = sum(len(batch) for batch in batches)
-    payload_bytes = args.records * args.record_bytes
+    payload_bytes = settings.records * settings.record_bytes
     work = Path(tempfile.mkdtemp(prefix="bench-broker-"))
     children: list[Child] = []
     try:
@@ -183,7 +196,7 @@ def run(args: argparse.Namespace) -> dict:
         rounds: dict[str, list[tuple[float, float]]] = {
             "ceiling_in": [], "produce": [], "ceiling_out": [], "consume": []}
         with Admin(bootstrap) as admin:
-            for repeat in range(args.repeats):
+            for repeat in range(settings.repeats):
                 topic = f"bench{repeat}"
                 admin.create_topic(topic)
                 connection = BrokerConnection(broker.address,
@@ -192,15 +205,15 @@ def run(args: argparse.Namespace) -> dict:
                     rounds["ceiling_in"].append(measured(sink, lambda: ceiling_in(
                         sink.address, batches)))
                     rounds["produce"].append(measured(broker, lambda t=topic, c=connection:
-                                                      produce(c, t, batches, args.in_flight)))
+                                                      produce(c, t, batches, settings.in_flight)))
                     rounds["ceiling_out"].append(measured(source, lambda: ceiling_out(
                         source.address, wire_bytes, receive_buffer)))
                     rounds["consume"].append(measured(broker, lambda t=topic, c=connection:
-                                                      consume(c, t, args.fetch_bytes,
-                                                              args.records)))
-                    if repeat == args.repeats - 1:  # once: Python per record is slow
+                                                      consume(c, t, settings.fetch_bytes,
+                                                              settings.records)))
+                    if repeat == settings.repeats - 1:  # once: Python per record is slow
                         decode_s = timed(lambda t=topic, c=connection: consume(
-                            c, t, args.fetch_bytes, args.records, decode=True))
+                            c, t, settings.fetch_bytes, settings.records, decode=True))
                 finally:
                     connection.close()
                 admin.delete_topic(topic)
@@ -209,29 +222,29 @@ def run(args: argparse.Namespace) -> dict:
         for child in children:
             child.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return summarize(args, rounds, payload_bytes, wire_bytes, decode_s)
+    return summarize(settings, rounds, payload_bytes, wire_bytes, decode_s)
 
 
-def summarize(args: argparse.Namespace, rounds: dict[str, list[tuple[float, float]]],
+def summarize(settings: BrokerBenchSettings, rounds: dict[str, list[tuple[float, float]]],
               payload_bytes: int, wire_bytes: int, decode_s: float) -> dict:
     median = {name: statistics.median(wall for wall, _ in runs) for name, runs in rounds.items()}
     cpu_per_gb = {name: round(statistics.median(cpu for _, cpu in runs) / wire_bytes * 1e9, 3)
                   for name, runs in rounds.items()}
     return {
         "load_average_1min": round(os.getloadavg()[0], 2),  # the machine is shared: noise
-        "records": args.records, "record_bytes": args.record_bytes,
-        "batch_bytes": args.batch_bytes, "fetch_bytes": args.fetch_bytes,
-        "in_flight": args.in_flight,
-        "repeats": args.repeats, "wire_bytes": wire_bytes,
-        "produce_records_per_s": round(args.records / median["produce"]),
+        "records": settings.records, "record_bytes": settings.record_bytes,
+        "batch_bytes": settings.batch_bytes, "fetch_bytes": settings.fetch_bytes,
+        "in_flight": settings.in_flight,
+        "repeats": settings.repeats, "wire_bytes": wire_bytes,
+        "produce_records_per_s": round(settings.records / median["produce"]),
         "produce_mb_per_s": round(payload_bytes / median["produce"] / MB, 1),
-        "consume_records_per_s": round(args.records / median["consume"]),
+        "consume_records_per_s": round(settings.records / median["consume"]),
         "consume_mb_per_s": round(payload_bytes / median["consume"] / MB, 1),
         "ceiling_recv_into_mmap_mb_per_s": round(wire_bytes / median["ceiling_in"] / MB, 1),
         "ceiling_sendfile_mb_per_s": round(wire_bytes / median["ceiling_out"] / MB, 1),
         "produce_vs_ceiling": round(median["ceiling_in"] / median["produce"], 3),
         "consume_vs_ceiling": round(median["ceiling_out"] / median["consume"], 3),
-        "consume_decoded_records_per_s": round(args.records / decode_s),
+        "consume_decoded_records_per_s": round(settings.records / decode_s),
         "server_cpu_s_per_gb": cpu_per_gb,  # broker for produce/consume, helper for ceilings
         "seconds": {name: [round(wall, 4) for wall, _ in runs] for name, runs in rounds.items()},
     }

@@ -12,7 +12,6 @@ platform run as child processes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,6 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
@@ -36,6 +36,23 @@ TOPICS_GONE_TIMEOUT_S_DEFAULT = 120.0
 POLL_S = 0.5
 DISK_SAMPLE_S = 0.5
 STOP_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """One run: the input (given files, or a sample of `rows` generated with `seed`), the
+    platform's Spark master, the warm sessions after the first, and which peers to skip."""
+
+    rows: int
+    seed: int
+    invalid_rate: float
+    data_dir: Path | None  # input files (generated there when absent); None: a temporary one
+    work_dir: Path | None  # None: a fresh temporary directory
+    warm_sessions: int
+    master: str
+    skip_spark_csv: bool
+    skip_duckdb: bool
+    topics_gone_timeout_s: float
 
 
 class BenchError(RuntimeError):
@@ -116,19 +133,19 @@ def _wait_for_cleanup(directory: Path, client_id: str, timeout_s: float) -> tupl
     return disk_bytes(directory), time.monotonic() - started
 
 
-def run_pipeline(args: argparse.Namespace, flights: Path, airports: Path,
+def run_pipeline(settings: PipelineSettings, flights: Path, airports: Path,
                  work_dir: Path) -> dict:
     layout = RunLayout(work_dir, work_dir / "run" / "broker-data", keep_broker_data=False)
     layout.prepare()
-    platform = LocalPlatform(layout, args.master)
+    platform = LocalPlatform(layout, settings.master)
     sessions = []
     try:
         started = time.monotonic()
         start_platform(platform)
         ready_s = platform.wait_for_service()
         platform_ready_s = time.monotonic() - started
-        for index in range(1 + args.warm_sessions):
-            sessions.append(_one_session(args, platform, layout, flights, airports, work_dir,
+        for index in range(1 + settings.warm_sessions):
+            sessions.append(_one_session(settings, platform, layout, flights, airports, work_dir,
                                          index))
         processes = {name: stats.__dict__ for name, stats in _platform_stats(platform).items()}
     finally:
@@ -138,8 +155,8 @@ def run_pipeline(args: argparse.Namespace, flights: Path, airports: Path,
             "processes_at_end": processes}
 
 
-def _one_session(args, platform: LocalPlatform, layout: RunLayout, flights: Path,
-                 airports: Path, work_dir: Path, index: int) -> dict:
+def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: RunLayout,
+                 flights: Path, airports: Path, work_dir: Path, index: int) -> dict:
     results_dir = work_dir / f"session-{index}"
     disk_before = disk_bytes(layout.brokers_data_dir)
     cpu_before = _platform_stats(platform)
@@ -149,7 +166,7 @@ def _one_session(args, platform: LocalPlatform, layout: RunLayout, flights: Path
     cpu_after = _platform_stats(platform)
     disk_end = disk_bytes(layout.brokers_data_dir)
     disk_after, waited = _wait_for_cleanup(layout.brokers_data_dir, summary["client_id"],
-                                           args.topics_gone_timeout_s)
+                                           settings.topics_gone_timeout_s)
     timings = summary["timings_s"]
     rows = sum(summary["rows_sent"].values())
     upload_s = timings["upload"]
@@ -276,19 +293,19 @@ def print_table(result: dict) -> None:
         print(f"  {name}: {value}")
 
 
-def bench(args: argparse.Namespace) -> dict:
-    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"bench-pipeline-{args.rows}"
+def bench(settings: PipelineSettings) -> dict:
+    data_dir = settings.data_dir or Path(tempfile.gettempdir()) / f"bench-pipeline-{settings.rows}"
     if (data_dir / FLIGHTS_FILE).exists() and (data_dir / AIRPORTS_FILE).exists():
         files = InputFiles(data_dir / FLIGHTS_FILE, data_dir / AIRPORTS_FILE)  # given data
     else:
-        files = sample_files(data_dir, args.rows, args.seed, args.invalid_rate)
-    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
-    result = {"bench": "pipeline", "rows": args.rows, "master": args.master,
+        files = sample_files(data_dir, settings.rows, settings.seed, settings.invalid_rate)
+    work_dir = settings.work_dir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    result = {"bench": "pipeline", "rows": settings.rows, "master": settings.master,
               "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
-    result["pipeline"] = run_pipeline(args, files.flights, files.airports, work_dir)
-    if not args.skip_spark_csv:
-        result["spark_csv"] = run_spark_csv(files.flights, files.airports, args.master)
-    if not args.skip_duckdb:
+    result["pipeline"] = run_pipeline(settings, files.flights, files.airports, work_dir)
+    if not settings.skip_spark_csv:
+        result["spark_csv"] = run_spark_csv(files.flights, files.airports, settings.master)
+    if not settings.skip_duckdb:
         result["duckdb"] = run_duckdb(files.flights, files.airports)
     result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     _check_counts(result)

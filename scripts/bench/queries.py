@@ -12,7 +12,6 @@ Threads: the caller's (Spark's own aside); the broker is a child process.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -46,6 +45,23 @@ PARTITIONS_DEFAULT = 4
 AIRPORTS_NULL_TEXT = "\\N"
 BROKER_READY_TIMEOUT_S = 60.0
 REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class QueriesBenchSettings:
+    """One run: the input (a sample of `rows` generated with `seed`), how it is loaded
+    (`slice_rows` CSV rows per payload over `partitions`), the Spark master, the timed
+    `repeats` after untimed `warmups`."""
+
+    rows: int
+    seed: int
+    invalid_rate: float
+    data_dir: Path | None  # the input (generated there when absent); None: a temporary one
+    slice_rows: int
+    partitions: int
+    master: str
+    repeats: int
+    warmups: int
 
 
 # --- loading a session, as a client does ------------------------------------------------------
@@ -231,25 +247,25 @@ def timed(run) -> tuple[float, dict]:
     return time.perf_counter() - started, counts
 
 
-def bench(args: argparse.Namespace) -> dict:
+def bench(settings: QueriesBenchSettings) -> dict:
     from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE, generate
 
-    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"bench-queries-{args.rows}"
+    data_dir = settings.data_dir or Path(tempfile.gettempdir()) / f"bench-queries-{settings.rows}"
     flights_path, airports_path = data_dir / FLIGHTS_FILE, data_dir / AIRPORTS_FILE
     if not (flights_path.exists() and airports_path.exists()):
-        generate(data_dir, args.rows, args.seed, args.invalid_rate)
+        generate(data_dir, settings.rows, settings.seed, settings.invalid_rate)
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as broker_dir, \
             BrokerChild(Path(broker_dir)) as broker:
         loaded = produce_session(broker.address, flights_path, airports_path,
-                                 partitions=args.partitions, slice_rows=args.slice_rows)
-        spark = spark_session(args.master)
+                                 partitions=settings.partitions, slice_rows=settings.slice_rows)
+        spark = spark_session(settings.master)
         try:
             runs = {"csv": [], "kaska": []}
             counts = {}
-            for _ in range(args.warmups):  # JIT, Python workers, caches: untimed
+            for _ in range(settings.warmups):  # JIT, Python workers, caches: untimed
                 run_queries(*csv_frames(spark, flights_path, airports_path))
                 run_queries(*kaska_frames(spark, broker.address, loaded.ended))
-            for _ in range(args.repeats):
+            for _ in range(settings.repeats):
                 seconds, counts["csv"] = timed(
                     lambda: run_queries(*csv_frames(spark, flights_path, airports_path)))
                 runs["csv"].append(round(seconds, 3))
@@ -261,8 +277,8 @@ def bench(args: argparse.Namespace) -> dict:
     if counts["csv"] != counts["kaska"]:
         raise RuntimeError(f"the two paths disagree: {counts}")
     csv_s, kaska_s = statistics.median(runs["csv"]), statistics.median(runs["kaska"])
-    return {"rows": args.rows, "slice_rows": args.slice_rows, "partitions": args.partitions,
-            "warmups": args.warmups,
-            "master": args.master, "load_s": round(loaded.seconds, 2), "csv_s": csv_s,
+    return {"rows": settings.rows, "slice_rows": settings.slice_rows,
+            "partitions": settings.partitions, "warmups": settings.warmups,
+            "master": settings.master, "load_s": round(loaded.seconds, 2), "csv_s": csv_s,
             "kaska_s": kaska_s, "kaska_over_csv": round(kaska_s / csv_s, 3), "runs": runs,
             "result_rows": counts["csv"]}
