@@ -9,8 +9,9 @@ SIGKILLs or pauses one of them and names the health-checker leader.
   PID 1 is an init (tini) that would be the only process stopped.
 - `SpareLastBackend`: another backend minus the last running service of some name prefixes.
 
-Invariants: every refusal (unknown name, not running, engine error) is a KillError, never an
-engine exception; `running()` is sorted and includes paused services. The leader is read
+Invariants: a service that cannot be hit (unknown, not running, refused by the engine) is a
+KillError; an engine that does not answer at all raises its own error (the chaos loop's thread
+then ends). `running()` is sorted and includes paused services. The leader is read
 through scripts/faults/checker_logs.py and is None unless every running checker agrees.
 Threads: none of its own; a backend is used from one thread at a time (the chaos loop's).
 """
