@@ -97,8 +97,9 @@ chaos: $(STAMP)
 		--pause-ratio $(CHAOS_PAUSE_RATIO) --interval-s $(CHAOS_INTERVAL_S) \
 		--duration-s $(CHAOS_DURATION_S)
 
-# The built-in proof (scripts/chaos_verify): CHAOS_ROUNDS rounds, each a fresh deployment (its
-# own Compose project; CHAOS_LOCAL=1: run_local's processes) running one client session while a
+# The built-in proof (scripts/chaos_verify.py, its library scripts/verify/): CHAOS_ROUNDS
+# rounds, each a fresh deployment (its own Compose project; CHAOS_LOCAL=1: run_local's
+# processes) running one client session while a
 # random service, nobody spared, is SIGKILLed or paused every CHAOS_INTERVAL_S seconds
 # (CHAOS_PAUSE_RATIO of the faults are pauses; CHAOS_VICTIMS=round-robin hits the service
 # kinds in turn); every result file is checked against the reference, every fault against its

@@ -34,323 +34,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
-import os
-import selectors
-import shutil
 import signal
-import socket
-import statistics
-import struct
-import subprocess
 import sys
-import tempfile
-import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 
-from common.kaska import Admin
-from common.kaska.connection import BrokerConnection, error_from_answer
 from common.kaska.consumer import FETCH_BYTES_MAX_DEFAULT
-from common.kaska.protocol import Api, FetchRequest, ProduceRequest, ProduceResponse
-from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.record_batch import (
-    HEADER_BYTES,
-    RECORD_LENGTH_BYTES,
-    encode_batch,
-    iter_batches,
-    iter_records,
+from scripts.bench import replication
+from scripts.bench.broker import (
+    BATCH_BYTES_MAX,
+    IN_FLIGHT_DEFAULT,
+    BrokerBenchSettings,
+    helper_main,
+    run,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-READY_TIMEOUT_S = 60.0
-MB = 1_000_000
-TOTAL = struct.Struct(">Q")
-ACK = b"\x01"
-RECV_CHUNK_BYTES = 4 * 1024 * 1024  # recv_into this much at most per call in the ceilings
-PRODUCER_ID = bytes(range(16))
-BROKER_TIMEOUT_S = 120.0
-IN_FLIGHT_DEFAULT = 4  # as a Kafka producer's max.in.flight (5 with idempotence)
-BATCH_BYTES_MAX = 32 * 1024 * 1024  # well inside the broker's default 64 MiB segments
-
-
-# -- helper processes ------------------------------------------------------------------------
-
-
-def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:got + RECV_CHUNK_BYTES])
-        if n == 0:
-            raise ConnectionError(f"stream ended {len(view) - got} bytes short")
-        got += n
-
-
-def serve_mmap_sink(listener: socket.socket, directory: Path) -> None:
-    """Each connection: a u64 byte count, then that many bytes received straight into a fresh
-    sparse file mapped like a broker segment, answered with one byte. The file stays mapped
-    until a connection announcing 0 bytes (answered once it is unmapped and deleted): like a
-    broker's deleted topic, its teardown is not part of the timed round."""
-    path = directory / "sink.bin"
-    kept: tuple[int, mmap.mmap] | None = None
-    while True:
-        sock, _ = listener.accept()
-        with sock:
-            header = bytearray(TOTAL.size)
-            recv_exactly_into(sock, memoryview(header))
-            (total,) = TOTAL.unpack(header)
-            if kept is not None:
-                kept[1].close()
-                os.close(kept[0])
-                path.unlink()
-                kept = None
-            if total:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.ftruncate(fd, total)
-                mm = mmap.mmap(fd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-                kept = (fd, mm)
-                with memoryview(mm) as view:
-                    recv_exactly_into(sock, view)
-            sock.sendall(ACK)
-
-
-def serve_sendfile_source(listener: socket.socket, path: Path) -> None:
-    """Each connection: a u64 byte count, answered by sending that many bytes of `path` with
-    os.sendfile (the file is in the page cache, as a broker's fresh segments are)."""
-    fd = os.open(path, os.O_RDONLY)
-    size = os.fstat(fd).st_size
-    while True:
-        sock, _ = listener.accept()
-        with sock:
-            header = bytearray(TOTAL.size)
-            recv_exactly_into(sock, memoryview(header))
-            (total,) = TOTAL.unpack(header)
-            assert total <= size
-            sent = 0
-            while sent < total:
-                sent += os.sendfile(sock.fileno(), fd, sent, total - sent)
-
-
-def helper_main(role: str, where: Path) -> int:
-    listener = socket.create_server(("127.0.0.1", 0))
-    print(f"listening on 127.0.0.1:{listener.getsockname()[1]}", flush=True)
-    if role == "mmap-sink":
-        serve_mmap_sink(listener, where)
-    else:
-        serve_sendfile_source(listener, where)
-    return 0
-
-
-class Child:
-    """A child process that prints `... listening on host:port` once it serves."""
-
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-                                         env={**os.environ, "PYTHONPATH": str(REPO)})
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            ready = selector.select(READY_TIMEOUT_S)
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if "listening on" not in line:
-            self.stop()
-            raise RuntimeError(f"{command[2:4]} did not start: {log_path.read_text()[-2000:]}")
-        host, _, port = line.strip().rsplit(" ", 1)[1].rpartition(":")
-        self.address = (host, int(port))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
-
-
-def helper(role: str, where: Path, log_path: Path) -> Child:
-    return Child([sys.executable, "-m", "scripts.bench_broker", "--serve", role,
-                  "--where", str(where)], log_path)
-
-
-# -- the rounds ------------------------------------------------------------------------------
-
-
-def build_batches(records: int, record_bytes: int, batch_bytes: int,
-                  producer_id: bytes = PRODUCER_ID) -> list[bytes]:
-    """Idempotent batches of about batch_bytes, holding `records` records of record_bytes."""
-    per_batch = max(1, (batch_bytes - HEADER_BYTES) // (record_bytes + RECORD_LENGTH_BYTES))
-    pool = os.urandom(record_bytes + 251)
-    values = [pool[i % 251:i % 251 + record_bytes] for i in range(per_batch)]
-    batches = []
-    for sequence, start in enumerate(range(0, records, per_batch)):
-        count = min(per_batch, records - start)
-        batches.append(encode_batch(values[:count], producer_id=producer_id, sequence=sequence))
-    return batches
-
-
-def timed(run: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used (clock-tick resolution, ~10 ms)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def measured(server: Child, run: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, the server process's CPU seconds) of one round. CPU time hardly depends
-    on what else the machine runs, so it tells the broker's cost apart from the noise."""
-    before = cpu_s(server.proc.pid)
-    wall_s = timed(run)
-    return wall_s, cpu_s(server.proc.pid) - before
-
-
-def ceiling_in(address: tuple[str, int], batches: list[bytes]) -> None:
-    """The batches to the mmap sink (no batches: it drops what it holds)."""
-    total = sum(len(batch) for batch in batches)
-    with socket.create_connection(address) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(TOTAL.pack(total))
-        for batch in batches:
-            sock.sendall(batch)
-        ack = bytearray(1)
-        recv_exactly_into(sock, memoryview(ack))
-
-
-def ceiling_out(address: tuple[str, int], total: int, buffer: bytearray) -> None:
-    view = memoryview(buffer)
-    with socket.create_connection(address) as sock:
-        sock.sendall(TOTAL.pack(total))
-        got = 0
-        while got < total:
-            n = sock.recv_into(view[:min(len(view), total - got)])
-            if n == 0:
-                raise ConnectionError("the sendfile source stopped early")
-            got += n
-
-
-def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
-            in_flight: int, acks: int = ACKS_ALL) -> None:
-    """Send the batches in order, at most `in_flight` unanswered at a time on the connection
-    (the broker serves a connection's requests one after the other, so order holds)."""
-    pending: deque[Future] = deque()
-    for batch in batches:
-        if len(pending) == in_flight:
-            check_produced(pending.popleft())
-        pending.append(connection.send(Api.PRODUCE, list(
-            ProduceRequest(topic, 0, acks, batch).encode_parts())))
-    while pending:
-        check_produced(pending.popleft())
-
-
-def check_produced(answer: Future) -> None:
-    code, body = answer.result(BROKER_TIMEOUT_S)
-    if code:
-        raise error_from_answer(code, body)
-    assert not ProduceResponse.decode(body).duplicate
-
-
-def consume(connection: BrokerConnection, topic: str, fetch_bytes: int,
-            expected_records: int, decode: bool = False) -> int:
-    """FETCH every batch of the topic, CRC-check it and count its records (with `decode`,
-    also split every record out, as an application reading them one by one does)."""
-    offset = 0
-    decoded = 0
-    while offset < expected_records:
-        response = connection.request(FetchRequest(topic, 0, offset, fetch_bytes, 0))
-        for header, batch in iter_batches(response.records):
-            offset = header.next_offset
-            if decode:
-                decoded += sum(1 for _ in iter_records(batch, header))
-    assert offset == expected_records, (offset, expected_records)
-    assert not decode or decoded == expected_records
-    return decoded
-
-
-def run(args: argparse.Namespace) -> dict:
-    batches = build_batches(args.records, args.record_bytes, args.batch_bytes)
-    wire_bytes = sum(len(batch) for batch in batches)
-    payload_bytes = args.records * args.record_bytes
-    work = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    children: list[Child] = []
-    try:
-        source_file = work / "source.bin"
-        with open(source_file, "wb") as out:
-            for batch in batches:
-                out.write(batch)
-        (work / "sink").mkdir()
-        broker = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--listen",
-                        "127.0.0.1:0", "--data-dir", str(work / "data"),
-                        "--log-level", "WARNING"], work / "broker.log")
-        children.append(broker)
-        sink = helper("mmap-sink", work / "sink", work / "sink.log")
-        children.append(sink)
-        source = helper("sendfile-source", source_file, work / "source.log")
-        children.append(source)
-        bootstrap = f"{broker.address[0]}:{broker.address[1]}"
-        receive_buffer = bytearray(RECV_CHUNK_BYTES)
-        rounds: dict[str, list[tuple[float, float]]] = {
-            "ceiling_in": [], "produce": [], "ceiling_out": [], "consume": []}
-        with Admin(bootstrap) as admin:
-            for repeat in range(args.repeats):
-                topic = f"bench{repeat}"
-                admin.create_topic(topic)
-                connection = BrokerConnection(broker.address,
-                                              request_timeout_s=BROKER_TIMEOUT_S)
-                try:
-                    rounds["ceiling_in"].append(measured(sink, lambda: ceiling_in(
-                        sink.address, batches)))
-                    rounds["produce"].append(measured(broker, lambda t=topic, c=connection:
-                                                      produce(c, t, batches, args.in_flight)))
-                    rounds["ceiling_out"].append(measured(source, lambda: ceiling_out(
-                        source.address, wire_bytes, receive_buffer)))
-                    rounds["consume"].append(measured(broker, lambda t=topic, c=connection:
-                                                      consume(c, t, args.fetch_bytes,
-                                                              args.records)))
-                    if repeat == args.repeats - 1:  # once: Python per record is slow
-                        decode_s = timed(lambda t=topic, c=connection: consume(
-                            c, t, args.fetch_bytes, args.records, decode=True))
-                finally:
-                    connection.close()
-                admin.delete_topic(topic)
-                ceiling_in(sink.address, [])
-    finally:
-        for child in children:
-            child.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    return summarize(args, rounds, payload_bytes, wire_bytes, decode_s)
-
-
-def summarize(args: argparse.Namespace, rounds: dict[str, list[tuple[float, float]]],
-              payload_bytes: int, wire_bytes: int, decode_s: float) -> dict:
-    median = {name: statistics.median(wall for wall, _ in runs) for name, runs in rounds.items()}
-    cpu_per_gb = {name: round(statistics.median(cpu for _, cpu in runs) / wire_bytes * 1e9, 3)
-                  for name, runs in rounds.items()}
-    return {
-        "load_average_1min": round(os.getloadavg()[0], 2),  # the machine is shared: noise
-        "records": args.records, "record_bytes": args.record_bytes,
-        "batch_bytes": args.batch_bytes, "fetch_bytes": args.fetch_bytes,
-        "in_flight": args.in_flight,
-        "repeats": args.repeats, "wire_bytes": wire_bytes,
-        "produce_records_per_s": round(args.records / median["produce"]),
-        "produce_mb_per_s": round(payload_bytes / median["produce"] / MB, 1),
-        "consume_records_per_s": round(args.records / median["consume"]),
-        "consume_mb_per_s": round(payload_bytes / median["consume"] / MB, 1),
-        "ceiling_recv_into_mmap_mb_per_s": round(wire_bytes / median["ceiling_in"] / MB, 1),
-        "ceiling_sendfile_mb_per_s": round(wire_bytes / median["ceiling_out"] / MB, 1),
-        "produce_vs_ceiling": round(median["ceiling_in"] / median["produce"], 3),
-        "consume_vs_ceiling": round(median["ceiling_out"] / median["consume"], 3),
-        "consume_decoded_records_per_s": round(args.records / decode_s),
-        "server_cpu_s_per_gb": cpu_per_gb,  # broker for produce/consume, helper for ceilings
-        "seconds": {name: [round(wall, 4) for wall, _ in runs] for name, runs in rounds.items()},
-    }
+from scripts.bench.replication import ReplicationSettings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -390,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         return helper_main(args.serve, args.where)
     if args.brokers > 1:
-        from scripts import bench_replication  # it imports this module: only when asked
-
-        return bench_replication.main([
-            "--brokers", str(args.brokers), "--records", str(args.records),
-            "--record-bytes", str(args.record_bytes), "--batch-bytes", str(args.batch_bytes),
-            "--in-flight", str(args.in_flight), "--repeats", str(args.repeats),
-            "--failovers", "0"])
-    print(json.dumps(run(args)), flush=True)
+        settings = ReplicationSettings(args.brokers, args.records, args.record_bytes,
+                                       args.batch_bytes, args.in_flight, args.repeats,
+                                       failovers=0)
+        print(json.dumps(replication.bench(settings)), flush=True)
+        return 0
+    settings = BrokerBenchSettings(args.records, args.record_bytes, args.batch_bytes,
+                                   args.fetch_bytes, args.in_flight, args.repeats)
+    print(json.dumps(run(settings)), flush=True)
     return 0
 
 

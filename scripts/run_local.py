@@ -36,8 +36,8 @@ Exit status 0 only if every session completed and every chaos fault healed. Outp
 started where, upload progress, the sessions' outcome and timings, kills and restarts, where
 the results are.
 
-The parts live in scripts/local/ (one module per concern); this module parses the flags and
-wires them together, and re-exports the parts' names.
+The launcher lives in scripts/launcher/ (one module per concern, `run` wires them together);
+this module parses the flags into a LaunchConfig and calls it.
 """
 
 from __future__ import annotations
@@ -46,116 +46,27 @@ import argparse
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from healthchecker.local_registry import RegistryError
-from scripts import killer
-from scripts.local.brokers import (
-    BROKERS_DEFAULT,
-    BROKERS_MAX,
-    BrokerNode,
-    broker_argv,
-    broker_count_error,
+from scripts.faults.victims import PICKERS
+from scripts.launcher.brokers import BROKERS_DEFAULT, BROKERS_MAX, broker_count_error
+from scripts.launcher.config import (
+    CHAOS_DURATION_S_DEFAULT,
+    HEAL_TIMEOUT_S_DEFAULT,
+    INVALID_RATE_DEFAULT,
+    ROWS_DEFAULT,
+    SEED_DEFAULT,
+    STOP_TIMEOUT_S_DEFAULT,
+    TIMEOUT_S_DEFAULT,
+    LaunchConfig,
 )
-from scripts.local.chaos import ChaosThread, wait_for_heals
-from scripts.local.console import say
-from scripts.local.errors import RunLocalError
-from scripts.local.layout import CHECKER_PREFIX, SERVICE_NAME, RunLayout, broker_name
-from scripts.local.platform import HEALTHCHECKERS, REPO, LocalPlatform
-from scripts.local.ports import free_ports
-from scripts.local.report import (
-    LogTail,
-    describe_session,
-    describe_timings,
-    print_report,
-    restarts_in_logs,
-)
-from scripts.local.sample_data import InputFiles, sample_files
-from scripts.local.sessions import (
-    ClientRun,
-    ClientSettings,
-    client_argv,
-    client_outcome,
-    plan_clients,
-    read_client_summary,
-    wait_for_sessions,
-)
-from scripts.victims import PICKERS
+from scripts.launcher.console import say
+from scripts.launcher.errors import RunLocalError
+from scripts.launcher.run import run
 
-__all__ = [
-    "BROKERS_DEFAULT", "BROKERS_MAX", "CHECKER_PREFIX", "HEALTHCHECKERS", "REPO", "SERVICE_NAME",
-    "BrokerNode", "ChaosThread", "ClientRun", "ClientSettings", "InputFiles", "LocalPlatform",
-    "LogTail",
-    "RunLayout", "RunLocalError", "broker_argv", "broker_count_error", "broker_name",
-    "build_parser", "client_argv", "client_outcome", "describe_session", "describe_timings",
-    "free_ports", "install_signal_handlers", "main", "parse_args", "plan_clients",
-    "print_report", "read_client_summary", "restarts_in_logs", "run", "sample_files", "say",
-    "start_platform", "wait_for_sessions",
-]
-
-ROWS_DEFAULT = 200_000
-SEED_DEFAULT = 1
-INVALID_RATE_DEFAULT = 0.01
-TIMEOUT_S_DEFAULT = 1800.0
-STOP_TIMEOUT_S_DEFAULT = 10.0
-CHAOS_DURATION_S_DEFAULT = 60.0
-HEAL_TIMEOUT_S_DEFAULT = 120.0
-
-
-def start_platform(platform: LocalPlatform) -> None:
-    say(f"starting the platform on 127.0.0.1 (logs in {platform.layout.logs_dir})")
-    platform.start_checkers()
-    platform.start_brokers()
-    platform.wait_for_brokers()
-    platform.start_service()
-    platform.start_status()
-
-
-def run(args: argparse.Namespace, interrupted: threading.Event) -> int:
-    started = time.monotonic()
-    layout = RunLayout(args.results_dir.resolve(),
-                       (args.data_dir or args.results_dir / "run" / "broker-data").resolve(),
-                       keep_broker_data=args.data_dir is not None)
-    layout.prepare()
-    platform = LocalPlatform(layout, args.master, args.brokers, args.status_port)
-    chaos = None
-    unhealed = []
-    try:
-        start_platform(platform)
-        runs = plan_clients(args)  # generates samples while Spark starts
-        say(f"  query service ready after {platform.wait_for_service():.1f} s")
-        if args.chaos_interval_s:
-            say(f"chaos: a fault every {args.chaos_interval_s:g} s for at most "
-                f"{args.chaos_duration_s:g} s ({args.chaos_pause_ratio:g} of them pauses, "
-                f"victims {args.chaos_victims})")
-            chaos = ChaosThread(killer.LocalBackend(layout.registry_dir), args.chaos_interval_s,
-                                args.chaos_duration_s, args.chaos_seed,
-                                args.chaos_pause_ratio, args.chaos_victims).start()
-        sessions_started = time.monotonic()
-        settings = ClientSettings(args.batch_rows, args.partitions,
-                                  args.client_upload_rows_per_s_max)
-        foreground = len(runs) == 1 and chaos is None and sys.stdout.isatty()
-        for client in runs:
-            platform.register(client.name, client_argv(client, platform, settings))
-            pid = platform.spawn(client.name, foreground=foreground)
-            say(f"  started {client.name:<16} pid {pid:<7} session {client.client_id}")
-        tail = None if foreground else LogTail({r.name: layout.log_path(r.name) for r in runs})
-        wait_for_sessions(runs, platform, args.timeout_s, tail, interrupted)
-        sessions_s = time.monotonic() - sessions_started
-        if chaos is not None:
-            chaos.stop()
-            unhealed = wait_for_heals(chaos.faults, platform.registry, args.heal_timeout_s)
-        if args.keep_running and not interrupted.is_set():
-            say("sessions over; the platform keeps running until SIGINT or SIGTERM")
-            interrupted.wait()
-    finally:
-        if chaos is not None:
-            chaos.stop()
-        say("stopping everything this run started")
-        platform.stop_all(args.stop_timeout_s)
-    return print_report(runs, layout, chaos, unhealed, sessions_s, time.monotonic() - started)
+__all__ = ["build_parser", "install_signal_handlers", "main", "parse_args"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = threading.Event()
     restore = install_signal_handlers(interrupted)
     try:
-        return run(args, interrupted)
+        return run(LaunchConfig(**vars(args)), interrupted)
     except (RunLocalError, RegistryError, OSError) as error:
         say(f"run_local failed: {error}")
         return 1

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.generate_data import AIRPORTS_FILE, FLIGHTS_FILE, generate
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE, generate
 from tests.reference_queries import ReferenceResults, compute_files
 from tests.result_compare import QUERY_COLUMNS, result_differences
 

@@ -1,4 +1,7 @@
-"""Building blocks of scripts/generate_data.py, one module per concept.
+"""The data generator (`python -m scripts.generate_data` is its command line), one module per
+concept:
+
+generate       generate(): the two files written, chunk by chunk; FLIGHTS_FILE, AIRPORTS_FILE
 
 catalog        the market: airports, carriers, shares and rates read off the real samples
 countries      country columns of the Opendatahub airports layout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.compose_deployment import ComposeDeployment
+from scripts.deploy.deployment import ComposeDeployment
 from tests.session_check import SessionData, prepare_session_data, session_problems
 
 REPO = Path(__file__).resolve().parents[2]

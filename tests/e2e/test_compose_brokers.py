@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from client.resume import SessionCheckpoint
-from scripts.compose_deployment import EventRecorder
+from scripts.deploy.deployment import EventRecorder
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]

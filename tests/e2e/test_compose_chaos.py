@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from scripts.chaos_verify.compose_round import ComposeRound
-from scripts.chaos_verify.rounds import RoundOptions, run_round
-from scripts.chaos_verify.table import fault_lines, kind_table, round_table
-from scripts.killer import ACTION_KILL, ACTION_PAUSE
-from scripts.victims import KIND_ORDER
+from scripts.faults.chaos import ACTION_KILL, ACTION_PAUSE
+from scripts.faults.victims import KIND_ORDER
+from scripts.verify.compose_round import ComposeRound
+from scripts.verify.rounds import RoundOptions, run_round
+from scripts.verify.table import fault_lines, kind_table, round_table
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]

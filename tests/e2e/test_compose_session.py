@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from scripts.compose_deployment import EventRecorder
+from scripts.deploy.deployment import EventRecorder
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]

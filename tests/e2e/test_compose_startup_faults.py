@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from scripts import killer
+from scripts.faults import chaos as killer
+from scripts.faults.backends import DockerBackend
 from tests.e2e.conftest import assert_results_exact
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -48,7 +49,7 @@ def test_up_with_the_killer_from_the_first_second_succeeds_heals_and_stays_exact
     out = io.StringIO()
 
     def fire() -> None:
-        backend = killer.DockerBackend(deployment.project)
+        backend = DockerBackend(deployment.project)
         while not up_done.is_set() and not [
                 name for name in backend.running() if not killer.is_excluded(name, SPARED)]:
             time.sleep(FIRST_CONTAINER_POLL_S)  # the first fault as soon as there is a victim

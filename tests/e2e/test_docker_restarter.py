@@ -22,7 +22,7 @@ from healthchecker.restarter import (
     UnknownServiceError,
 )
 from healthchecker.restarter_docker import DockerRestarter
-from scripts.killer import DockerBackend, KillError
+from scripts.faults.backends import DockerBackend, KillError
 
 pytestmark = pytest.mark.docker
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from tests.reference_queries import compute_files
 from tests.result_compare import assert_same_results
 

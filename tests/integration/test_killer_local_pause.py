@@ -14,7 +14,7 @@ from healthchecker.local_registry import (
 )
 from healthchecker.restarter import ACTION_KILLED_AND_STARTED
 from healthchecker.restarter_process import ProcessRestarter
-from scripts.killer import KillError, LocalBackend
+from scripts.faults.backends import KillError, LocalBackend
 from tests.integration.healthchecker.local_cluster import wait_until
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from healthchecker.local_registry import LocalServiceRegistry
-from scripts.victims import LEADER_KIND, fault_kind
+from scripts.faults.victims import LEADER_KIND, fault_kind
 from tests.integration.run_local_helpers import (
     assert_results_match_reference,
     run_run_local,

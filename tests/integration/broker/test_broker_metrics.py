@@ -8,7 +8,7 @@ import pytest
 
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.record_batch import encode_batch
-from scripts.local.ports import free_ports
+from scripts.launcher.ports import free_ports
 from tests.integration.broker.broker_process import CLIENT_OPTIONS
 from tests.integration.metrics_scrape import excerpt, scrape
 

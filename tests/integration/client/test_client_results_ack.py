@@ -24,7 +24,7 @@ from client.runner import ClientConfig, run_session
 from client.session import SessionControl
 from common.kaska import Admin, Consumer
 from common.session_records import SESSIONS_TOPIC, ResultsAcked, decode, session_topics
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.client.fake_query_service import FakeQueryService
 

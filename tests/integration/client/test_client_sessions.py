@@ -29,7 +29,7 @@ from common.session_records import (
     decode,
     flights_topic,
 )
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.client.fake_query_service import FakeQueryService, read_data_topic
 from tests.reference_queries import compute_files

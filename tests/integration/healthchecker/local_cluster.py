@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec, kill_process_tree
-from scripts.run_local import free_ports
+from scripts.launcher.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DUMMY_SERVICE = Path(__file__).with_name("dummy_service.py")

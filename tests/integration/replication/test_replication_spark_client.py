@@ -40,7 +40,7 @@ from common.session_records import (
     decode,
     flights_topic,
 )
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from tests.integration.client.fake_query_service import FakeQueryService, read_data_topic
 from tests.integration.replication.workload import check_replicas_identical

@@ -12,8 +12,8 @@ import pytest
 
 from common.kaska import Admin, Consumer, Producer
 from common.session_records import QUERIES, SESSIONS_TOPIC, QueryDone, ResultRows, results_topic
-from scripts.bench_queries import ensure_topic, produce_session
-from scripts.generate_data import generate
+from scripts.bench.queries import ensure_topic, produce_session
+from scripts.datagen.generate import generate
 from spark.query_service import CONSUMER_GROUP
 from spark.session_job import UNKNOWN_AIRPORT
 from tests import reference_queries as reference

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.generate_data import generate
+from scripts.datagen.generate import generate
 from spark.csv_input import read_airports_csv, read_flights_csv
 from spark.queries import compute_all
 from tests import reference_queries as reference

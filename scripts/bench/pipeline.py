@@ -1,0 +1,313 @@
+"""The pipeline against Spark and DuckDB reading the CSV themselves: the library of
+`python -m scripts.bench_pipeline` (scripts/bench_pipeline.py says what each step measures).
+
+Owns the three runs (`run_pipeline` on the launcher's platform with the real client,
+`run_spark_csv` in a child process, `run_duckdb`), the disk and process sampling around them,
+the cross-check of their result counts and the ratios.
+Invariants: the runs go one after the other, each with the machine to itself; every result
+count must agree (BenchError otherwise); the platform is stopped whatever happens.
+Threads: the caller's, plus one DiskPeak sampler thread during a session; Spark and the
+platform run as child processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
+from scripts.launcher.layout import RunLayout
+from scripts.launcher.platform import REPO, LocalPlatform, start_platform
+from scripts.launcher.sample_data import InputFiles, sample_files
+
+ROWS_DEFAULT = 2_000_000
+SESSION_TIMEOUT_S = 3600.0
+TOPICS_GONE_TIMEOUT_S_DEFAULT = 120.0
+POLL_S = 0.5
+DISK_SAMPLE_S = 0.5
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """One run: the input (given files, or a sample of `rows` generated with `seed`), the
+    platform's Spark master, the warm sessions after the first, and which peers to skip."""
+
+    rows: int
+    seed: int
+    invalid_rate: float
+    data_dir: Path | None  # input files (generated there when absent); None: a temporary one
+    work_dir: Path | None  # None: a fresh temporary directory
+    warm_sessions: int
+    master: str
+    skip_spark_csv: bool
+    skip_duckdb: bool
+    topics_gone_timeout_s: float
+
+
+class BenchError(RuntimeError):
+    """A run that cannot be counted: a session failed, or two computations disagree."""
+
+
+# --- pipeline ---------------------------------------------------------------------------------
+
+
+def _client_argv(platform: LocalPlatform, flights: Path, airports: Path,
+                 results_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "client", "--flights", str(flights), "--airports",
+            str(airports), "--brokers", platform.brokers, "--results-dir", str(results_dir),
+            "--client-id", str(uuid.uuid4()), "--rows-shown", "0"]
+
+
+def _run_client(argv: list[str], log_path: Path) -> dict:
+    """The client as a child process; its summary plus its CPU seconds and peak RSS."""
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(argv, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONPATH": str(REPO)})
+        _pid, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    results_dir = Path(argv[argv.index("--results-dir") + 1])
+    summary = json.loads((results_dir / "summary.json").read_text())
+    if process.returncode != 0 or summary.get("status") != "completed":
+        raise BenchError(f"client exited {process.returncode} ({summary.get('status')}: "
+                         f"{summary.get('error')}); log {log_path}")
+    summary["client_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+    summary["client_peak_rss_bytes"] = usage.ru_maxrss * 1024
+    return summary
+
+
+class DiskPeak:
+    """The largest disk use of a directory, sampled every DISK_SAMPLE_S while in the block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="disk-peak")
+
+    def _sample(self) -> None:
+        while True:
+            self.peak_bytes = max(self.peak_bytes, disk_bytes(self.directory))
+            if self._stop.wait(DISK_SAMPLE_S):
+                return
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _platform_stats(platform: LocalPlatform) -> dict[str, TreeStats]:
+    stats = {}
+    for name in platform.registry.names():
+        pid = platform.registry.live_pid(name)
+        if pid is not None:
+            stats[name] = tree_stats(pid)
+    return stats
+
+
+def _session_dirs(directory: Path, client_id: str) -> list[Path]:
+    """What the brokers still hold of a session: its topics' directories, or their deleted
+    remains (a topic directory is named by the topic; deletion renames it first)."""
+    return [path for path in directory.rglob(f"*{client_id}*")]
+
+
+def _wait_for_cleanup(directory: Path, client_id: str, timeout_s: float) -> tuple[int, float]:
+    """Until no broker holds anything of the session (or the timeout): (bytes left, seconds)."""
+    started = time.monotonic()
+    while _session_dirs(directory, client_id) and time.monotonic() - started < timeout_s:
+        time.sleep(POLL_S)
+    return disk_bytes(directory), time.monotonic() - started
+
+
+def run_pipeline(settings: PipelineSettings, flights: Path, airports: Path,
+                 work_dir: Path) -> dict:
+    layout = RunLayout(work_dir, work_dir / "run" / "broker-data", keep_broker_data=False)
+    layout.prepare()
+    platform = LocalPlatform(layout, settings.master)
+    sessions = []
+    try:
+        started = time.monotonic()
+        start_platform(platform)
+        ready_s = platform.wait_for_service()
+        platform_ready_s = time.monotonic() - started
+        for index in range(1 + settings.warm_sessions):
+            sessions.append(_one_session(settings, platform, layout, flights, airports, work_dir,
+                                         index))
+        processes = {name: stats.__dict__ for name, stats in _platform_stats(platform).items()}
+    finally:
+        platform.stop_all(STOP_TIMEOUT_S)
+    return {"platform_ready_s": round(platform_ready_s, 1),
+            "query_service_ready_s": round(ready_s, 1), "sessions": sessions,
+            "processes_at_end": processes}
+
+
+def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: RunLayout,
+                 flights: Path, airports: Path, work_dir: Path, index: int) -> dict:
+    results_dir = work_dir / f"session-{index}"
+    disk_before = disk_bytes(layout.brokers_data_dir)
+    cpu_before = _platform_stats(platform)
+    with DiskPeak(layout.brokers_data_dir) as disk_peak:
+        summary = _run_client(_client_argv(platform, flights, airports, results_dir),
+                              work_dir / f"client-{index}.log")
+    cpu_after = _platform_stats(platform)
+    disk_end = disk_bytes(layout.brokers_data_dir)
+    disk_after, waited = _wait_for_cleanup(layout.brokers_data_dir, summary["client_id"],
+                                           settings.topics_gone_timeout_s)
+    timings = summary["timings_s"]
+    rows = sum(summary["rows_sent"].values())
+    upload_s = timings["upload"]
+    return {
+        "service": "fresh" if index == 0 else "warm",
+        "rows": rows,
+        "upload_s": upload_s,
+        "query_phase_s": timings["results_wait"],
+        "session_s": timings["total"],
+        "upload_rows_per_s": round(rows / upload_s) if upload_s else None,
+        "result_rows": summary["rows_per_query"],
+        "client_cpu_s": summary["client_cpu_s"],
+        "client_peak_rss_bytes": summary["client_peak_rss_bytes"],
+        "platform_cpu_s": {name: round(cpu_after[name].cpu_s - cpu_before[name].cpu_s, 2)
+                           for name in cpu_after if name in cpu_before},
+        "broker_disk_bytes": {"before": disk_before, "peak": disk_peak.peak_bytes,
+                              "session_end": disk_end,
+                              "after_cleanup": disk_after,
+                              "cleanup_wait_s": round(waited, 1),
+                              "session_files_left": len(_session_dirs(layout.brokers_data_dir,
+                                                                      summary["client_id"]))},
+    }
+
+
+# --- Spark reading the CSV itself ---------------------------------------------------------------
+
+
+def spark_csv_child(flights: Path, airports: Path, master: str) -> dict:
+    """In a fresh process: start Spark, then Q1-Q4 over the CSV files, timed apart."""
+    started = time.monotonic()
+    from pyspark.sql import SparkSession
+
+    from common.result_csv import format_row
+    from spark.csv_input import read_airports_csv, read_flights_csv
+    from spark.queries import SESSION_CONFIG, compute_all
+
+    spark = (SparkSession.builder.master(master).appName("bench-pipeline-csv")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "2g")
+             # The query service's tuning too: the comparison is of the paths, not settings.
+             .config(map=SESSION_CONFIG).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_start_s = time.monotonic() - started
+    queries_started = time.monotonic()
+    results = compute_all(read_flights_csv(spark, str(flights)),
+                          read_airports_csv(spark, str(airports)))
+    counts = {query: len([format_row(query, row) for row in frame.collect()])
+              for query, frame in results.frames().items()}
+    results.release()
+    queries_s = time.monotonic() - queries_started
+    spark.stop()
+    return {"spark_start_s": round(spark_start_s, 2), "queries_s": round(queries_s, 2),
+            "result_rows": counts}
+
+
+def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
+    started = time.monotonic()
+    output = subprocess.run(
+        [sys.executable, "-m", "scripts.bench_pipeline", "--spark-csv-child", "--flights",
+         str(flights), "--airports", str(airports), "--master", master],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        check=False)
+    if output.returncode != 0:
+        raise BenchError(f"spark-csv child failed: {output.stderr[-2000:]}")
+    result = json.loads(output.stdout.strip().splitlines()[-1])
+    result["process_s"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def run_duckdb(flights: Path, airports: Path) -> dict:
+    from scripts.bench.duckdb_queries import duckdb_queries
+
+    run = duckdb_queries(flights, airports)
+    seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),
+               "total": round(run.total_seconds, 2)}
+    return {"seconds": seconds, "result_rows": run.result_counts()}
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _check_counts(result: dict) -> None:
+    seen = {f"session {i} ({s['service']})": s["result_rows"]
+            for i, s in enumerate(result["pipeline"]["sessions"])}
+    for other in ("spark_csv", "duckdb"):
+        if other in result:
+            seen[other] = result[other]["result_rows"]
+    distinct = {json.dumps(counts, sort_keys=True) for counts in seen.values()}
+    if len(distinct) != 1:
+        raise BenchError(f"result counts disagree: {seen}")
+
+
+def ratios(result: dict) -> dict:
+    sessions = result["pipeline"]["sessions"]
+    fresh = sessions[0]["session_s"]
+    warm = statistics.median(s["session_s"] for s in sessions[1:]) if len(sessions) > 1 \
+        else None
+    out = {"fresh_session_s": fresh, "warm_session_s": warm,
+           "upload_rows_per_s": sessions[0]["upload_rows_per_s"]}
+    if "spark_csv" in result:
+        out["fresh_session_over_spark_csv"] = round(fresh / result["spark_csv"]["queries_s"], 3)
+    if "duckdb" in result:
+        out["fresh_session_over_duckdb"] = round(fresh / result["duckdb"]["seconds"]["total"], 2)
+    return out
+
+
+def print_table(result: dict) -> None:
+    print(f"{'what':<44}{'seconds':>10}  notes")
+    for i, s in enumerate(result["pipeline"]["sessions"]):
+        what = f"pipeline session {i} ({s['service']} query service)"
+        print(f"{what:<44}{s['session_s']:>10.1f}  upload {s['upload_s']:.1f} s "
+              f"({s['upload_rows_per_s']:,} rows/s), query phase {s['query_phase_s']:.1f} s")
+    if "spark_csv" in result:
+        csv = result["spark_csv"]
+        print(f"{'Spark reading the CSV, fresh app: queries':<44}{csv['queries_s']:>10.1f}  "
+              f"+ {csv['spark_start_s']:.1f} s to start Spark")
+    if "duckdb" in result:
+        print(f"{'DuckDB, load + Q1-Q4':<44}{result['duckdb']['seconds']['total']:>10.1f}")
+    for name, value in result["ratios"].items():
+        print(f"  {name}: {value}")
+
+
+def bench(settings: PipelineSettings) -> dict:
+    data_dir = settings.data_dir or Path(tempfile.gettempdir()) / f"bench-pipeline-{settings.rows}"
+    if (data_dir / FLIGHTS_FILE).exists() and (data_dir / AIRPORTS_FILE).exists():
+        files = InputFiles(data_dir / FLIGHTS_FILE, data_dir / AIRPORTS_FILE)  # given data
+    else:
+        files = sample_files(data_dir, settings.rows, settings.seed, settings.invalid_rate)
+    work_dir = settings.work_dir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    result = {"bench": "pipeline", "rows": settings.rows, "master": settings.master,
+              "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
+    result["pipeline"] = run_pipeline(settings, files.flights, files.airports, work_dir)
+    if not settings.skip_spark_csv:
+        result["spark_csv"] = run_spark_csv(files.flights, files.airports, settings.master)
+    if not settings.skip_duckdb:
+        result["duckdb"] = run_duckdb(files.flights, files.airports)
+    result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    _check_counts(result)
+    result["ratios"] = ratios(result)
+    return result

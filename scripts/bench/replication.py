@@ -1,0 +1,285 @@
+"""Replication's price and its failover time: the library of `python -m scripts.bench_replication`
+(scripts/bench_replication.py says what the rounds and the trials measure).
+
+Owns `LocalCluster` (N brokers as child processes that know each other; 1 is a lone broker),
+the throughput rounds, the failover trials (the leader SIGKILLed or frozen between two
+acks=all batches) and `bench` (a whole run from typed ReplicationSettings).
+Invariants: the rounds interleave the clusters so the machine's noise is shared; after each
+failover trial the fault is undone (restart or thaw) and the cluster settles before the next;
+every broker and its temporary data directory are gone when `bench` returns.
+Threads: the caller's; every broker is a child process on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.cluster_secret import write_secret_file
+from common.kaska import Admin
+from common.kaska.cluster import Cluster
+from common.kaska.connection import BrokerConnection
+from common.kaska.errors import DuplicateSequenceError, KaskaError
+from common.kaska.protocol import MetadataRequest, ProduceRequest
+from common.kaska.protocol.metadata import NO_LEADER
+from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
+from common.kaska.record_batch import encode_batch
+from common.kaska.retry import RetryPolicy
+from scripts.bench.child import Child, measured
+from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
+from scripts.launcher.ports import free_ports
+
+TOPIC = "bench"
+SETTLE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ReplicationSettings:
+    """One run: the cluster size (odd, >= 3), the throughput rounds (`repeats` of `records`
+    records; 0 repeats: none) and the failover trials (0: none)."""
+
+    brokers: int = 3
+    records: int = 1_000_000
+    record_bytes: int = 100
+    batch_bytes: int = 1024 * 1024
+    in_flight: int = 4
+    repeats: int = 5
+    failovers: int = 20
+
+
+class LocalCluster:
+    """N brokers (child processes) that know each other; `size` 1 is a lone broker."""
+
+    def __init__(self, work: Path, size: int, name: str, extra_args: tuple[str, ...] = ()
+                 ) -> None:
+        self.work = work
+        self.extra_args = extra_args  # passed to every broker (e.g. the fsync policy)
+        # The brokers sign their peer frames with it (common/cluster_secret.py).
+        self.secret_file = work / f"{name}-cluster-secret"
+        write_secret_file(self.secret_file)
+        self.name = name
+        self.ports = dict(zip(range(1, size + 1), free_ports(size), strict=True))
+        self.children: dict[int, Child] = {}
+        for node in self.ports:
+            self.start(node)
+
+    def argv(self, node: int) -> list[str]:
+        peers = ",".join(f"{other}@127.0.0.1:{port}" for other, port in self.ports.items()
+                         if other != node)
+        argv = [sys.executable, "-m", "services.broker", "--node-id", str(node), "--listen",
+                f"127.0.0.1:{self.ports[node]}", "--data-dir",
+                str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING",
+                "--secret-file", str(self.secret_file)]
+        return argv + list(self.extra_args) + (["--peers", peers] if peers else [])
+
+    def start(self, node: int) -> None:
+        self.children[node] = Child(self.argv(node), self.work / f"{self.name}-{node}.log")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+
+    def agreed_leader(self, timeout_s: float = SETTLE_TIMEOUT_S) -> int:
+        """The leader every running broker names (after a thaw or a restart, until the
+        returning broker follows it)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            seen = {self._leader_seen_by(port) for node, port in self.ports.items()
+                    if self.children[node].proc.poll() is None}
+            if len(seen) == 1 and None not in seen:
+                return seen.pop()
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: the brokers did not agree on a leader within "
+                           f"{timeout_s:.0f} s")
+
+    def leader(self, timeout_s: float = SETTLE_TIMEOUT_S) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node, port in self.ports.items():
+                if self.children[node].proc.poll() is not None:
+                    continue
+                leader = self._leader_seen_by(port)
+                if leader is not None:
+                    return leader
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: no leader within {timeout_s:.0f} s")
+
+    @staticmethod
+    def _leader_seen_by(port: int) -> int | None:
+        try:
+            connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
+                                          connect_timeout_s=1.0)
+        except KaskaError:
+            return None
+        try:
+            response = connection.request(MetadataRequest((TOPIC,)))
+        except KaskaError:
+            return None
+        finally:
+            connection.close()
+        partitions = response.topics.get(TOPIC)
+        if not partitions or partitions[0].leader_id == NO_LEADER:
+            return None
+        return partitions[0].leader_id
+
+    def leader_connection(self) -> BrokerConnection:
+        return BrokerConnection(("127.0.0.1", self.ports[self.leader()]),
+                                request_timeout_s=BROKER_TIMEOUT_S)
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            if child.proc.poll() is None:
+                child.stop()
+
+
+def create_topic(cluster: LocalCluster) -> None:
+    with Admin(cluster.bootstrap, retry=RetryPolicy(retries_max=60, backoff_s_max=0.5)) as admin:
+        admin.create_topic(TOPIC, 1)
+    cluster.leader()
+
+
+def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int,
+                     acks: int) -> tuple[float, float]:
+    leader = cluster.leader()
+    connection = cluster.leader_connection()
+    try:
+        return measured(cluster.children[leader], lambda: produce(
+            connection, TOPIC, batches, in_flight, acks))
+    finally:
+        connection.close()
+
+
+def throughput(work: Path, args: ReplicationSettings) -> dict:
+    single = LocalCluster(work, 1, "single")
+    cluster = LocalCluster(work, args.brokers, "cluster")
+    synced = LocalCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
+    rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": [],
+                                      "cluster_acks_all_fsync_entry": []}
+    try:
+        create_topic(single)
+        create_topic(cluster)
+        create_topic(synced)
+        for repeat in range(args.repeats):
+            # A fresh producer id per round: the broker would take the same sequences for
+            # retries of the previous round's batches.
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=repeat.to_bytes(16, "big"))
+            rounds["single"].append(throughput_round(single, batches, args.in_flight,
+                                                     ACKS_ALL)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(1000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_all"].append(throughput_round(cluster, batches,
+                                                               args.in_flight, ACKS_ALL)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(2000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_1"].append(throughput_round(cluster, batches, args.in_flight,
+                                                             ACKS_LEADER)[0])
+            batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
+                                    producer_id=(3000 + repeat).to_bytes(16, "big"))
+            rounds["cluster_acks_all_fsync_entry"].append(throughput_round(
+                synced, batches, args.in_flight, ACKS_ALL)[0])
+    finally:
+        single.stop()
+        cluster.stop()
+        synced.stop()
+    payload_mb = args.records * args.record_bytes / 1e6
+    ratios = [s / c for s, c in zip(rounds["single"], rounds["cluster_acks_all"], strict=True)]
+    fsync_ratios = [n / e for n, e in zip(rounds["cluster_acks_all"],
+                                          rounds["cluster_acks_all_fsync_entry"], strict=True)]
+    return {
+        "single_produce_mb_s": round(payload_mb / statistics.median(rounds["single"]), 1),
+        "cluster_acks_all_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_all"]), 1),
+        "cluster_acks_1_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_1"]), 1),
+        "cluster_acks_all_vs_single": round(statistics.median(ratios), 2),
+        "cluster_acks_all_vs_single_each": [round(r, 2) for r in ratios],
+        "cluster_acks_all_fsync_entry_produce_mb_s": round(
+            payload_mb / statistics.median(rounds["cluster_acks_all_fsync_entry"]), 1),
+        "fsync_entry_vs_none": round(statistics.median(fsync_ratios), 2),
+        "fsync_entry_vs_none_each": [round(r, 2) for r in fsync_ratios],
+        "round_s_median": {name: round(statistics.median(times), 3)
+                           for name, times in rounds.items()},
+    }
+
+
+def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals) -> float:
+    """Freeze (SIGSTOP) or kill (SIGKILL) the leader between two produces of a client with the
+    default settings (30 s request timeout, default retries); seconds from the fault to the
+    next acknowledged produce, necessarily on a new leader. A frozen leader still accepts the
+    connection, so the produce waits there until the client's leader probe hears of the
+    successor (common/kaska/cluster.py). The broker is thawed, or restarted, and the cluster
+    settled, before the next trial."""
+    leader = cluster.agreed_leader()
+    client = Cluster(cluster.bootstrap)
+    sequence = 0
+
+    def send_one() -> None:
+        nonlocal sequence
+        batch = encode_batch([b"x" * 100], producer_id=producer_id, sequence=sequence)
+        client.call(ProduceRequest(TOPIC, 0, ACKS_ALL, batch), route=(TOPIC, 0),
+                    ok_after_delivery=(DuplicateSequenceError,))
+        sequence += 1
+
+    proc = cluster.children[leader].proc
+    try:
+        send_one()  # the cluster answers before the fault
+        proc.send_signal(fault)
+        faulted_at = time.monotonic()
+        send_one()
+        took_s = time.monotonic() - faulted_at
+    finally:
+        client.close()
+        if fault == signal.SIGSTOP:
+            proc.send_signal(signal.SIGCONT)
+    if fault == signal.SIGKILL:
+        proc.wait()
+        proc.stdout.close()
+        cluster.start(leader)
+    cluster.agreed_leader()
+    return took_s
+
+
+FAULTS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP}
+
+
+def failover(work: Path, trials: int, brokers: int) -> dict:
+    """`trials` of each fault on the leader, interleaved, so both share the machine's noise."""
+    cluster = LocalCluster(work, brokers, "failover")
+    times: dict[str, list[float]] = {name: [] for name in FAULTS}
+    try:
+        create_topic(cluster)
+        for trial in range(trials):
+            for k, (name, fault) in enumerate(FAULTS.items()):
+                producer_id = (5000 + 2 * trial + k).to_bytes(16, "big")
+                times[name].append(failover_trial(cluster, producer_id, fault))
+    finally:
+        cluster.stop()
+    result = {"failover_trials": trials}
+    for name, each in times.items():
+        result |= {f"leader_{name}_s_median": round(statistics.median(each), 2),
+                   f"leader_{name}_s_max": round(max(each), 2),
+                   f"leader_{name}_s_each": [round(t, 2) for t in each]}
+    return result
+
+
+def bench(settings: ReplicationSettings) -> dict:
+    """The throughput rounds and the failover trials the settings ask for, as one JSON-ready
+    dict; every broker and its data directory are gone when it returns."""
+    work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    try:
+        result = {"brokers": settings.brokers, "records": settings.records,
+                  "record_bytes": settings.record_bytes, "repeats": settings.repeats}
+        if settings.repeats:
+            result |= throughput(work, settings)
+        if settings.failovers:
+            result |= failover(work, settings.failovers, settings.brokers)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result

@@ -1,0 +1,211 @@
+"""The Compose deployment's shape and its rendering: DeploymentShape (brokers, health checkers,
+Spark workers, clients, rows) and PublishedPorts, checked; `render`/`write` fill
+compose/docker-compose.yaml.j2 with them; `ask` gets a shape interactively.
+`python -m scripts.compose_generator` is its command line (the flags, the defaults, the
+committed default rendering compose/docker-compose-dev.yaml).
+
+Invariants: a shape is checked before it is rendered (an odd broker count in 1..BROKERS_MAX,
+every count within its bound), so a rendering never names a deployment that cannot run; a file
+is written under a temporary name and renamed, never torn. The default shape rendered is
+byte-equal to compose/docker-compose-dev.yaml (a unit test keeps the two in step).
+Threads: none.
+"""
+
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import jinja2
+
+from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_DIR = REPO / "compose"
+TEMPLATE_NAME = "docker-compose.yaml.j2"
+DEV_FILE = COMPOSE_DIR / "docker-compose-dev.yaml"
+OUT_DEFAULT = COMPOSE_DIR / "generated" / "docker-compose.yaml"
+PROJECT_DEFAULT = "flights-optimizer"
+IMAGE_DEFAULT = "flights-optimizer:latest"
+BROKERS_MAX = 9
+HEALTHCHECKERS_MAX = 9
+SPARK_WORKERS_MAX = 16
+CLIENTS_MAX = 32
+ROWS_MAX = 100_000_000
+ASK_ATTEMPTS_MAX = 5
+
+# Fixed ports inside the Compose network; `PublishedPorts` says which reach the host.
+PORTS = {
+    "broker": 9092,
+    "healthchecker": 9500,  # election over UDP and heartbeats over TCP
+    "spark_master": 7077,
+    "spark_master_ui": 8080,
+    "spark_worker": 7100,
+    "spark_worker_ui": 8081,
+    "spark_driver": 7078,
+    "spark_block_manager": 7079,
+    "metrics": 9100,  # Prometheus /metrics of the brokers, health checkers, query service
+    "checker_status": 9101,  # the health checkers' signed status request (services/status)
+    "status": 8000,  # the status page
+    "spark_driver_ui": 4040,  # the query service's Spark UI
+}
+PORT_MIN, PORT_MAX = 1, 65535
+# One core each: the reference machine has two. The executor takes the worker's whole memory.
+SPARK_WORKER_CORES = 1
+SPARK_WORKER_MEMORY = "1g"
+SPARK_EXECUTOR_MEMORY = "1g"
+# How long the master waits for workers and applications to answer after a restart (its
+# recovery), and how long a silent worker stays registered; Spark's default is 60 s.
+SPARK_WORKER_TIMEOUT_S = 10
+# The health checkers' start deadline for the JVM services in Compose (their built-in is 60 s):
+# the JVMs start together with the whole deployment, with no health gate before the checkers.
+JVM_START_DEADLINE_S = 120
+
+
+class DeploymentShapeError(ValueError):
+    """A count outside what the template and the platform support (or an even broker count)."""
+
+
+class PublishedPortsError(ValueError):
+    """A host address or host port the published services cannot be bound to."""
+
+
+@dataclass(frozen=True)
+class PublishedPorts:
+    """Where the host reaches the status page and the Spark UIs (module doc)."""
+
+    host: str = "127.0.0.1"
+    status_port: int = 8000
+    spark_master_ui_port: int = 8080
+    spark_driver_ui_port: int = 4040
+
+    def check(self) -> PublishedPorts:
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError as error:
+            raise PublishedPortsError(f"--publish-host must be an IP address, got "
+                                      f"{self.host!r}") from error
+        ports = (self.status_port, self.spark_master_ui_port, self.spark_driver_ui_port)
+        for port in ports:
+            if not PORT_MIN <= port <= PORT_MAX:
+                raise PublishedPortsError(f"host ports must lie in [{PORT_MIN}, {PORT_MAX}], "
+                                          f"got {port}")
+        if len(set(ports)) != len(ports):
+            raise PublishedPortsError(f"the published host ports must differ, got {ports}")
+        return self
+
+    @property
+    def browse_host(self) -> str:
+        """Where a browser on this machine finds them (0.0.0.0 binds everywhere, 127.0.0.1
+        reaches it)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+
+
+@dataclass(frozen=True)
+class DeploymentShape:
+    """How many of each service the rendering holds, and the sample data size."""
+
+    brokers: int = 3  # odd: a majority must stay up
+    healthcheckers: int = 3
+    spark_workers: int = 2
+    clients: int = 1
+    rows: int = 200_000
+    seed: int = 1
+
+    def check(self) -> DeploymentShape:
+        bounds = {
+            "brokers": (1, BROKERS_MAX),
+            "healthcheckers": (1, HEALTHCHECKERS_MAX),
+            "spark_workers": (1, SPARK_WORKERS_MAX),
+            "clients": (0, CLIENTS_MAX),
+            "rows": (1, ROWS_MAX),
+        }
+        for name, (low, high) in bounds.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise DeploymentShapeError(f"{name} must lie in [{low}, {high}], got {value}")
+        if self.brokers % 2 == 0:
+            raise DeploymentShapeError(
+                f"brokers must be odd (N brokers survive (N-1)/2 failures, so an even count adds "
+                f"a broker but no tolerance), got {self.brokers}")
+        return self
+
+
+@functools.cache
+def template_environment() -> jinja2.Environment:
+    """One environment per process: it caches the compiled template."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(COMPOSE_DIR),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - YAML, not HTML
+    )
+
+
+def render(shape: DeploymentShape, environment: jinja2.Environment | None = None,
+           published: PublishedPorts | None = None) -> str:
+    """The Compose file for `shape` (unchecked: tests render shapes the generator refuses)."""
+    environment = environment or template_environment()
+    return environment.get_template(TEMPLATE_NAME).render(
+        **asdict(shape),
+        ports=PORTS,
+        published=published or PublishedPorts(),
+        project_default=PROJECT_DEFAULT,
+        image_default=IMAGE_DEFAULT,
+        flights_file=FLIGHTS_FILE,
+        airports_file=AIRPORTS_FILE,
+        spark_worker_cores=SPARK_WORKER_CORES,
+        spark_worker_memory=SPARK_WORKER_MEMORY,
+        spark_executor_memory=SPARK_EXECUTOR_MEMORY,
+        spark_worker_timeout_s=SPARK_WORKER_TIMEOUT_S,
+        jvm_start_deadline_s=JVM_START_DEADLINE_S,
+    )
+
+
+def write(shape: DeploymentShape, out: Path, published: PublishedPorts | None = None) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(out.name + ".tmp")
+    temporary.write_text(render(shape.check(), published=(published or PublishedPorts()).check()))
+    temporary.replace(out)
+    return out
+
+
+QUESTIONS = {
+    "brokers": "brokers (odd: one replicated cluster, a majority must stay up)",
+    "healthcheckers": "health checkers",
+    "spark_workers": "Spark workers",
+    "clients": "clients",
+    "rows": "rows of sample data (generated when the data directory is empty)",
+}
+
+
+def ask(read: Callable[[str], str] = input, out=None) -> DeploymentShape:
+    """Asks for each count, Enter keeping the default; re-asks (a few times) on bad answers."""
+    out = out or sys.stdout
+    answers: dict[str, int] = {}
+    defaults = DeploymentShape()
+    for name, question in QUESTIONS.items():
+        answers[name] = _ask_one(name, f"{question} [{getattr(defaults, name)}]: ", read, out)
+    return DeploymentShape(**answers)
+
+
+def _ask_one(name: str, prompt: str, read: Callable[[str], str], out) -> int:
+    default = getattr(DeploymentShape(), name)
+    for _ in range(ASK_ATTEMPTS_MAX):
+        answer = read(prompt).strip().replace("_", "")
+        value = default if not answer else int(answer) if answer.isdigit() else None
+        if value is None:
+            print(f"  {answer!r} is not a whole number", file=out)
+            continue
+        try:
+            DeploymentShape(**{name: value}).check()
+        except DeploymentShapeError as error:
+            print(f"  {error}", file=out)
+            continue
+        return value
+    raise DeploymentShapeError(f"no valid answer for {name} after {ASK_ATTEMPTS_MAX} attempts")

@@ -1,7 +1,0 @@
-"""The one error of run_local's parts."""
-
-from __future__ import annotations
-
-
-class RunLocalError(Exception):
-    """The platform could not be started (a service never became ready)."""
