@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -241,11 +242,17 @@ class ComposeDeployment:
         self.wait_for(f"{service} to complete its session", done, timeout_s)
 
     def diagnostics(self, tail_lines: int = 40) -> str:
+        """Each container's state and log tail, runs of lines alike but for their numbers
+        folded into one; the brokers and health checkers last, since a CI log keeps the end
+        of the output (they tell who led, who was restarted and why)."""
         parts = []
-        for name, container in sorted(self.containers().items()):
+        for name, container in sorted(self.containers().items(), key=_diagnostics_order):
             state = container.attrs["State"]
+            lines = [f"{dt.datetime.fromtimestamp(line.at):%H:%M:%S.%f} {line.text}"
+                     for line in self.log_lines(name)]
             parts.append(f"===== {name}: {state['Status']} exit={state['ExitCode']} "
-                         f"started={state['StartedAt']}\n{self.logs_text(name, tail_lines)}")
+                         f"started={state['StartedAt']}\n"
+                         + "\n".join(fold_alike(lines)[-tail_lines:]))
         return "\n".join(parts)
 
 
@@ -325,3 +332,36 @@ class EventRecorder:
         self._stream.close()
         self._thread.join(EVENTS_JOIN_S)
         return [e for e in self.events if e.get("timeNano", 0) / 1e9 >= self._since]
+
+
+_DIGITS = re.compile(r"\d+(\.\d+)?")
+
+
+def fold_alike(lines: list[str], window: int = 4) -> list[str]:
+    """Lines equal but for their numbers (timestamps, counts, delays) to one of the `window`
+    lines kept just before them are left out, the run summed up by a count and its last line:
+    a retry loop's hundreds of lines (often a cycle of two or three kinds) do not push
+    everything else out of a log tail."""
+    folded: list[str] = []
+    recent: deque[str] = deque(maxlen=window)
+    skipped, last_skipped = 0, ""
+    for line in lines:
+        shape = _DIGITS.sub("#", line)
+        if shape in recent:
+            skipped, last_skipped = skipped + 1, line
+            continue
+        if skipped:
+            folded.append(f"    ... {skipped} more lines like those above, the last: "
+                          f"{last_skipped}")
+            skipped = 0
+        folded.append(line)
+        recent.append(shape)
+    if skipped:
+        folded.append(f"    ... {skipped} more lines like those above, the last: {last_skipped}")
+    return folded
+
+
+def _diagnostics_order(item) -> tuple[int, str]:
+    name = item[0]
+    last = name.startswith(("broker", CHECKER_PREFIX))
+    return (1 if last else 0, name)
