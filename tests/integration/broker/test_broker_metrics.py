@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.integration
 
 BATCHES = 5
 RECORDS_PER_BATCH = 40
+COUNTED_WITHIN_S = 10.0
 
 
 def test_broker_metrics_follow_produce_and_fetch(fresh_broker, topic_name):
@@ -40,8 +42,18 @@ def test_broker_metrics_follow_produce_and_fetch(fresh_broker, topic_name):
         got = [consumer.poll(5.0) for _ in range(BATCHES * RECORDS_PER_BATCH)]
     assert all(message is not None for message in got)
 
-    text, after = scrape(port)
     records = BATCHES * RECORDS_PER_BATCH
+    produce_ok = (("api", "produce"), ("code", "0"), ("error", "none"))
+    fetched = ("kaska_fetched_records_total", (("api", "fetch"),))
+    # An answer is counted once it went out whole, after the client may already hold it:
+    # wait for the last ones to be counted (bounded), then check every figure.
+    deadline = time.monotonic() + COUNTED_WITHIN_S
+    while True:
+        text, after = scrape(port)
+        if (after.get(fetched, 0) >= records and after.get(("kaska_requests_total", produce_ok))
+                == BATCHES) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     partition = (("partition", "0"), ("topic", topic_name))
     assert after[("kaska_produced_bytes_total", ())] == produced_bytes
     assert after[("kaska_produced_records_total", ())] == records
@@ -49,7 +61,6 @@ def test_broker_metrics_follow_produce_and_fetch(fresh_broker, topic_name):
     assert after[("kaska_partition_high_watermark", partition)] == records
     assert after[("kaska_fetched_records_total", (("api", "fetch"),))] >= records
     assert after[("kaska_fetched_bytes_total", (("api", "fetch"),))] >= produced_bytes
-    produce_ok = (("api", "produce"), ("code", "0"), ("error", "none"))
     assert after[("kaska_requests_total", produce_ok)] == BATCHES
     assert after[("kaska_replication_commit_index", ())] > before[
         ("kaska_replication_commit_index", ())]
