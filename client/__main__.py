@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if logging.getLogger().level == logging.INFO:
-        # The library logs every retry; client.patience already says when the broker is away.
+        # The library logs every retry; common.kaska.patience already says when the broker is away.
         logging.getLogger("common.kaska").setLevel(logging.WARNING)
     config = config_from_args(args)
     stop = threading.Event()

@@ -19,7 +19,7 @@ writes slices in order, so only a bug makes one) waits in a small map, at most
 fresh sinks), hands new rows to a callback (the console printer) as they arrive, and returns
 when all four queries are complete; it raises `ResultsTimeoutError` after `results_timeout_s`
 and `ResultsInterruptedError` when the stop event is set. Undecodable records are counted and
-logged, never fatal. Consumer errors ride out broker restarts (`client.patience`).
+logged, never fatal. Consumer errors ride out broker restarts (`common.kaska.patience`).
 
 Thread-safety: all classes are used by one thread.
 """
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from client.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.kaska import Consumer
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.result_csv import QUERY_HEADERS
 from common.session_records import (
     QUERIES,

@@ -42,7 +42,6 @@ from client.csv_reader import (
     CsvSliceReader,
 )
 from client.partition_producers import PartitionProducers
-from client.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
 from client.progress import UploadProgress
 from client.report import (
     STATUS_COMPLETED,
@@ -73,6 +72,7 @@ from client.session import SessionControl, SessionError, data_topics
 from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
 from common.checkpoint import CheckpointError
 from common.kaska import Admin, Consumer, Producer
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
 from common.session_records import QUERIES, SessionEnded
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ harmless anyway: deleting topics that are gone already does nothing.
 `end_offsets` asks the broker for the log end of every partition of the session's data topics;
 it is exact because only this client writes them and every batch is acknowledged by then.
 
-Every call rides out broker restarts (`client.patience`). Thread-safety: one `SessionControl`
+Every call rides out broker restarts (`common.kaska.patience`). Thread-safety: one `SessionControl`
 per client thread.
 """
 
@@ -30,9 +30,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from client.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import DuplicateSequenceError, TopicAlreadyExistsError
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.session_records import (
     SESSIONS_TOPIC,
     ResultsAcked,

@@ -22,7 +22,7 @@ with the acknowledged *prefix* of the file (every message below it acknowledged)
 that prefix is what a resumed run may skip, and messages above it that were acknowledged too
 are simply re-sent and dropped by the broker as duplicates.
 
-Failures: a message is re-sent (same sequence) through broker restarts by `client.patience`,
+Failures: a message is re-sent (same sequence) through broker restarts by `common.kaska.patience`,
 whose errors (`BrokerStalledError`, `BrokerRefusedError`, `StoppedWhileWaitingError`) pass
 through; the first error of any sender ends the upload, the other senders stop after their
 current message. A set stop event ends the upload between two messages with
@@ -46,9 +46,9 @@ import pyarrow as pa
 
 from client.csv_reader import CsvSliceReader
 from client.message_ids import place
-from client.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.arrow_rows import COMPRESSION_DEFAULT, encode_rows
 from common.kaska.errors import DuplicateSequenceError
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ be called from any thread (a signal handler).
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -34,6 +35,7 @@ from common.kaska.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from common.kaska.patience import BrokerRefusedError, StoppedWhileWaitingError, persist
 from common.kaska.retry import RetryPolicy
 from common.kaska.topic_name import validate_topic_name
 from common.session_records import (
@@ -184,19 +186,16 @@ class QueryService:
             return admin.topics()[SESSIONS_TOPIC]
 
     def _until_broker_answers(self, call):
-        """`call()`, retried with backoff while the broker is unreachable (until stopped)."""
-        pauses_s = BROKER_BACKOFF.delays_s()
-        while True:
-            try:
-                return call()
-            except KaskaError as error:
-                if not error.retriable:
-                    raise
-                pause_s = next(pauses_s)
-                log.warning("broker not answering (%s: %s); retrying in %.1f s",
-                            type(error).__name__, error, pause_s)
-                if self.stop_requested.wait(pause_s):
-                    raise ServiceStopping() from error
+        """`call()`, retried with backoff while the broker is unreachable (until stopped); a
+        non-retriable error is raised as it came."""
+        try:
+            return persist(call, "broker", self.stop_requested, stall_timeout_s=math.inf,
+                           backoff=BROKER_BACKOFF)
+        except StoppedWhileWaitingError as stopped:
+            raise ServiceStopping() from stopped
+        except BrokerRefusedError as refused:
+            assert refused.__cause__ is not None, "persist chains the broker's error"
+            raise refused.__cause__ from None
 
     def _poll_once(self, consumer: Consumer) -> None:
         try:

@@ -22,7 +22,7 @@ topic churn does not grow it). Pure functions; thread-safe.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.protocol.snapshot_fetch import (
@@ -33,13 +33,25 @@ from common.kaska.protocol.snapshot_fetch import (
 )
 from common.kaska.topic_name import is_internal
 
-if TYPE_CHECKING:  # journal.py imports this module
-    from services.broker.replication.journal import JournalEntry
+
+class CommittedEntry(Protocol):
+    """What `advance` reads of a journal entry (journal.py's JournalEntry; journal.py imports
+    this module, so this one names the shape rather than the class)."""
+
+    index: int
+    epoch: int
+    kind: EntryKind
+    topic: str
+    partition: int
+    partitions: int
+
+    @property
+    def end_offset(self) -> int: ...
 
 __all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "partition_ends"]
 
 
-def advance(snapshot: Snapshot, entries: Iterable[JournalEntry]) -> Snapshot:
+def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
     """The snapshot of the prefix up to the last of `entries`, which continue `snapshot`
     (dense indexes from snapshot.end) and are all committed."""
     epochs = list(snapshot.epochs)

@@ -5,9 +5,9 @@ import threading
 import pytest
 
 from client.console import ResultPrinter
-from client.patience import BrokerStalledError, StoppedWhileWaitingError, persist
 from client.progress import LogUploadProgress
 from common.kaska.errors import BrokerUnavailableError
+from common.kaska.patience import BrokerStalledError, StoppedWhileWaitingError, persist
 from common.session_records import QueryDone
 
 MIB = 1024 * 1024

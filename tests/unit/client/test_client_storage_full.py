@@ -3,10 +3,10 @@ retries it like a failover, and the uploader's patience waits it out."""
 
 import threading
 
-from client.patience import persist
 from common.kaska import cluster as cluster_module
 from common.kaska.cluster import Cluster
 from common.kaska.errors import KaskaStorageError, error_for_code
+from common.kaska.patience import persist
 from common.kaska.retry import RetryPolicy
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from client.csv_reader import FLIGHTS_DIALECT, CsvSliceReader
 from client.message_ids import place
-from client.patience import BrokerRefusedError
 from client.uploader import (
     AckedPrefix,
     FileUploader,
@@ -22,6 +21,7 @@ from common.kaska.errors import (
     DuplicateSequenceError,
     MessageTooLargeError,
 )
+from common.kaska.patience import BrokerRefusedError
 
 
 class FakeProducer:

@@ -192,3 +192,27 @@ def test_command_line_bounds():
     assert settings.sessions_pending_max == 3  # never below the concurrency
     with pytest.raises(SystemExit):
         parse_args(["--brokers", "h:1", "--result-rows-per-slice", "0"])
+
+
+def test_until_the_broker_answers_retries_retriable_errors_and_raises_others_as_they_came():
+    from common.kaska.errors import ConnectionLostError, UnknownTopicOrPartitionError
+    from spark.query_service import ServiceStopping
+
+    settings = ServiceSettings(brokers="h:1", master="local[1]")
+    made = QueryService(settings, FakeSpark())
+    answers = iter([ConnectionLostError("away"), ConnectionLostError("still away"), 42])
+
+    def call():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert made._until_broker_answers(call) == 42
+    refused = UnknownTopicOrPartitionError("no such topic")
+    refused.retriable = False
+    with pytest.raises(UnknownTopicOrPartitionError):
+        made._until_broker_answers(lambda: (_ for _ in ()).throw(refused))
+    made.stop_requested.set()
+    with pytest.raises(ServiceStopping):
+        made._until_broker_answers(lambda: (_ for _ in ()).throw(ConnectionLostError("gone")))

@@ -1,4 +1,5 @@
-"""Riding out broker restarts: retry a call for as long as the broker may come back.
+"""Riding out broker restarts: retry a call for as long as the broker may come back (the
+client's uploads and result reads, the query service's start).
 
 The Kaska client library already retries a retriable error a few times with backoff (about 3 s
 in all); a broker SIGKILLed and restarted by a health checker can be away for longer (the
@@ -49,10 +50,11 @@ class StoppedWhileWaitingError(BrokerWaitError):
 
 def persist(call: Callable[[], T], what: str, stop: threading.Event,
             stall_timeout_s: float = STALL_TIMEOUT_S_DEFAULT,
-            clock: Callable[[], float] = time.monotonic) -> T:
-    """`call()`, retried through retriable Kaska errors (rules: module doc)."""
+            clock: Callable[[], float] = time.monotonic, backoff: Backoff = BACKOFF) -> T:
+    """`call()`, retried through retriable Kaska errors (rules: module doc), pausing by
+    `backoff`; `stall_timeout_s` may be infinite (until stopped)."""
     first_failure_at: float | None = None
-    pauses_s = BACKOFF.delays_s()
+    pauses_s = backoff.delays_s()
     while True:
         try:
             return call()
