@@ -88,7 +88,9 @@ def _summary(title: str, stats: Stats, runs: int, seconds: float) -> str:
             f"{stats.not_leader_answers} NOT_LEADER, {stats.unannounced_appends} appends "
             f"announced late ({stats.stale_tails} stale tails), {stats.topic_creates} topic "
             f"creates, {stats.topic_deletes} deletes ({stats.deletes_of_older_incarnations} "
-            f"of an older incarnation); a lease held in {stats.lease_rounds} rounds")
+            f"of an older incarnation); a lease held in {stats.lease_rounds} rounds; "
+            f"{stats.wipes} wipes ({stats.promotions} promotions), {stats.leader_pauses} leader "
+            f"pauses, {stats.compactions} compactions ({stats.snapshot_installs} installs)")
 
 
 def _campaign(ids, seeds, profile: str, rounds: int = ROUNDS) -> Stats:
@@ -406,7 +408,9 @@ def test_soak():
     started = time.perf_counter()
     seed = 10_000
     runs = 0
-    rotation = [PROFILES[name] for name in sorted(PROFILES)] + [FINDINGS, COMPACTING]
+    # Every profile a finding of issue 20 added, beside the generic ones.
+    rotation = [PROFILES[name] for name in sorted(PROFILES)] + [
+        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS]
     while total.rounds < budget:
         ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)
         total.add(_play(ids, seed, rotation[seed % len(rotation)], rounds=5000).stats)
