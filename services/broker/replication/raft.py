@@ -48,8 +48,10 @@ Rules (docs/replication.md has the why):
   but grants no vote, starts no pre-vote or election, and the leader counts neither its match
   nor its fetches (commit, check quorum). It becomes a voter (`BecomeVoter`) once it has heard
   from every other voter and either none of them has history (epoch 0: the cluster is being
-  formed) or its commit index reached the leader's commit as of its rejoin and its epoch is
-  the highest any voter holds (every epoch it could have voted in was some candidate's); it
+  formed) or its commit index reached a commit of its leader that covers an entry of the
+  leader's own epoch (a leader's commit index before that may lag what was committed) and its
+  epoch is the highest any voter holds (every epoch it could have voted in was some
+  candidate's); it
   then counts itself voted in that epoch, since it may have been. A leader that sees a peer's
   broker incarnation change forgets that peer's match.
 
@@ -166,10 +168,12 @@ def _frozen(mapping: dict) -> MappingProxyType:
 @dataclass(frozen=True, slots=True)
 class Rejoin:
     """A learner's progress toward a vote: the epochs it heard from each other voter, and the
-    leader's commit index when it first heard one (None: not yet)."""
+    commit index it must reach: the first commit the leader of `catch_up_epoch` sent it that
+    covers an entry of that epoch (None: not yet)."""
 
     heard: MappingProxyType = field(default_factory=lambda: _frozen({}))  # peer -> epoch
     catch_up_commit: int | None = None
+    catch_up_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,7 +467,7 @@ def _maybe_promote(config, state, actions):
         return state
     highest = max([state.epoch, *rejoin.heard.values()])
     if highest > 0:  # the cluster has history: catch up with it first
-        if (rejoin.catch_up_commit is None or state.commit < rejoin.catch_up_commit
+        if (rejoin.catch_up_epoch != state.epoch or state.commit < rejoin.catch_up_commit
                 or state.epoch < highest):
             return state
         if state.voted_for is None:
@@ -721,15 +725,30 @@ def _on_log_changed(config, state, event: LogChanged, now, rng, actions):
         return _advance_leader_commit(config, state, actions)
     if event.leader_commit is not None:
         assert event.matched_end is not None, "a leader's commit comes with the matched end"
-        if state.rejoin is not None and state.rejoin.catch_up_commit is None:
-            state = replace(state, rejoin=replace(state.rejoin,
-                                                  catch_up_commit=event.leader_commit))
+        if state.rejoin is not None:
+            state = _note_catch_up(state, event)
         matched = min(event.matched_end, event.log.end)
         commit = max(state.commit, min(event.leader_commit, matched))
         if commit > state.commit:
             actions.append(CommitAdvanced(commit))
             state = replace(state, commit=commit)
     return state
+
+
+def _note_catch_up(state: RaftState, event: LogChanged) -> RaftState:
+    """A learner's catch-up target: the leader's commit index, but only once it covers an entry
+    of the leader's own epoch. Until its own entry commits, a leader's commit index may lag
+    what was committed before (a restarted broker forgets its commit index; Raft's Figure 8):
+    a learner caught up to such an index could lack an entry its lost copy helped commit, and
+    vote for a candidate without it (soak seed 10269). Taken afresh in every epoch."""
+    rejoin = state.rejoin
+    if rejoin.catch_up_epoch == state.epoch:
+        return state
+    first = next((start for epoch, start in event.log.epochs if epoch == state.epoch), None)
+    if first is None or event.leader_commit <= first or event.matched_end <= first:
+        return state
+    return replace(state, rejoin=replace(rejoin, catch_up_commit=event.leader_commit,
+                                         catch_up_epoch=state.epoch))
 
 
 _HANDLERS = {

@@ -99,8 +99,31 @@ def test_a_learner_waits_for_the_highest_epoch_any_voter_holds():
     learner(VoteRequest(2, 7, 4, 3, pre_vote=True), at=1.0)  # 2 is at epoch 6
     assert learner.state.learner and learner.state.epoch == 4
     actions = learner(FetchAnswered(2, Outcome.NOT_LEADER, 6, None))  # adopts 6
-    assert learner.state.epoch == 6 and _has(actions, BecomeVoter)
+    assert learner.state.epoch == 6 and not _has(actions, BecomeVoter)
+    assert learner.state.learner, "caught up with the leader of 4, not with one of 6"
+    # Broker 2 wins epoch 7; its NOOP (index 3) commits and the learner holds it.
+    learner(FetchAnswered(2, Outcome.ENTRIES, 7, 2))
+    actions = learner(LogChanged(_log((4, 3), (7, 1)), leader_commit=4, matched_end=4))
+    assert learner.state.epoch == 7 and _has(actions, BecomeVoter)
     assert learner.state.voted_for == 3
+
+
+def test_a_learner_does_not_catch_up_to_a_leaders_commit_that_lags_what_was_committed():
+    """Soak seed 10269. Leader 1 restarted: it leads epoch 10 with commit 1 although entries up
+    to index 2 were committed in epoch 2 (a commit index is not persisted; it learns it again
+    once its own NOOP, index 3, commits). A learner caught up to commit 1 lacks index 2, which
+    its lost copy may have helped commit: promoted then, it and a voter lacking index 2 could
+    elect a leader without it. It waits until the leader's commit covers the NOOP."""
+    learner = Learner()
+    learner(FetchAnswered(1, Outcome.ENTRIES, 10, 1), at=1.0)
+    learner(FetchAnswered(2, Outcome.NOT_LEADER, 10, 1))
+    log = _log((2, 3), (10, 1))  # the learner now holds everything the leader has
+    actions = learner(LogChanged(log, leader_commit=1, matched_end=4))
+    assert learner.state.commit == 1 and learner.state.learner
+    assert not _has(actions, BecomeVoter), "promoted on a commit index that lags"
+    actions = learner(LogChanged(log, leader_commit=4, matched_end=4))
+    assert learner.state.commit == 4 and _has(actions, BecomeVoter)
+    assert PersistQuorum(10, 3) in actions
 
 
 def test_a_cluster_being_formed_has_no_history_so_its_brokers_become_voters():

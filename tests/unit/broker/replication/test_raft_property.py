@@ -142,16 +142,21 @@ def test_wiped_brokers_rejoin_as_learners_and_nothing_committed_is_lost():
     """Finding 8: nodes restart with an empty data directory (epoch, vote, journal, topics
     gone); they rejoin as learners, catch up and vote again -- and every check holds: one
     leader per epoch, one vote per voter and epoch (remembered across the wipe), no committed
-    entry lost, acknowledgements naming the committed entry."""
+    entry lost, acknowledgements naming the committed entry. A learner waits for a leader's
+    commit that covers the leader's own epoch, so promotions are slower than wipes used to be:
+    30 seeds of 3 nodes reach the counts below."""
     total = Stats()
     started = time.perf_counter()
-    for seed in range(12):
+    for seed in range(30):
         total.add(_play((1, 2, 3), seed, WIPES).stats)
     for seed in range(200, 203):
         total.add(_play((1, 2, 3, 4, 5), seed, WIPES).stats)
-    print(_summary("wiped directories", total, 15, time.perf_counter() - started)
+    # The soak's seed 10269: a learner promoted on a restarted leader's lagging commit index
+    # helped elect a leader without a committed entry at round 1852.
+    total.add(_play((1, 2, 3), 10269, WIPES, rounds=2000).stats)
+    print(_summary("wiped directories", total, 34, time.perf_counter() - started)
           + f"; {total.wipes} wipes, {total.promotions} promotions")
-    assert total.wipes >= 40 and total.promotions >= 30
+    assert total.wipes >= 35 and total.promotions >= 30
     assert total.committed_entries >= 500 and total.acks >= 100
 
 

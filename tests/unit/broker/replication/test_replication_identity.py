@@ -22,6 +22,8 @@ from common.kaska.protocol.peer_auth import (
 )
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.protocol.replica_fetch import (
+    EntryHeader,
+    EntryKind,
     FetchOutcome,
     ReplicaFetchResponse,
 )
@@ -48,6 +50,7 @@ from tests.unit.broker.replication.test_peer_link import link_to, listener  # no
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
     Clock,
+    answer,
     cluster_node,
     elect,
     fetch_everything,
@@ -202,8 +205,9 @@ def test_identities_of_new_old_and_lone_directories(tmp_path):
 
 
 def test_a_learner_is_promoted_and_persists_it(tmp_path):
-    """The learner hears from both voters, gets the leader's commit, catches up: BecomeVoter is
-    written to the identity file before the state that votes, and survives a restart."""
+    """The learner hears from both voters, gets a leader's commit that covers the leader's
+    NOOP, catches up: BecomeVoter is written to the identity file before the state that votes,
+    and survives a restart."""
     clock = Clock()
     path = tmp_path / "data"
     with Log(path, SMALL) as log:
@@ -212,7 +216,9 @@ def test_a_learner_is_promoted_and_persists_it(tmp_path):
         assert node.state.learner
         node._absorb_fetch(2, ReplicaFetchResponse(4, 1, 0, FetchOutcome.NOT_LEADER))
         assert node.state.learner and node.state.epoch == 4
-        node._absorb_fetch(1, ReplicaFetchResponse(4, 1, 0, FetchOutcome.ENTRIES))
+        node._absorb_fetch(1, answer(4, 0, [EntryHeader(0, 4, EntryKind.NOOP)], leader=1))
+        assert node.state.learner, "the leader's commit does not cover its NOOP yet"
+        node._absorb_fetch(1, answer(4, 1, leader=1))
         assert not node.state.learner and node.identity.voter
         assert (node.state.epoch, node.state.voted_for) == (4, 3)
         node.stop()
