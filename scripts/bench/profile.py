@@ -47,7 +47,9 @@ STOP_TIMEOUT_S = 30.0  # py-spy writes its file on SIGINT; a large profile takes
 _LINE_NUMBER = re.compile(r":\d+\)$")
 # `--subprocesses` names the process in a stack's first frame; a stack of that frame alone is a
 # sample of a thread with no Python frame (starting, ending, or in native code).
-_PROCESS_FRAME = re.compile(r'^process \d+:".*"$')
+_PROCESS_FRAME = re.compile(r'^process \d+:"(?P<command>.*)"$')
+# A child's command as shown: without the interpreter's path, at most this long.
+COMMAND_SHOWN_CHARS = 60
 NO_PYTHON_FRAME = "<no Python frame>"
 # Sampled seconds this many times the CPU seconds: the run queue, not work (module doc).
 SAMPLED_OVER_CPU_FLAGGED = 1.5
@@ -74,6 +76,9 @@ class ProcessProfile:
     rate_hz: int
     self_samples: tuple[tuple[str, int], ...]  # (function, samples as the leaf), most first
     error: str | None = None  # why there is no profile (py-spy's last words), else None
+    # (command of the innermost process, samples), most first: the query service's samples
+    # fall in its driver, the pyspark daemon and its forked workers (`--subprocesses`)
+    by_command: tuple[tuple[str, int], ...] = ()
 
     @property
     def sampled_s(self) -> float:
@@ -83,7 +88,9 @@ class ProcessProfile:
         return {"pid": self.pid, "file": str(self.path), "samples": self.samples,
                 "sampled_s": round(self.sampled_s, 2), "error": self.error,
                 "self_s_top": [[function, round(count / self.rate_hz, 2)]
-                               for function, count in self.self_samples[:top]]}
+                               for function, count in self.self_samples[:top]],
+                "by_command_s": [[command, round(count / self.rate_hz, 2)]
+                                 for command, count in self.by_command]}
 
 
 def find_py_spy() -> str:
@@ -103,24 +110,43 @@ def function_of(frame: str) -> str:
     return _LINE_NUMBER.sub(")", frame)
 
 
-def self_samples(collapsed: str) -> tuple[int, Counter[str]]:
-    """From collapsed stacks: the total samples, and each function's samples as the leaf
-    (its self time). A stack of a process frame alone counts as NO_PYTHON_FRAME."""
-    total, leaves = 0, Counter()
+def command_of(frame: str) -> str | None:
+    """The command of a process frame, shortened (`-m pyspark.daemon pyspark.worker`), or None
+    for a frame of a function."""
+    match = _PROCESS_FRAME.match(frame)
+    if match is None:
+        return None
+    command = match["command"]
+    words = command.split(" ", 1)
+    if len(words) == 2 and "python" in Path(words[0]).name:
+        command = words[1]  # the same interpreter everywhere: its path says nothing
+    return command[:COMMAND_SHOWN_CHARS]
+
+
+def self_samples(collapsed: str) -> tuple[int, Counter[str], Counter[str]]:
+    """From collapsed stacks: the total samples, each function's samples as the leaf (its self
+    time), and each innermost process command's samples (empty without process frames). A stack
+    of a process frame alone counts as NO_PYTHON_FRAME."""
+    total, leaves, commands = 0, Counter(), Counter()
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue  # blank or not a stack line
         samples = int(count)
         total += samples
-        leaves[function_of(stack.rsplit(";", 1)[-1])] += samples
-    return total, leaves
+        frames = stack.split(";")
+        leaves[function_of(frames[-1])] += samples
+        innermost = [c for c in map(command_of, frames) if c is not None][-1:]
+        if innermost:
+            commands[innermost[0]] += samples
+    return total, leaves, commands
 
 
 def summarize(name: str, pid: int, path: Path, rate_hz: int, error: str | None) -> ProcessProfile:
     text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-    total, leaves = self_samples(text)
-    return ProcessProfile(name, pid, path, total, rate_hz, tuple(leaves.most_common()), error)
+    total, leaves, commands = self_samples(text)
+    return ProcessProfile(name, pid, path, total, rate_hz, tuple(leaves.most_common()), error,
+                          tuple(commands.most_common()))
 
 
 def format_summary(name: str, profile: dict, cpu_s: float | None = None) -> list[str]:
@@ -136,6 +162,10 @@ def format_summary(name: str, profile: dict, cpu_s: float | None = None) -> list
     if cpu_s is not None and profile["sampled_s"] > SAMPLED_OVER_CPU_FLAGGED * cpu_s:
         lines.append("    (sampled > CPU: threads waiting for a CPU were sampled too, see "
                      "scripts/bench/profile.py; --profile-gil counts only Python's own work)")
+    by_command = profile.get("by_command_s", [])
+    if len(by_command) > 1:
+        lines.append("    by process: " + "; ".join(f"{command} {seconds:.2f} s"
+                                                    for command, seconds in by_command))
     for function, seconds in profile["self_s_top"]:
         share_percent = 100 * seconds / profile["sampled_s"]
         lines.append(f"    {seconds:7.2f} s {share_percent:5.1f} %  {function}")
