@@ -3,6 +3,7 @@
     python -m scripts.bench_pipeline [--rows 2000000] [--seed 1] [--invalid-rate 0.01]
         [--data-dir DIR] [--work-dir DIR] [--warm-sessions 1] [--master local[2]]
         [--skip-spark-csv] [--skip-duckdb] [--topics-gone-timeout-s 120]
+        [--profile DIR [--profile-rate-hz 100] [--profile-gil]]
 
 On one machine, one after the other (so each has the machine to itself):
 1. **pipeline**: the embedded default (`scripts.run_local`'s platform: three health checkers,
@@ -19,7 +20,16 @@ On one machine, one after the other (so each has the machine to itself):
    process, reads both CSV files and computes Q1-Q4 with `spark.queries` (every row collected
    and formatted, as the service does): its start and its first queries, timed apart.
 3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
-Every result count must agree (pipeline sessions, spark-csv, duckdb), or the run fails.
+The correctness gate (scripts/bench/result_gate.py): every session's q1.csv ... q4.csv must
+equal DuckDB's results as multisets of rows (numbers within QUERIES.md's 1e-9 relative), and
+spark-csv's counts must agree; any difference fails the run (BenchError, exit status 1). With
+`--skip-duckdb` the sessions are compared with one another only, and the output says so.
+
+`--profile DIR`: py-spy samples every platform process and the client during each session
+(scripts/bench/profile.py), one collapsed-stack file per process in DIR/session-<i>/, and the
+table is followed by each process's CPU seconds and top functions by self time
+(`--profile-gil`: only the thread holding the GIL, profile.py says when that is the better
+measure). Sampling costs CPU: a profiled run's timings are not the yardstick.
 
 Prints a table and one JSON line (`"bench": "pipeline"`); ratios: a session's total over
 spark-csv's first queries and over DuckDB's load + queries, and upload rows/s.
@@ -33,6 +43,7 @@ import os
 import sys
 from pathlib import Path
 
+from scripts.bench.errors import BenchError
 from scripts.bench.pipeline import (
     ROWS_DEFAULT,
     TOPICS_GONE_TIMEOUT_S_DEFAULT,
@@ -41,6 +52,7 @@ from scripts.bench.pipeline import (
     print_table,
     spark_csv_child,
 )
+from scripts.bench.profile import RATE_HZ_DEFAULT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-duckdb", action="store_true")
     parser.add_argument("--topics-gone-timeout-s", type=float,
                         default=TOPICS_GONE_TIMEOUT_S_DEFAULT)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="py-spy profile of every process per session into DIR")
+    parser.add_argument("--profile-rate-hz", type=int, default=RATE_HZ_DEFAULT)
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="sample only the thread holding the GIL (py-spy --gil)")
     parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
@@ -67,11 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.spark_csv_child:
         print(json.dumps(spark_csv_child(args.flights, args.airports, args.master)))
         return 0
-    if args.rows < 1 or args.warm_sessions < 0:
-        parser.error("--rows must be >= 1 and --warm-sessions >= 0")
-    result = bench(PipelineSettings(
-        args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir, args.warm_sessions,
-        args.master, args.skip_spark_csv, args.skip_duckdb, args.topics_gone_timeout_s))
+    if args.rows < 1 or args.warm_sessions < 0 or args.profile_rate_hz < 1:
+        parser.error("--rows and --profile-rate-hz must be >= 1 and --warm-sessions >= 0")
+    try:
+        result = bench(PipelineSettings(
+            args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir,
+            args.warm_sessions, args.master, args.skip_spark_csv, args.skip_duckdb,
+            args.topics_gone_timeout_s, args.profile, args.profile_rate_hz, args.profile_gil))
+    except BenchError as error:
+        print(f"bench_pipeline failed: {type(error).__name__}: {error}", file=sys.stderr,
+              flush=True)
+        return 1
     print_table(result)
     print(json.dumps(result), flush=True)
     return 0

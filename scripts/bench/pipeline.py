@@ -3,9 +3,10 @@
 
 Owns the three runs (`run_pipeline` on the launcher's platform with the real client,
 `run_spark_csv` in a child process, `run_duckdb`), the disk and process sampling around them,
-the cross-check of their result counts and the ratios.
-Invariants: the runs go one after the other, each with the machine to itself; every result
-count must agree (BenchError otherwise); the platform is stopped whatever happens.
+the correctness gate over their results (result_gate.py) and the ratios.
+Invariants: the runs go one after the other, each with the machine to itself; every session's
+results equal DuckDB's as multisets of rows, and every result count agrees with Spark's
+(BenchError otherwise); the platform is stopped whatever happens.
 Threads: the caller's, plus one DiskPeak sampler thread during a session; Spark and the
 platform run as child processes.
 """
@@ -21,10 +22,16 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from scripts.bench.errors import BenchError
 from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
+from scripts.bench.profile import RATE_HZ_DEFAULT, SessionProfiler, format_summary
+from scripts.bench.result_gate import GateReport, gate
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.platform import REPO, LocalPlatform, start_platform
@@ -53,10 +60,11 @@ class PipelineSettings:
     skip_spark_csv: bool
     skip_duckdb: bool
     topics_gone_timeout_s: float
-
-
-class BenchError(RuntimeError):
-    """A run that cannot be counted: a session failed, or two computations disagree."""
+    # py-spy on every process of each session, files in profile_dir/session-<i>/ (profile.py);
+    # its sampling costs CPU, so a profiled run's timings are not the yardstick.
+    profile_dir: Path | None = None
+    profile_rate_hz: int = RATE_HZ_DEFAULT
+    profile_gil: bool = False  # py-spy --gil: only the GIL's holder (profile.py says why)
 
 
 # --- pipeline ---------------------------------------------------------------------------------
@@ -69,11 +77,15 @@ def _client_argv(platform: LocalPlatform, flights: Path, airports: Path,
             "--client-id", str(uuid.uuid4()), "--rows-shown", "0"]
 
 
-def _run_client(argv: list[str], log_path: Path) -> dict:
-    """The client as a child process; its summary plus its CPU seconds and peak RSS."""
+def _run_client(argv: list[str], log_path: Path,
+                on_start: Callable[[int], None] | None = None) -> dict:
+    """The client as a child process; its summary plus its CPU seconds and peak RSS.
+    `on_start(pid)` runs as soon as it is started (a profiler attaching)."""
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(argv, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
                                    env={**os.environ, "PYTHONPATH": str(REPO)})
+        if on_start is not None:
+            on_start(process.pid)
         _pid, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     results_dir = Path(argv[argv.index("--results-dir") + 1])
@@ -159,10 +171,12 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
                  flights: Path, airports: Path, work_dir: Path, index: int) -> dict:
     results_dir = work_dir / f"session-{index}"
     disk_before = disk_bytes(layout.brokers_data_dir)
+    profiler = _session_profiler(settings, platform, index)
     cpu_before = _platform_stats(platform)
-    with DiskPeak(layout.brokers_data_dir) as disk_peak:
+    with DiskPeak(layout.brokers_data_dir) as disk_peak, profiler or nullcontext():
         summary = _run_client(_client_argv(platform, flights, airports, results_dir),
-                              work_dir / f"client-{index}.log")
+                              work_dir / f"client-{index}.log",
+                              on_start=partial(profiler.attach, "client") if profiler else None)
     cpu_after = _platform_stats(platform)
     disk_end = disk_bytes(layout.brokers_data_dir)
     disk_after, waited = _wait_for_cleanup(layout.brokers_data_dir, summary["client_id"],
@@ -172,6 +186,7 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
     upload_s = timings["upload"]
     return {
         "service": "fresh" if index == 0 else "warm",
+        "results_dir": str(results_dir),
         "rows": rows,
         "upload_s": upload_s,
         "query_phase_s": timings["results_wait"],
@@ -188,7 +203,24 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
                               "cleanup_wait_s": round(waited, 1),
                               "session_files_left": len(_session_dirs(layout.brokers_data_dir,
                                                                       summary["client_id"]))},
+        **({"profile": {name: profile.as_json() for name, profile in profiler.profiles.items()}}
+           if profiler else {}),
     }
+
+
+def _session_profiler(settings: PipelineSettings, platform: LocalPlatform,
+                      index: int) -> SessionProfiler | None:
+    """py-spy already sampling every live platform process (the client is attached when it
+    starts), or None when no profile was asked for."""
+    if settings.profile_dir is None:
+        return None
+    profiler = SessionProfiler(settings.profile_dir / f"session-{index}",
+                               settings.profile_rate_hz, settings.profile_gil)
+    for name in platform.registry.names():
+        pid = platform.registry.live_pid(name)
+        if pid is not None:
+            profiler.attach(name, pid)
+    return profiler
 
 
 # --- Spark reading the CSV itself ---------------------------------------------------------------
@@ -240,20 +272,34 @@ def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
     return result
 
 
-def run_duckdb(flights: Path, airports: Path) -> dict:
+def run_duckdb(flights: Path, airports: Path) -> tuple[dict, dict[str, list[tuple]]]:
+    """DuckDB's timings and counts (for the JSON line), and its result rows (for the gate)."""
     from scripts.bench.duckdb_queries import duckdb_queries
 
     run = duckdb_queries(flights, airports)
     seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),
                "total": round(run.total_seconds, 2)}
-    return {"seconds": seconds, "result_rows": run.result_counts()}
+    return {"seconds": seconds, "result_rows": run.result_counts()}, run.results
 
 
 # --- the report ---------------------------------------------------------------------------------
 
 
+def _session_name(index: int, session: dict) -> str:
+    return f"session {index} ({session['service']})"
+
+
+def check_results(result: dict, duckdb_rows: dict[str, list[tuple]] | None) -> GateReport:
+    """The gate (result_gate.py): every session's files against DuckDB's rows, or against the
+    first session's when DuckDB was skipped (None)."""
+    session_dirs = {_session_name(i, s): Path(s["results_dir"])
+                    for i, s in enumerate(result["pipeline"]["sessions"])}
+    return gate(session_dirs, duckdb_rows)
+
+
 def _check_counts(result: dict) -> None:
-    seen = {f"session {i} ({s['service']})": s["result_rows"]
+    """Spark reading the CSV reports counts only: they must agree with everyone's."""
+    seen = {_session_name(i, s): s["result_rows"]
             for i, s in enumerate(result["pipeline"]["sessions"])}
     for other in ("spark_csv", "duckdb"):
         if other in result:
@@ -291,6 +337,14 @@ def print_table(result: dict) -> None:
         print(f"{'DuckDB, load + Q1-Q4':<44}{result['duckdb']['seconds']['total']:>10.1f}")
     for name, value in result["ratios"].items():
         print(f"  {name}: {value}")
+    print(result["result_gate"]["line"])
+    for i, s in enumerate(result["pipeline"]["sessions"]):
+        if "profile" in s:
+            print(f"profile of session {i} ({s['service']}): self time by function, py-spy"
+                  + (" --gil" if result.get("profile_gil") else ""))
+            cpu_s = {**s["platform_cpu_s"], "client": s["client_cpu_s"]}
+            for name, profile in s["profile"].items():
+                print("\n".join(format_summary(name, profile, cpu_s.get(name))))
 
 
 def bench(settings: PipelineSettings) -> dict:
@@ -301,13 +355,18 @@ def bench(settings: PipelineSettings) -> dict:
         files = sample_files(data_dir, settings.rows, settings.seed, settings.invalid_rate)
     work_dir = settings.work_dir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     result = {"bench": "pipeline", "rows": settings.rows, "master": settings.master,
+              "profile_gil": settings.profile_gil,
               "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
     result["pipeline"] = run_pipeline(settings, files.flights, files.airports, work_dir)
     if not settings.skip_spark_csv:
         result["spark_csv"] = run_spark_csv(files.flights, files.airports, settings.master)
+    duckdb_rows = None
     if not settings.skip_duckdb:
-        result["duckdb"] = run_duckdb(files.flights, files.airports)
+        result["duckdb"], duckdb_rows = run_duckdb(files.flights, files.airports)
     result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    report = check_results(result, duckdb_rows)  # rows first: it says which rows differ
+    result["result_gate"] = {"reference": report.reference, "sessions": report.sessions,
+                             "rows": report.rows, "line": report.line()}
     _check_counts(result)
     result["ratios"] = ratios(result)
     return result

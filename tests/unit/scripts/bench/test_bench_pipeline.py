@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
-from scripts.bench.pipeline import BenchError, _check_counts, ratios
+from common.result_csv import csv_text, format_row
+from scripts import bench_pipeline
+from scripts.bench.pipeline import BenchError, _check_counts, check_results, ratios
 from scripts.bench.process_stats import descendants, disk_bytes, tree_stats
+from scripts.bench.result_gate import ResultMismatchError
 
 COUNTS = {"q1": 3, "q2": 5, "q3": 2, "q4": 1}
 
@@ -61,3 +64,35 @@ def test_disk_bytes_counts_allocated_blocks_not_sizes(tmp_path):
     written.parent.mkdir()
     written.write_bytes(b"x" * 1024 * 1024)
     assert 1024 * 1024 <= disk_bytes(tmp_path) < 2 * 1024 * 1024
+
+
+ROWS = {"q1": [("a", "ATL-BOS", 100.0, "X||Y||Z")], "q2": [("a", "ATL-BOS", 4000.5)],
+        "q3": [("a", "ATL-BOS", "X||Y||Z", "PT9H5M")], "q4": [("ATL-BOS", 100.0, 100.0)]}
+
+
+def _session_files(directory, rows):
+    directory.mkdir()
+    for query, query_rows in rows.items():
+        (directory / f"{query}.csv").write_text(
+            csv_text(query, (format_row(query, row) for row in query_rows)))
+    return str(directory)
+
+
+def test_the_gate_reads_every_session_of_the_result(tmp_path):
+    fresh = _session_files(tmp_path / "session-0", ROWS)
+    warm = _session_files(tmp_path / "session-1", {**ROWS, "q2": [("a", "ATL-BOS", 4000.6)]})
+    result = {"pipeline": {"sessions": [{"service": "fresh", "results_dir": fresh},
+                                        {"service": "warm", "results_dir": warm}]}}
+    with pytest.raises(ResultMismatchError, match=r"q2: session 1 \(warm\) differs from duckdb"):
+        check_results(result, ROWS)
+    result["pipeline"]["sessions"].pop()
+    assert check_results(result, ROWS).rows == {"q1": 1, "q2": 1, "q3": 1, "q4": 1}
+
+
+def test_a_failed_gate_fails_the_command_with_its_message(monkeypatch, capsys):
+    def failing_bench(_settings):
+        raise BenchError("results differ in q2: ...")
+
+    monkeypatch.setattr(bench_pipeline, "bench", failing_bench)
+    assert bench_pipeline.main(["--rows", "10", "--skip-spark-csv"]) == 1
+    assert "bench_pipeline failed: BenchError: results differ in q2" in capsys.readouterr().err
