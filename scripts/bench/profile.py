@@ -59,6 +59,8 @@ class ProfilerUnavailableError(BenchError):
     """`--profile` was asked for but no py-spy executable was found (`make build` installs it
     with the dev extra)."""
 
+    searched: str  # the places looked in
+
     def __init__(self, searched: str) -> None:
         super().__init__(f"--profile needs py-spy, found neither beside {sys.executable} nor on "
                          f"PATH ({searched}); `make build` installs it (pyproject's dev extra)")

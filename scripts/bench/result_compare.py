@@ -36,6 +36,10 @@ Numbers = tuple[float, ...]
 class ResultValueError(ValueError):
     """A numeric column of a result row holds something that does not read as a number."""
 
+    query: str
+    column: str
+    value: object
+
     def __init__(self, query: str, column: str, value: object) -> None:
         super().__init__(f"{query} column {column} holds {value!r}, not a number")
         self.query = query

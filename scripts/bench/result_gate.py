@@ -35,9 +35,12 @@ Rows = Sequence[Sequence[object]]
 class ResultFileError(BenchError):
     """A session's result file is missing, has the wrong header or a malformed row."""
 
+    where: str  # the file, or "<session> <query>" for a row found while comparing
+    reason: str
+
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: {reason}")
-        self.where = where  # the file, or "<session> <query>" for a row found while comparing
+        self.where = where
         self.reason = reason
 
 
@@ -65,6 +68,8 @@ class QueryMismatch:
 
 class ResultMismatchError(BenchError):
     """The pipeline's results differ from the reference's (or one session's from another's)."""
+
+    mismatches: tuple[QueryMismatch, ...]
 
     def __init__(self, mismatches: Sequence[QueryMismatch]) -> None:
         assert mismatches, "a mismatch error needs a mismatch"
