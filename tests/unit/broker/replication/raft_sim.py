@@ -540,6 +540,7 @@ class Simulation:
         node.seen_commit = 0
         node.disk, node.topic_events = {}, {}
         node.applied = node.applied_persisted = node.effects_from = 0
+        node.start = 0  # the snapshot went with the directory
         node.incarnation += 1
         node.learner = self.wipe_rule == "learner"
         node.wipe_pending = False

@@ -52,6 +52,9 @@ FINDINGS = Faults(partition=0.03, partition_max_s=4.0, crash=0.002, client_appen
 # Brokers come back with their data directory wiped (finding 8), while leaders die and the
 # network splits: a wiped broker's forgotten vote or copy would matter.
 WIPES = dataclasses.replace(PROFILES["crashy"], wipe=0.5, leader_crash=0.02, partition=0.02)
+# Everything at once: wiped directories while nodes compact and leaders are paused (a wiped
+# node loses its snapshot too; a learner may have to install a leader's).
+WIPES_COMPACTING = dataclasses.replace(WIPES, compact=0.03, leader_pause=0.01)
 # Appends announced late and seldom: stale views last.
 STALE_VIEWS = dataclasses.replace(FINDINGS, announce=0.02, client_append=0.3)
 # Nodes compact often while followers crash and are cut off: they fall behind snapshots.
@@ -173,6 +176,17 @@ def _paused_campaign(seeds=range(12)) -> Stats:
     print(_summary("3 nodes, leaders paused", total, len(seeds), time.perf_counter() - started)
           + f", {total.leader_pauses} leader pauses")
     return total
+
+
+def test_wiped_brokers_among_compacting_nodes_start_without_a_snapshot():
+    """A wiped directory loses its snapshot with its journal (seed 20006 restarted a wiped node
+    with its old snapshot's commit before the simulator cleared it): wiped learners install
+    their leader's snapshot or fetch from 0, and every check holds."""
+    total = Stats()
+    for seed in (20006, 20030, 20246):
+        total.add(_play((1, 2, 3), seed, WIPES_COMPACTING, rounds=3000).stats)
+    assert total.wipes >= 3 and total.promotions >= 3
+    assert total.compactions >= 20 and total.snapshot_installs >= 1
 
 
 def test_a_paused_leader_never_holds_its_lease_beside_its_successor():
@@ -415,7 +429,7 @@ def test_soak():
     runs = 0
     # Every profile a finding of issue 20 added, beside the generic ones.
     rotation = [PROFILES[name] for name in sorted(PROFILES)] + [
-        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS]
+        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS, WIPES_COMPACTING]
     while total.rounds < budget:
         ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)
         total.add(_play(ids, seed, rotation[seed % len(rotation)], rounds=5000).stats)
