@@ -21,10 +21,10 @@ import threading
 import uuid
 from pathlib import Path
 
+from client.csv_reader import SLICE_BYTES_DEFAULT, SLICE_ROWS_MAX
 from client.progress import make_progress
 from client.report import STATUS_COMPLETED, STATUS_INTERRUPTED
 from client.runner import (
-    BATCH_ROWS_DEFAULT,
     CHECKPOINT_INTERVAL_S_DEFAULT,
     PARTITIONS_DEFAULT,
     ClientConfig,
@@ -43,7 +43,7 @@ from common.service_cli import (
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
 TOKEN_ENV = "KASKA_TOKEN"
-BATCH_ROWS_MAX = 1_000_000
+SLICE_BYTES_MAX = 16 * 1024 * 1024  # its payload fits a produce request and decodes within bounds
 PARTITIONS_MAX = 1024
 
 
@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--airports", type=Path, required=True, help="airports CSV (Opendatahub layout)")
     add("--brokers", type=_brokers, required=True, help="HOST:PORT[,HOST:PORT...]")
     add("--results-dir", type=Path, required=True)
-    add("--batch-rows", type=_bounded_int(1, BATCH_ROWS_MAX), default=BATCH_ROWS_DEFAULT)
+    add("--batch-rows", type=_bounded_int(1, SLICE_ROWS_MAX), default=None,
+        help="rows per message (default: as many as make --slice-bytes of the flights file)")
+    add("--slice-bytes", type=_bounded_int(1024, SLICE_BYTES_MAX), default=SLICE_BYTES_DEFAULT,
+        help=f"bytes of CSV text per message when --batch-rows is not given (default "
+             f"{SLICE_BYTES_DEFAULT})")
     add("--client-id", type=_client_id, help="resume this session (default: a new uuid4)")
     add("--partitions", type=_bounded_int(1, PARTITIONS_MAX), default=PARTITIONS_DEFAULT)
     add("--state-dir", type=Path, help="resume checkpoints (default: RESULTS_DIR/state)")
@@ -111,7 +115,8 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(
         flights=args.flights, airports=args.airports, brokers=args.brokers,
         results_dir=args.results_dir, client_id=args.client_id or str(uuid.uuid4()),
-        batch_rows=args.batch_rows, partitions=args.partitions, state_dir=args.state_dir,
+        batch_rows=args.batch_rows, slice_bytes=args.slice_bytes, partitions=args.partitions,
+        state_dir=args.state_dir,
         checkpoint_interval_s=args.checkpoint_interval_s, stall_timeout_s=args.stall_timeout_s,
         results_timeout_s=args.results_timeout_s, rows_shown_max=args.rows_shown,
         upload_rows_per_s_max=args.upload_rows_per_s_max,

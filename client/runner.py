@@ -38,8 +38,10 @@ from client.console import ResultPrinter
 from client.csv_reader import (
     AIRPORTS_DIALECT,
     FLIGHTS_DIALECT,
+    SLICE_BYTES_DEFAULT,
     CsvReaderError,
     CsvSliceReader,
+    rows_per_slice,
 )
 from client.partition_producers import PartitionProducers
 from client.progress import UploadProgress
@@ -78,7 +80,6 @@ from common.session_records import QUERIES, SessionEnded
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S_DEFAULT = 0.5
-BATCH_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
 STATE_SUBDIR = "state"
 # What a resumed run whose results are saved keeps from the earlier run's summary.json.
@@ -97,7 +98,10 @@ class ClientConfig:
     brokers: str
     results_dir: Path
     client_id: str
-    batch_rows: int = BATCH_ROWS_DEFAULT
+    # Rows per message: `batch_rows` when given, else as many as make ~`slice_bytes` of the
+    # flights file's text (client.csv_reader.rows_per_slice), for both files.
+    batch_rows: int | None = None
+    slice_bytes: int = SLICE_BYTES_DEFAULT
     partitions: int = PARTITIONS_DEFAULT
     state_dir: Path | None = None
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S_DEFAULT
@@ -181,11 +185,12 @@ class ClientSession:
     # --- phases ---------------------------------------------------------------------------
 
     def _open(self) -> None:
+        batch_rows = (self.config.batch_rows
+                      or rows_per_slice(self.config.flights, self.config.slice_bytes))
         for name, path in self.config.file_paths().items():
             dialect = AIRPORTS_DIALECT if name == "airports" else FLIGHTS_DIALECT
-            self.readers[name] = CsvSliceReader(path, dialect, self.config.batch_rows)
-        fresh = ResumeState(self.config.client_id, self.config.partitions,
-                            self.config.batch_rows,
+            self.readers[name] = CsvSliceReader(path, dialect, batch_rows)
+        fresh = ResumeState(self.config.client_id, self.config.partitions, batch_rows,
                             {name: FileProgress(r.file_bytes) for name, r in self.readers.items()})
         self.state = self.checkpoint.load_or(fresh)
         self.summary.resumed = self.state.resumed

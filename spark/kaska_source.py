@@ -17,6 +17,9 @@ Options (names case-insensitive, as Spark's Kafka source where they overlap):
   ends at its latest offset. Latest is resolved once, when the read is planned.
 - `columns`: JSON list of the CSV columns to return. Without it the columns are those of the
   first record in the range (every column the client sent).
+- `includeIds`: `true` (default) or `false`: whether the output carries the three id columns
+  below. A job that never reads them says `false`: per row they are the widest strings it
+  would move into the JVM (the 36-character client id alone is ~72 MB per 2M rows).
 - `offsetsPerSliceMax`: split a partition's range into input partitions of at most this many
   offsets (records) each (default: one input partition per topic partition).
 - `fetchBytesMax`, `retryDeadlineS` (how long a task rides out an unavailable broker before
@@ -24,11 +27,11 @@ Options (names case-insensitive, as Spark's Kafka source where they overlap):
   (streaming: commit each finished micro-batch's end offsets for this group, for lag
   monitoring; Spark's checkpoint, not the group, is what a restarted query resumes from).
 
-Output: one row per CSV row, every column a string named by the CSV header, then
-`client_id` (string: the batch's producer id, which the client sets to its client id; the
-topic's suffix after its first "." for batches written without one), `message_id` (long: the
-batch's sequence number) and `row_id` (long: the row's number in its file). (client_id,
-message_id, row_id) is unique per row, so a duplicate would show.
+Output: one row per CSV row, every column a string named by the CSV header, then (unless
+`includeIds` is false) `client_id` (string: the batch's producer id, which the client sets to
+its client id; the topic's suffix after its first "." for batches written without one),
+`message_id` (long: the batch's sequence number) and `row_id` (long: the row's number in its
+file). (client_id, message_id, row_id) is unique per row, so a duplicate would show.
 
 Payload (the contract with the client, `common/arrow_rows.py`): each Kaska record is one Arrow
 IPC stream (schema + one record batch; plain, in one LZ4/Zstandard frame, or with compressed
@@ -65,7 +68,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common.arrow_rows import ROW_ID, MalformedRowsPayloadError, open_rows, read_all
+from common.arrow_rows import ROW_ID, open_rows, read_rows
 from common.kaska.consumer import Consumer
 from common.kaska.range_reader import (
     FETCH_BYTES_MAX_DEFAULT,
@@ -105,6 +108,7 @@ class KaskaOptions:
     offsets_per_slice_max: int | None = None
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     commit_group: str | None = None
+    include_ids: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> KaskaOptions:
@@ -127,6 +131,7 @@ class KaskaOptions:
             arrow_batch_rows_max=_positive(lowered, "arrowbatchrowsmax", int,
                                            ARROW_BATCH_ROWS_MAX_DEFAULT),
             commit_group=lowered.get("commitgroup"),
+            include_ids=_boolean(lowered, "includeids", True),
         )
 
     def range_reader(self) -> RangeReader:
@@ -175,6 +180,15 @@ def _parse_columns(text: str | None) -> tuple[str, ...] | None:
     if len(set(columns)) != len(columns) or set(columns) & set(EXTRA_COLUMNS):
         raise KaskaOptionsError(f"`columns` repeats a name or names one of {EXTRA_COLUMNS}")
     return tuple(columns)
+
+
+def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
+    if key not in options:
+        return default
+    text = str(options[key]).strip().lower()
+    if text not in ("true", "false"):
+        raise KaskaOptionsError(f"option {key} must be true or false, got {options[key]!r}")
+    return text == "true"
 
 
 def _positive(options: Mapping[str, str], key: str, kind, default):
@@ -238,11 +252,12 @@ def plan_ranges(topic: str, starts: Mapping[int, int], ends: Mapping[int, int],
 # --- rows -------------------------------------------------------------------------------------
 
 
-def output_schema(columns: tuple[str, ...]) -> StructType:
+def output_schema(columns: tuple[str, ...], include_ids: bool = True) -> StructType:
     fields = [StructField(name, StringType(), True) for name in columns]
-    fields += [StructField(CLIENT_ID, StringType(), True),
-               StructField(MESSAGE_ID, LongType(), True),
-               StructField(ROW_ID, LongType(), True)]
+    if include_ids:
+        fields += [StructField(CLIENT_ID, StringType(), True),
+                   StructField(MESSAGE_ID, LongType(), True),
+                   StructField(ROW_ID, LongType(), True)]
     return StructType(fields)
 
 
@@ -267,21 +282,22 @@ class RowsConverter:
     """Rows payloads -> columns of the output schema.
 
     A column the payload lacks comes out null; a non-string one is cast to string. The whole
-    payload is read (a frame decompresses as a whole; a plain stream is read without copying)
-    and the columns asked for are picked from it. One per task.
+    payload's frame decompresses as a whole; with compressed buffers only the columns asked for
+    are decompressed. One per task.
     """
 
-    def __init__(self, columns: tuple[str, ...]) -> None:
+    def __init__(self, columns: tuple[str, ...], include_ids: bool = True) -> None:
         self.columns = columns
+        self.include_ids = include_ids
 
     def arrays(self, payload: bytes, client_id: str, message_id: int) -> list[pa.Array]:
-        table = read_all(open_rows(payload))
+        table = read_rows(payload, self.columns)
         names = set(table.schema.names)
-        if ROW_ID not in names:
-            raise MalformedRowsPayloadError("rows payload without a row_id column")
         rows = table.num_rows
         arrays = [_as_type(table.column(name).combine_chunks(), pa.string()) if name in names
                   else pa.nulls(rows, pa.string()) for name in self.columns]
+        if not self.include_ids:
+            return arrays
         row_ids = table.column(ROW_ID).combine_chunks()
         arrays += [pa.repeat(pa.scalar(client_id, pa.string()), rows),
                    pa.repeat(pa.scalar(message_id, pa.int64()), rows),
@@ -323,7 +339,7 @@ def read_range(options: KaskaOptions, columns: tuple[str, ...], arrow_schema: pa
     if not isinstance(offset_range, OffsetRange):
         # Spark plans one placeholder partition when `partitions()` found no data.
         return
-    converter = RowsConverter(columns)
+    converter = RowsConverter(columns, options.include_ids)
     assembler = BatchAssembler(arrow_schema, options.arrow_batch_rows_max)
     with options.range_reader() as reader:
         records = reader.read(offset_range.topic, offset_range.partition, offset_range.start,
@@ -363,7 +379,7 @@ class KaskaDataSource(DataSource):
         columns = options.columns
         if columns is None:
             columns = self._first_record_columns(options)
-        return output_schema(columns)
+        return output_schema(columns, options.include_ids)
 
     def _first_record_columns(self, options: KaskaOptions) -> tuple[str, ...]:
         """The columns of the first record at or after the starting offsets (none if empty)."""

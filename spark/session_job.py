@@ -122,6 +122,7 @@ def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, 
               .option("startingOffsets", offsets_json(topic, [0] * len(ends)))
               .option("endingOffsets", offsets_json(topic, ends))
               .option("columns", json.dumps(list(columns)))
+              .option("includeIds", "false")  # the queries number rows themselves
               .option("retryDeadlineS", str(settings.retry_deadline_s)))
     if settings.token is not None:
         reader = reader.option("token", settings.token)

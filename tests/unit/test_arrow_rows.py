@@ -4,6 +4,7 @@ import pyarrow as pa
 import pytest
 
 from common.arrow_rows import (
+    BUFFERS_BYTES_MIN,
     DECODED_BYTES_MAX_DEFAULT,
     FRAME_MAGIC,
     MalformedRowsPayloadError,
@@ -12,6 +13,7 @@ from common.arrow_rows import (
     encode_rows,
     open_rows,
     read_all,
+    read_rows,
     with_row_ids,
 )
 
@@ -112,3 +114,44 @@ def test_the_bound_is_the_callers():
     assert read_all(open_rows(payload, decoded_bytes_max=decoded)).num_rows == 3
     with pytest.raises(RowsPayloadTooLargeError):
         open_rows(payload, decoded_bytes_max=decoded - 1)
+
+
+def _wide_rows(rows: int):
+    names = ["legId", "totalFare", "segmentsAirlineName", "baseFare"]
+    batch = pa.RecordBatch.from_pydict(
+        {name: [f"{name}-{i}-xxxxxxxxxxxxxxxxxxxx" for i in range(rows)] for name in names})
+    return with_row_ids(batch, first_row_id=0)
+
+
+def test_a_large_slice_compresses_its_buffers_and_a_small_one_the_whole_stream():
+    large, small = _wide_rows(5000), _wide_rows(10)
+    assert large.nbytes >= BUFFERS_BYTES_MIN > small.nbytes
+    assert encode_rows(large, "lz4")[:4] == b"\xff\xff\xff\xff"  # a plain IPC stream
+    assert FRAME_MAGIC[encode_rows(small, "lz4")[:4]] == "lz4"
+    assert decode_rows(encode_rows(large, "lz4")).equals(pa.Table.from_batches([large]))
+
+
+@pytest.mark.parametrize("rows", [10, 5000])
+@pytest.mark.parametrize("compression", ["lz4", "zstd", None])
+def test_read_rows_returns_only_the_columns_asked_for_and_the_row_ids(rows, compression):
+    payload = encode_rows(_wide_rows(rows), compression)
+    table = read_rows(payload, ["totalFare", "legId", "absent"])
+    assert table.schema.names == ["legId", "totalFare", "row_id"]  # the payload's order
+    assert table.column("totalFare").to_pylist()[-1] == f"totalFare-{rows - 1}-" + "x" * 20
+    assert table.column("row_id").to_pylist() == list(range(rows))
+
+
+def test_read_rows_refuses_a_payload_without_row_ids_even_when_other_columns_are_asked():
+    sink = pa.BufferOutputStream()
+    batch = pa.RecordBatch.from_pydict({"legId": ["a"]})
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    with pytest.raises(MalformedRowsPayloadError, match="row_id"):
+        read_rows(sink.getvalue().to_pybytes(), ["legId"])
+
+
+def test_a_torn_large_slice_is_a_named_error():
+    whole = encode_rows(_wide_rows(5000), "lz4")
+    for cut in (whole[:8], whole[: len(whole) // 2], whole[:-1]):
+        with pytest.raises(MalformedRowsPayloadError):
+            read_rows(cut, ["legId"])

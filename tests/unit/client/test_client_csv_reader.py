@@ -13,6 +13,7 @@ from client.csv_reader import (
     CsvParseError,
     CsvSliceReader,
     MalformedHeaderError,
+    rows_per_slice,
 )
 from common.arrow_rows import ROW_ID
 
@@ -131,3 +132,18 @@ def test_real_samples_read_whole():
     airports = CsvSliceReader(REAL / "airports-codepublic.csv", AIRPORTS_DIALECT, batch_rows=300)
     codes = [row["Airport Code"] for row in all_rows(airports)]
     assert airports.columns[0] == "Airport Code" and codes[0] == "YCB"
+
+
+def test_rows_per_slice_follows_the_mean_line_length_after_the_header(tmp_path):
+    header = b"a,b," + b"h" * 500  # a long header does not count
+    lines = [header] + [b"1,%s" % (b"x" * 99) for _ in range(5000)]  # 101 bytes + newline
+    path = write(tmp_path, b"\n".join(lines) + b"\n")
+    assert rows_per_slice(path, slice_bytes=102 * 300) == 300
+    assert rows_per_slice(path, slice_bytes=102 * 300, sample_bytes=1000) == 300
+    assert rows_per_slice(path, slice_bytes=10) == 1  # never below one row
+
+
+def test_rows_per_slice_of_a_header_only_or_unterminated_file(tmp_path):
+    assert rows_per_slice(write(tmp_path, b"a,b\n"), slice_bytes=1 << 20) == 1
+    path = write(tmp_path, b"a,b\n" + b"1," + b"x" * 98, name="g.csv")  # one line, no newline
+    assert rows_per_slice(path, slice_bytes=1000) == 10

@@ -100,3 +100,15 @@ def test_slices_cover_each_range_exactly():
 def test_an_end_before_its_start_is_refused():
     with pytest.raises(KaskaOptionsError):
         plan_ranges(TOPIC, {0: 5}, {0: 4})
+
+
+@pytest.mark.parametrize("text, expected", [("true", True), ("FALSE", False), (" false ", False)])
+def test_include_ids_parses_true_or_false(text, expected):
+    options = KaskaOptions.parse({"brokers": "b:1", "topic": TOPIC, "includeIds": text})
+    assert options.include_ids is expected
+    assert KaskaOptions.parse({"brokers": "b:1", "topic": TOPIC}).include_ids is True
+
+
+def test_include_ids_refuses_anything_else():
+    with pytest.raises(KaskaOptionsError, match="includeids"):
+        KaskaOptions.parse({"brokers": "b:1", "topic": TOPIC, "includeIds": "yes"})

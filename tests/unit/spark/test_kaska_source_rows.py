@@ -103,3 +103,13 @@ def test_assembler_emits_batches_of_at_least_the_bound_and_flushes_the_rest():
     row_ids = [row["row_id"] for b in emitted for row in b.to_pylist()]
     assert row_ids == list(range(15))
     assert [row["message_id"] for row in emitted[2].to_pylist()] == [4, 4, 4]
+
+
+def test_without_ids_the_schema_and_the_arrays_are_the_columns_alone():
+    columns = ("totalFare", "legId")
+    schema = output_schema(columns, include_ids=False)
+    assert schema.simpleString() == "struct<totalFare:string,legId:string>"
+    arrays = RowsConverter(columns, include_ids=False).arrays(payload(4, 2), str(CLIENT), 7)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=_arrow_schema(schema))
+    assert batch.to_pylist() == [{"totalFare": "totalFare-4", "legId": "legId-4"},
+                                 {"totalFare": "totalFare-5", "legId": "legId-5"}]
