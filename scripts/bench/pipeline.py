@@ -32,6 +32,7 @@ from scripts.bench.errors import BenchError
 from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
 from scripts.bench.profile import RATE_HZ_DEFAULT, SessionProfiler, format_summary
 from scripts.bench.result_gate import GateReport, gate
+from scripts.bench.spark_stages import StageCost, format_stage_costs, session_stage_costs
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.platform import REPO, LocalPlatform, start_platform
@@ -178,6 +179,7 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
                               work_dir / f"client-{index}.log",
                               on_start=partial(profiler.attach, "client") if profiler else None)
     cpu_after = _platform_stats(platform)
+    stages = session_stage_costs(platform.spark_ui_url, f"session-{summary['client_id']}")
     disk_end = disk_bytes(layout.brokers_data_dir)
     disk_after, waited = _wait_for_cleanup(layout.brokers_data_dir, summary["client_id"],
                                            settings.topics_gone_timeout_s)
@@ -197,6 +199,7 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
         "client_peak_rss_bytes": summary["client_peak_rss_bytes"],
         "platform_cpu_s": {name: round(cpu_after[name].cpu_s - cpu_before[name].cpu_s, 2)
                            for name in cpu_after if name in cpu_before},
+        "spark_stages": [stage.__dict__ for stage in stages],
         "broker_disk_bytes": {"before": disk_before, "peak": disk_peak.peak_bytes,
                               "session_end": disk_end,
                               "after_cleanup": disk_after,
@@ -338,6 +341,7 @@ def print_table(result: dict) -> None:
     for name, value in result["ratios"].items():
         print(f"  {name}: {value}")
     print(result["result_gate"]["line"])
+    _print_cpu_table(result["pipeline"]["sessions"])
     for i, s in enumerate(result["pipeline"]["sessions"]):
         if "profile" in s:
             print(f"profile of session {i} ({s['service']}): self time by function, py-spy"
@@ -345,6 +349,20 @@ def print_table(result: dict) -> None:
             cpu_s = {**s["platform_cpu_s"], "client": s["client_cpu_s"]}
             for name, profile in s["profile"].items():
                 print("\n".join(format_summary(name, profile, cpu_s.get(name))))
+
+
+def _print_cpu_table(sessions: list[dict]) -> None:
+    """CPU seconds per process and session, then the query service's JVM by Spark stage."""
+    cpu = [{**s["platform_cpu_s"], "client": s["client_cpu_s"]} for s in sessions]
+    names = sorted(cpu[0], key=lambda name: -cpu[0][name])
+    heads = "".join(f"{f'session {i}':>12}" for i in range(len(sessions)))
+    print(f"CPU seconds per process\n  {'process':<30}{heads}")
+    for name in names:
+        print(f"  {name:<30}" + "".join(f"{c.get(name, 0.0):>12.2f}" for c in cpu))
+    print(f"  {'all processes':<30}" + "".join(f"{sum(c.values()):>12.2f}" for c in cpu))
+    for i, s in enumerate(sessions):
+        print(f"session {i} ({s['service']}): Spark stages of its jobs")
+        print("\n".join(format_stage_costs([StageCost(**c) for c in s["spark_stages"]])))
 
 
 def bench(settings: PipelineSettings) -> dict:
