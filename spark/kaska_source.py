@@ -20,6 +20,12 @@ Options (names case-insensitive, as Spark's Kafka source where they overlap):
 - `includeIds`: `true` (default) or `false`: whether the output carries the three id columns
   below. A job that never reads them says `false`: per row they are the widest strings it
   would move into the JVM (the 36-character client id alone is ~72 MB per 2M rows).
+- `arrowTransform`: `module:function`, a function from a `pyarrow.Table` of the `columns`
+  (required with it; ids too unless `includeIds` is false) to the table Spark gets, applied
+  in the Python worker to every batch of up to `arrowBatchRowsMax` rows: derived fields
+  computed vectorised where the rows are decoded (e.g. `spark.flight_fields:derive`). The
+  output schema is the function's answer for an empty table, so it must not depend on the
+  rows.
 - `offsetsPerSliceMax`: split a partition's range into input partitions of at most this many
   offsets (records) each (default: one input partition per topic partition).
 - `fetchBytesMax`, `retryDeadlineS` (how long a task rides out an unavailable broker before
@@ -54,9 +60,10 @@ connection.
 
 from __future__ import annotations
 
+import importlib
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -109,6 +116,7 @@ class KaskaOptions:
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     commit_group: str | None = None
     include_ids: bool = True
+    arrow_transform: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> KaskaOptions:
@@ -132,6 +140,7 @@ class KaskaOptions:
                                            ARROW_BATCH_ROWS_MAX_DEFAULT),
             commit_group=lowered.get("commitgroup"),
             include_ids=_boolean(lowered, "includeids", True),
+            arrow_transform=_arrow_transform_name(lowered),
         )
 
     def range_reader(self) -> RangeReader:
@@ -180,6 +189,28 @@ def _parse_columns(text: str | None) -> tuple[str, ...] | None:
     if len(set(columns)) != len(columns) or set(columns) & set(EXTRA_COLUMNS):
         raise KaskaOptionsError(f"`columns` repeats a name or names one of {EXTRA_COLUMNS}")
     return tuple(columns)
+
+
+def _arrow_transform_name(options: Mapping[str, str]) -> str | None:
+    name = options.get("arrowtransform")
+    if name is None:
+        return None
+    if "columns" not in options:
+        raise KaskaOptionsError("`arrowTransform` needs the `columns` it reads")
+    load_transform(name)  # fails here, on the driver, rather than in every task
+    return name
+
+
+def load_transform(name: str) -> Callable[[pa.Table], pa.Table]:
+    """The function named `module:function`."""
+    module_name, _, function_name = name.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise KaskaOptionsError(f"arrowTransform {name!r}: {error}") from error
+    if not callable(function):
+        raise KaskaOptionsError(f"arrowTransform {name!r} is not a function")
+    return function
 
 
 def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -335,12 +366,26 @@ class BatchAssembler:
 
 def read_range(options: KaskaOptions, columns: tuple[str, ...], arrow_schema: pa.Schema,
                offset_range: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Arrow batches holding exactly the rows of the records in `offset_range`."""
+    """Arrow batches of `arrow_schema` holding exactly the rows of the records in
+    `offset_range` (through the `arrowTransform` when there is one)."""
     if not isinstance(offset_range, OffsetRange):
         # Spark plans one placeholder partition when `partitions()` found no data.
         return
+    batches = _range_batches(options, columns, offset_range)
+    if options.arrow_transform is None:
+        yield from batches
+        return
+    transform = load_transform(options.arrow_transform)
+    for batch in batches:
+        yield from _conformed(transform(pa.Table.from_batches([batch])), arrow_schema)
+
+
+def _range_batches(options: KaskaOptions, columns: tuple[str, ...],
+                   offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's rows: `columns` as strings, then the ids unless left out."""
     converter = RowsConverter(columns, options.include_ids)
-    assembler = BatchAssembler(arrow_schema, options.arrow_batch_rows_max)
+    assembler = BatchAssembler(_arrow_schema(output_schema(columns, options.include_ids)),
+                               options.arrow_batch_rows_max)
     with options.range_reader() as reader:
         records = reader.read(offset_range.topic, offset_range.partition, offset_range.start,
                               offset_range.end)
@@ -353,6 +398,23 @@ def read_range(options: KaskaOptions, columns: tuple[str, ...], arrow_schema: pa
     batch = assembler.flush()
     if batch is not None:
         yield batch
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A transform's table as batches of exactly `schema` (Spark checks them against it)."""
+    if table.schema.names != schema.names:
+        raise KaskaOptionsError(f"arrowTransform returned columns {table.schema.names}, "
+                                f"not {schema.names}")
+    yield from table.cast(schema).combine_chunks().to_batches()
+
+
+def transform_schema(options: KaskaOptions) -> StructType:
+    """The Spark schema of what `options.arrow_transform` makes of the `columns`."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    assert options.columns is not None and options.arrow_transform is not None
+    empty = _arrow_schema(output_schema(options.columns, options.include_ids)).empty_table()
+    return from_arrow_schema(load_transform(options.arrow_transform)(empty).schema)
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -376,6 +438,8 @@ class KaskaDataSource(DataSource):
 
     def schema(self) -> StructType:
         options = KaskaOptions.parse(self.options)
+        if options.arrow_transform is not None:
+            return transform_schema(options)
         columns = options.columns
         if columns is None:
             columns = self._first_record_columns(options)
@@ -403,7 +467,7 @@ class KaskaDataSource(DataSource):
 class KaskaBatchReader(DataSourceReader):
     def __init__(self, options: KaskaOptions, schema: StructType) -> None:
         self.options = options
-        self.columns = _columns_of(schema)
+        self.columns = options.columns if options.arrow_transform else _columns_of(schema)
         self.schema = schema
 
     def partitions(self) -> list[OffsetRange]:
@@ -422,7 +486,7 @@ class KaskaStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: KaskaOptions, schema: StructType) -> None:
         self.options = options
-        self.columns = _columns_of(schema)
+        self.columns = options.columns if options.arrow_transform else _columns_of(schema)
         self.schema = schema
 
     def initialOffset(self) -> dict:

@@ -123,7 +123,17 @@ def compute_all(flights: DataFrame, airports: DataFrame) -> QueryResults:
     """Every query over one client's flights and airports, sharing one cached pass."""
     # Both cached: the airports feed four broadcasts, the prepared rows every query.
     coordinates = prepare_airports(airports).cache()
-    prepared = prepare_flights(flights, coordinates).cache()
+    return _compute(prepare_flights(flights, coordinates).cache(), coordinates)
+
+
+def compute_all_derived(derived: DataFrame, airports: DataFrame) -> QueryResults:
+    """`compute_all` over flights whose query fields were derived where they were decoded
+    (`spark.flight_fields.DERIVED_SCHEMA`, e.g. by the `kaska` source's `arrowTransform`)."""
+    coordinates = prepare_airports(airports).cache()
+    return _compute(prepare_derived_flights(derived, coordinates).cache(), coordinates)
+
+
+def _compute(prepared: DataFrame, coordinates: DataFrame) -> QueryResults:
     counts = _count_rows(prepared)
     mean_fare = counts["mean_fare"]
     return QueryResults(
@@ -195,6 +205,32 @@ def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
         F.when(valid, _positive_finite(parse_number(F.col("totalTravelDistance"))))
         .alias(_GIVEN_MILES),
     ).withColumn(_STOPOVER_COUNT, F.when(valid, F.size("segments") - 1))
+    # Only Q1/Q3 print stopovers and only Q2 reads the chain: keep the cache small.
+    q1_row = F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN
+    chain = F.concat(F.array(F.col("startingAirport")), F.col("segments"))
+    return _with_airports(classified.select(
+        "*",
+        F.when(q1_row, stopovers(F.col("segments"))).alias("stopovers"),
+        F.when(valid & F.col(_GIVEN_MILES).isNull(), chain).alias(_CHAIN),
+    ), coordinates)
+
+
+# The columns of spark.flight_fields.DERIVED_SCHEMA.
+DERIVED_COLUMNS = (_INVALID_KIND, "legId", "startingAirport", "destinationAirport",
+                   "travelDuration", _FARE, _DURATION_MINUTES, _STOPOVER_COUNT, "stopovers",
+                   _GIVEN_MILES, _CHAIN)
+
+
+def prepare_derived_flights(derived: DataFrame, coordinates: DataFrame) -> DataFrame:
+    """`prepare_flights` for rows whose fields were derived already (DERIVED_COLUMNS)."""
+    _require_columns(derived, DERIVED_COLUMNS, "derived flights")
+    return _with_airports(derived.select(F.monotonically_increasing_id().alias(_ROW_KEY),
+                                         *DERIVED_COLUMNS), coordinates)
+
+
+def _with_airports(classified: DataFrame, coordinates: DataFrame) -> DataFrame:
+    """The prepared rows: `classified` (DERIVED_COLUMNS and the row key) joined with the
+    airports of both ends."""
     origin = _coordinates_as(coordinates, "origin")
     destination = _coordinates_as(coordinates, "destination")
     joined = (
@@ -202,9 +238,6 @@ def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
         .join(destination, F.col("destinationAirport") == F.col("destination_code"), "left")
     )
     endpoints_known = F.col("origin_lat").isNotNull() & F.col("destination_lat").isNotNull()
-    needs_legs = F.col(_INVALID_KIND).isNull() & endpoints_known & F.col(_GIVEN_MILES).isNull()
-    q1_row = F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN
-    chain = F.concat(F.array(F.col("startingAirport")), F.col("segments"))
     return joined.select(
         _ROW_KEY,
         _INVALID_KIND,
@@ -214,12 +247,11 @@ def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
         _FARE,
         _DURATION_MINUTES,
         _STOPOVER_COUNT,
-        # Only Q1/Q3 print stopovers: keep the cache small.
-        F.when(q1_row, stopovers(F.col("segments"))).alias("stopovers"),
+        "stopovers",
         haversine_miles("origin", "destination").alias(_DIRECT_MILES),
         endpoints_known.alias(_ENDPOINTS_KNOWN),
         _GIVEN_MILES,
-        F.when(needs_legs, chain).alias(_CHAIN),
+        F.when(endpoints_known, F.col(_CHAIN)).alias(_CHAIN),
     )
 
 

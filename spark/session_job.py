@@ -38,12 +38,13 @@ from common.session_records import (
     results_topic,
 )
 from spark.kaska_source import SOURCE_NAME, offsets_json
-from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all
+from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all_derived
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_AIRPORT = "unknown_airport"
+FLIGHT_FIELDS_TRANSFORM = "spark.flight_fields:derive"
 SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
 RESULTS_PARTITIONS = 1  # common/session_records.py: results.<cid> has one partition
 # Result rows reach the driver one range partition at a time; a range per this many input rows
@@ -97,9 +98,12 @@ def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str
     context.setJobGroup(f"session-{cid}", f"queries of session {cid}", interruptOnCancel=True)
     try:
         started = time.monotonic()
-        flights = _topic_frame(spark, settings, flights_topic(cid), ended, FLIGHT_COLUMNS)
+        # The flights' query fields are derived in the source's Python workers, columnar,
+        # before Spark sees a row (spark/flight_fields.py).
+        flights = _topic_frame(spark, settings, flights_topic(cid), ended, FLIGHT_COLUMNS,
+                               FLIGHT_FIELDS_TRANSFORM)
         airports = _topic_frame(spark, settings, airports_topic(cid), ended, AIRPORT_COLUMNS)
-        results = compute_all(flights, airports)
+        results = compute_all_derived(flights, airports)
         report.rows, report.valid_rows = results.rows, results.valid_rows
         report.seconds["read_and_prepare"] = time.monotonic() - started
         log.info("session %s: %d rows read (%d valid; invalid %s; %d unknown-airport rows "
@@ -115,7 +119,8 @@ def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str
     return report
 
 
-def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, columns):
+def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, columns,
+                 transform: str | None = None):
     ends = ended.end_offsets[topic]
     reader = (spark.read.format(SOURCE_NAME)
               .option("brokers", settings.brokers).option("topic", topic)
@@ -124,6 +129,8 @@ def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, 
               .option("columns", json.dumps(list(columns)))
               .option("includeIds", "false")  # the queries number rows themselves
               .option("retryDeadlineS", str(settings.retry_deadline_s)))
+    if transform is not None:
+        reader = reader.option("arrowTransform", transform)
     if settings.token is not None:
         reader = reader.option("token", settings.token)
     return reader.load()

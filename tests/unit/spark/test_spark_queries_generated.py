@@ -6,10 +6,9 @@ import pytest
 
 from scripts.datagen.generate import generate
 from spark.csv_input import read_airports_csv, read_flights_csv
-from spark.queries import compute_all
 from tests import reference_queries as reference
 from tests.result_compare import assert_all_results
-from tests.unit.spark.spark_test_frames import collected
+from tests.unit.spark.spark_test_frames import collected, compute
 
 GENERATED_ROWS = 100_000
 INVALID_RATE = 0.02
@@ -27,9 +26,9 @@ def expected(generated):
 
 
 @pytest.mark.slow
-def test_generated_data_equals_reference(spark, generated, expected):
-    results = compute_all(read_flights_csv(spark, str(generated.flights_path)),
-                          read_airports_csv(spark, str(generated.airports_path)))
+def test_generated_data_equals_reference(spark, generated, expected, query_path):
+    results = compute(query_path, spark, read_flights_csv(spark, str(generated.flights_path)),
+                      read_airports_csv(spark, str(generated.airports_path)))
     try:
         assert_all_results(collected(results), expected.by_query())
         assert results.invalid_counts == expected.invalid_counts

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from spark.csv_input import read_airports_csv, read_flights_csv
-from spark.queries import compute_all
 from tests import reference_queries as reference
 from tests.result_compare import assert_all_results
-from tests.unit.spark.spark_test_frames import collected
+from tests.unit.spark.spark_test_frames import collected, compute
 
 REAL_DATA = Path("/work/shared/data/real")
 AIRPORTS_FILE = REAL_DATA / "airports-codepublic.csv"
@@ -22,10 +21,10 @@ def airports(spark):
 
 
 @pytest.mark.parametrize("sample", ["itineraries_1000_a.csv", "itineraries_999_b.csv"])
-def test_real_sample_equals_reference(spark, airports, sample):
+def test_real_sample_equals_reference(spark, airports, sample, query_path):
     flights_file = REAL_DATA / sample
     expected = reference.compute_files(flights_file, AIRPORTS_FILE)
-    results = compute_all(read_flights_csv(spark, str(flights_file)), airports)
+    results = compute(query_path, spark, read_flights_csv(spark, str(flights_file)), airports)
     try:
         assert_all_results(collected(results), expected.by_query())
         assert results.invalid_counts == expected.invalid_counts

@@ -14,7 +14,7 @@ import pytest
 from spark.queries import INVALID_KINDS, MissingColumnsError, compute_all
 from tests import reference_queries as reference
 from tests.result_compare import assert_all_results, assert_same_results
-from tests.unit.spark.spark_test_frames import collected, string_frame
+from tests.unit.spark.spark_test_frames import collected, compute, string_frame
 
 AIRPORTS = [
     {"Airport Code": "ATL", "Latitude": "33.636667", "Longitude": "-84.428056"},
@@ -145,9 +145,9 @@ INVALID_ROWS = [
 
 
 @pytest.fixture(scope="module")
-def tiny(spark):
+def tiny(spark, query_path):
     rows = VALID_ROWS + INVALID_ROWS
-    results = compute_all(string_frame(spark, rows), string_frame(spark, AIRPORTS))
+    results = compute(query_path, spark, string_frame(spark, rows), string_frame(spark, AIRPORTS))
     spark_rows = collected(results)
     yield results, spark_rows, reference.compute(rows, reference.airport_coordinates(AIRPORTS))
     results.release()
@@ -213,11 +213,11 @@ def test_q3_two_shortest_per_route_with_tie_breaks(tiny):
     ])
 
 
-def test_q4_above_global_mean_is_strict(spark):
+def test_q4_above_global_mean_is_strict(spark, query_path):
     fares = [("ATL-BOS", "100"), ("ATL-BOS", "200"), ("ATL-BOS", "300"), ("ATL-BOS", "350"),
              ("BOS-ATL", "200"), ("BOS-ATL", "50"), ("JFK-LGA", "200")]
     rows = [flight(f"f{i}", route, "PT3H", fare, "X") for i, (route, fare) in enumerate(fares)]
-    results = compute_all(string_frame(spark, rows), string_frame(spark, AIRPORTS))
+    results = compute(query_path, spark, string_frame(spark, rows), string_frame(spark, AIRPORTS))
     try:
         assert results.mean_fare == 200.0  # 1400 / 7: every fare of 200 sits on the mean
         assert_same_results("q4", results.q4.collect(), [("ATL-BOS", 325.0, 350.0)])
@@ -225,9 +225,10 @@ def test_q4_above_global_mean_is_strict(spark):
         results.release()
 
 
-def test_no_rows_gives_empty_results(spark):
+def test_no_rows_gives_empty_results(spark, query_path):
     columns = list(VALID_ROWS[0])
-    results = compute_all(string_frame(spark, [], columns), string_frame(spark, AIRPORTS))
+    results = compute(query_path, spark, string_frame(spark, [], columns),
+                      string_frame(spark, AIRPORTS))
     try:
         assert (results.rows, results.mean_fare) == (0, None)
         assert all(not rows for rows in collected(results).values())
