@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--invalid-rate", type=float, default=INVALID_RATE_DEFAULT,
         help="share of malformed rows in the generated sample")
     add("--clients", type=int, default=1)
-    add("--batch-rows", type=int, default=300)
+    add("--batch-rows", type=int, default=None,
+        help="rows per client message (default: the client's, ~1 MiB of CSV text a message)")
     add("--partitions", type=int, default=4)
     add("--master", default="local[2]")
     add("--status-port", type=int, default=0,
@@ -116,7 +117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--flights and --airports go together")
     if not 0 <= args.status_port <= 65535:
         parser.error(f"--status-port must lie in [0, 65535], got {args.status_port}")
-    if args.clients < 1 or args.rows < 0 or args.batch_rows < 1 or args.partitions < 1:
+    if (args.clients < 1 or args.rows < 0 or args.partitions < 1
+            or (args.batch_rows is not None and args.batch_rows < 1)):
         parser.error("--clients, --batch-rows and --partitions must be >= 1, --rows >= 0")
     if args.chaos_interval_s < 0 or args.chaos_duration_s < 0 or args.heal_timeout_s < 0:
         parser.error("chaos interval, chaos duration and heal timeout must be >= 0")

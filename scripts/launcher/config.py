@@ -18,7 +18,6 @@ ROWS_DEFAULT = 200_000
 SEED_DEFAULT = 1
 INVALID_RATE_DEFAULT = 0.01
 CLIENTS_DEFAULT = 1
-BATCH_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
 MASTER_DEFAULT = "local[2]"
 TIMEOUT_S_DEFAULT = 1800.0
@@ -41,7 +40,7 @@ class LaunchConfig:
     seed: int = SEED_DEFAULT
     invalid_rate: float = INVALID_RATE_DEFAULT
     clients: int = CLIENTS_DEFAULT
-    batch_rows: int = BATCH_ROWS_DEFAULT
+    batch_rows: int | None = None  # rows per client message (None: the client's default)
     partitions: int = PARTITIONS_DEFAULT
     master: str = MASTER_DEFAULT
     status_port: int = 0  # 0: a free one

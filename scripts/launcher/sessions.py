@@ -37,7 +37,7 @@ class ClientRun:
 @dataclass(frozen=True)
 class ClientSettings:
     """What every client of a run is started with, beyond its own session."""
-    batch_rows: int = 300
+    batch_rows: int | None = None  # None: the client's default (~1 MiB of CSV a message)
     partitions: int = 4
     upload_rows_per_s_max: float = 0.0  # client --upload-rows-per-s-max (0: no ceiling)
 
@@ -47,7 +47,8 @@ def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSetting
     return ["-m", "client", "--flights", str(run.inputs.flights), "--airports",
             str(run.inputs.airports), "--brokers", platform.brokers, "--results-dir",
             str(run.results_dir), "--client-id", run.client_id, "--name", run.name,
-            "--batch-rows", str(settings.batch_rows), "--partitions", str(settings.partitions),
+            *(["--batch-rows", str(settings.batch_rows)] if settings.batch_rows else []),
+            "--partitions", str(settings.partitions),
             "--heartbeat-targets", platform.heartbeat_targets,
             "--upload-rows-per-s-max", str(settings.upload_rows_per_s_max),
             "--secret-file", str(platform.secret_file)]
