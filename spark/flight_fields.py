@@ -84,8 +84,19 @@ def _is_finite(number) -> pa.Array:
 
 
 def duration_minutes(text) -> tuple[pa.Array, pa.Array]:
-    """(matches DURATION_REGEX, whole minutes of the rows that match)."""
-    parts = pc.extract_regex(pc.fill_null(text, ""), _DURATION_RE2)
+    """(matches DURATION_REGEX, whole minutes of the rows that match).
+
+    Worked out once per distinct text: a session holds a few thousand distinct durations in
+    millions of rows, and the regex with its captures is the costliest step of `derive`
+    (200k generated rows in 10k-row batches: 0.073 CPU-s row by row, 0.043 per distinct
+    text, hashing included; `derive` 0.155 -> 0.124)."""
+    distinct = pc.dictionary_encode(_array(pc.fill_null(text, "")))
+    ok, minutes = _duration_minutes_distinct(distinct.dictionary)
+    return ok.take(distinct.indices), minutes.take(distinct.indices)
+
+
+def _duration_minutes_distinct(text: pa.Array) -> tuple[pa.Array, pa.Array]:
+    parts = pc.extract_regex(text, _DURATION_RE2)
     matched = pc.is_valid(parts)
     time_part = pc.struct_field(parts, "time")
     has_time = pc.not_equal(time_part, "")
