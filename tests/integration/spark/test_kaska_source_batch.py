@@ -146,3 +146,25 @@ def test_a_payload_that_inflates_past_its_bound_fails_the_read_by_name(spark, br
     with pytest.raises(PySparkException) as raised:
         frame.collect()
     assert is_malformed_payload(raised.value), str(raised.value)[-2000:]
+
+
+def upper_notes(table: pa.Table) -> pa.Table:
+    """An `arrowTransform` for the test below: the note upper-cased, the leg id's length."""
+    return pa.table({"NOTE": pa.compute.utf8_upper(table["note"]),
+                     "legLength": pa.compute.utf8_length(table["legId"]).cast(pa.int64())})
+
+
+def test_an_arrow_transform_shapes_the_rows_and_the_schema_without_ids(spark, broker, loaded):
+    frame = kaska_reader(spark, broker, loaded.topic, columns='["legId", "note"]',
+                         includeIds="false",
+                         arrowTransform=f"{__name__}:upper_notes").load()
+    assert frame.schema.simpleString() == "struct<NOTE:string,legLength:bigint>"
+    assert rows_of(frame) == by_repr(
+        (row[2].upper() if row[2] is not None else None, len(row[0]))
+        for row in loaded.expected)
+
+
+def test_an_arrow_transform_that_cannot_be_found_is_refused_when_planned(spark, broker, loaded):
+    with pytest.raises(PySparkException, match="arrowTransform"):
+        kaska_reader(spark, broker, loaded.topic, columns='["legId"]',
+                     arrowTransform="spark.no_such_module:derive").load()
