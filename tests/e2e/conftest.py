@@ -21,6 +21,10 @@ E2E_SEED = 7
 E2E_INVALID_RATE = 0.02
 IMAGE_BUILD_TIMEOUT_S = 1800
 PACED_UPLOAD_ROWS_PER_S = 1000  # E2E_ROWS uploaded in >= 40 s
+# ~170 rows a message: at the paced rate an acknowledgement every ~0.2 s, so a fault test sees
+# the upload move (or not) within a broker's ~2 s down time; the default 1 MiB slices would
+# make one message every ~3 s.
+PACED_SLICE_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="session")
@@ -87,10 +91,11 @@ def shared_deployment(project_image, e2e_data, tmp_path_factory):
 
 @pytest.fixture
 def paced_deployment(project_image, e2e_data, tmp_path):
-    """A fresh deployment whose client uploads at most PACED_UPLOAD_ROWS_PER_S rows a second:
-    the upload lasts E2E_ROWS / PACED_UPLOAD_ROWS_PER_S s or more on any machine, so faults a
-    test injects meanwhile land while it is in flight."""
-    settings = {"FLIGHTS_CLIENT_UPLOAD_ROWS_PER_S_MAX": str(PACED_UPLOAD_ROWS_PER_S)}
+    """A fresh deployment whose client uploads at most PACED_UPLOAD_ROWS_PER_S rows a second
+    in small messages (PACED_SLICE_BYTES): the upload lasts E2E_ROWS / PACED_UPLOAD_ROWS_PER_S s
+    or more on any machine, so faults a test injects meanwhile land while it is in flight."""
+    settings = {"FLIGHTS_CLIENT_UPLOAD_ROWS_PER_S_MAX": str(PACED_UPLOAD_ROWS_PER_S),
+                "FLIGHTS_CLIENT_SLICE_BYTES": str(PACED_SLICE_BYTES)}
     with fresh_deployment(project_image, e2e_data, tmp_path / "results", settings) as made:
         yield made
 
