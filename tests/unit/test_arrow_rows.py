@@ -51,13 +51,17 @@ def test_truncated_payload_is_a_named_error():
         decode_rows(whole[: len(whole) // 2])
 
 
-def test_payload_without_row_ids_is_refused():
+def _stream_without_row_ids() -> bytes:
     sink = pa.BufferOutputStream()
     batch = pa.RecordBatch.from_pydict({"legId": ["a"]})
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_payload_without_row_ids_is_refused():
     with pytest.raises(MalformedRowsPayloadError, match="row_id"):
-        decode_rows(sink.getvalue().to_pybytes())
+        decode_rows(_stream_without_row_ids())
 
 
 @pytest.mark.parametrize("compression", ["zstd", "lz4"])
@@ -142,12 +146,8 @@ def test_read_rows_returns_only_the_columns_asked_for_and_the_row_ids(rows, comp
 
 
 def test_read_rows_refuses_a_payload_without_row_ids_even_when_other_columns_are_asked():
-    sink = pa.BufferOutputStream()
-    batch = pa.RecordBatch.from_pydict({"legId": ["a"]})
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
     with pytest.raises(MalformedRowsPayloadError, match="row_id"):
-        read_rows(sink.getvalue().to_pybytes(), ["legId"])
+        read_rows(_stream_without_row_ids(), ["legId"])
 
 
 def test_a_torn_large_slice_is_a_named_error():
