@@ -64,20 +64,20 @@ def _expected(row: dict) -> dict:
     }
 
 
+def _row(leg_id: str, fare: str, distance: str, arrivals: str = "BOS",
+         duration: str = "PT1H") -> dict:
+    """An ATL-BOS flight row."""
+    return {"legId": leg_id, "startingAirport": "ATL", "destinationAirport": "BOS",
+            "travelDuration": duration, "totalFare": fare, "totalTravelDistance": distance,
+            "segmentsArrivalAirportCode": arrivals}
+
+
 def test_hand_worked_rows():
     rows = [
-        {"legId": "a", "startingAirport": "ATL", "destinationAirport": "BOS",
-         "travelDuration": "P1DT2H5M30S", "totalFare": "+7", "totalTravelDistance": "0",
-         "segmentsArrivalAirportCode": "A|||B||C||D"},
-        {"legId": "", "startingAirport": "ATL", "destinationAirport": "BOS",
-         "travelDuration": "PT1H", "totalFare": "1", "totalTravelDistance": "5",
-         "segmentsArrivalAirportCode": "BOS"},
-        {"legId": "c", "startingAirport": "ATL", "destinationAirport": "BOS",
-         "travelDuration": "PT1H", "totalFare": "1e400", "totalTravelDistance": "5",
-         "segmentsArrivalAirportCode": "BOS"},
-        {"legId": "d", "startingAirport": "ATL", "destinationAirport": "BOS",
-         "travelDuration": "PT1H", "totalFare": "1", "totalTravelDistance": "1e400",
-         "segmentsArrivalAirportCode": "BOS"},
+        _row("a", "+7", "0", arrivals="A|||B||C||D", duration="P1DT2H5M30S"),
+        _row("", "1", "5"),
+        _row("c", "1e400", "5"),
+        _row("d", "1", "1e400"),
     ]
     derived = derive(_table(rows)).to_pylist()
     assert derived[0]["stopovers"] == "A|||B||C"  # split left to right: "A", "|B", "C", "D"
