@@ -24,6 +24,7 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
+from scripts.deploy.checker_keeper import CheckerKeeper, DockerCheckers
 from scripts.deploy.follow import (
     RESTART_WAIT_S_DEFAULT,
     TIMEOUT_S_DEFAULT,
@@ -43,7 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="epoch seconds the timings count from (default: now)")
     parser.add_argument("--restart-wait-s", type=float, default=RESTART_WAIT_S_DEFAULT)
     parser.add_argument("--timeout-s", type=float, default=TIMEOUT_S_DEFAULT)
+    parser.add_argument("--no-keeper", dest="keeper", action="store_false",
+                        help="do not start the health checkers again when every one is down")
     return parser
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = docker.from_env()
         clients = len(client_containers(client, args.project))
-        timings = follow(args.project, started_at, args.restart_wait_s, args.timeout_s, client)
+        keeper = (CheckerKeeper(DockerCheckers(args.project), say=_say).start()
+                  if args.keeper else None)
+        try:
+            timings = follow(args.project, started_at, args.restart_wait_s, args.timeout_s,
+                             client)
+        finally:
+            if keeper is not None:
+                keeper.stop()
     except (FollowError, DockerException, NotFound, requests.RequestException) as error:
         print(f"compose_follow: {error}", file=sys.stderr)
         return 1

@@ -5,8 +5,9 @@ heals), stop everything, print the report (the steps: scripts/run_local.py's doc
 Invariants: whatever `run` started is stopped before it returns, even on an exception or an
 interrupt (health checkers first, so nothing is restarted meanwhile); its exit status is 0 only
 if every session completed and every chaos fault healed.
-Threads: the caller's, plus the chaos loop's (launcher/chaos.py) and the platform's reapers;
-`interrupted` is set from a signal handler to end the wait early.
+Threads: the caller's, plus the chaos loop's (launcher/chaos.py), the checker keeper's
+(launcher/keeper.py: it starts the checkers again if every one was killed) and the platform's
+reapers; `interrupted` is set from a signal handler to end the wait early.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from scripts.faults.backends import LocalBackend
 from scripts.launcher.chaos import ChaosThread, wait_for_heals
 from scripts.launcher.config import LaunchConfig
 from scripts.launcher.console import say
+from scripts.launcher.keeper import start_keeper
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.log_tail import LogTail
 from scripts.launcher.platform import LocalPlatform, start_platform
@@ -36,8 +38,10 @@ def run(config: LaunchConfig, interrupted: threading.Event) -> int:
     layout.prepare()
     platform = LocalPlatform(layout, config.master, config.brokers, config.status_port)
     chaos = None
+    keeper = None
     unhealed = []
     try:
+        keeper = start_keeper(platform)  # before the checkers: they can die while others start
         start_platform(platform)
         runs = plan_clients(config)  # generates samples while Spark starts
         say(f"  query service ready after {platform.wait_for_service():.1f} s")
@@ -63,6 +67,8 @@ def run(config: LaunchConfig, interrupted: threading.Event) -> int:
     finally:
         if chaos is not None:
             chaos.stop()
+        if keeper is not None:
+            keeper.stop()  # first: it would start the checkers that stop_all stops
         say("stopping everything this run started")
         platform.stop_all(config.stop_timeout_s)
     return print_report(runs, layout, chaos, unhealed, sessions_s, time.monotonic() - started)

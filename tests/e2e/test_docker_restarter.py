@@ -1,4 +1,5 @@
-"""DockerRestarter and the killer's docker backend against real containers (testcontainers).
+"""DockerRestarter, the killer's docker backend and the checker keeper against real containers
+(testcontainers).
 
 Uses the project's locally built base image (no registry is reachable), which the project
 image's build (the e2e `project_image` fixture) makes. Every container carries a project label
@@ -22,6 +23,7 @@ from healthchecker.restarter import (
     UnknownServiceError,
 )
 from healthchecker.restarter_docker import DockerRestarter
+from scripts.deploy.checker_keeper import CheckerKeeper, DockerCheckers
 from scripts.faults.backends import DockerBackend, KillError
 
 pytestmark = pytest.mark.docker
@@ -178,3 +180,37 @@ def test_a_container_under_docker_init_is_frozen_then_replaced(project, image):
         assert _status(container) == "running"
     finally:
         container.remove(force=True)
+
+
+def _wait_polls(keeper: CheckerKeeper, polls: int, timeout_s: float = 30.0) -> None:
+    target = keeper.polls + polls
+    deadline = time.monotonic() + timeout_s
+    while keeper.polls < target:
+        assert time.monotonic() < deadline, f"the keeper made {keeper.polls} of {target} polls"
+        time.sleep(0.05)
+
+
+def test_keeper_starts_the_checkers_only_when_every_one_was_killed(project, containers):
+    checkers = [containers(_labels(project, f"healthchecker-{i}")) for i in (1, 2, 3)]
+    broker = containers(_labels(project, "broker-1"))
+    keeper = CheckerKeeper(DockerCheckers(project), say=lambda _text: None,
+                           poll_interval_s=0.1).start()
+    try:
+        checkers[0].kill()
+        _wait_exited(checkers[0])
+        _wait_polls(keeper, 3)
+        assert keeper.started == [] and _status(checkers[0]) == "exited", \
+            "two checkers run: healing checker-1 is theirs"
+        for container in (*checkers[1:], broker):
+            container.kill()
+            _wait_exited(container)
+        deadline = time.monotonic() + STOPPED_TIMEOUT_S
+        while [c for c in checkers if _status(c) != "running"]:
+            assert time.monotonic() < deadline, [_status(c) for c in checkers]
+            time.sleep(0.1)
+        _wait_polls(keeper, 3)
+    finally:
+        started = keeper.stop()
+    assert [s.names for s in started] == [("healthchecker-1", "healthchecker-2",
+                                           "healthchecker-3")]
+    assert _status(broker) == "exited", "the broker is left to the checkers the keeper started"
