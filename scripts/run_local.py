@@ -16,8 +16,10 @@
    printed), supervised like the rest. Logs: DIR/run/logs/<name>.log.
 2. Without --flights/--airports it generates a sample (`--rows`, default 200k, with malformed
    rows) in DIR/sample (reused when present with the same parameters); with `--clients K > 1`
-   each client gets its own sample (seed + i), so each session's results are its own.
-3. Runs K client sessions at once, each registered too, with a client id chosen here so that a
+   each client gets its own sample (seed + i), so each session's results are its own;
+   `--client-rows N1,N2,...` sizes each client's sample (and sets K).
+3. Runs K client sessions at once (or `--client-start-interval-s S` apart, so later clients
+   join sessions under way), each registered too, with a client id chosen here so that a
    restarted client resumes its session. One client writes to DIR; several to DIR/client-<i>.
 4. With `--chaos-interval-s N`, runs the killer's chaos loop (local backend) for at most
    `--chaos-duration-s`: every N seconds a live process of the deployment is SIGKILLed (or
@@ -85,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--invalid-rate", type=float, default=INVALID_RATE_DEFAULT,
         help="share of malformed rows in the generated sample")
     add("--clients", type=int, default=1)
+    add("--client-rows", type=_rows_list, default=None, metavar="N1,N2,...",
+        help="rows of each client's generated sample, one number per client (sets --clients)")
+    add("--client-start-interval-s", type=float, default=0.0,
+        help="start the clients this many seconds apart, so later ones join running sessions")
     add("--batch-rows", type=int, default=None,
         help="rows per client message (default: the client's, ~1 MiB of CSV text a message)")
     add("--partitions", type=int, default=4)
@@ -110,9 +116,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rows_list(text: str) -> tuple[int, ...]:
+    try:
+        rows = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of rows: {text!r}") \
+            from None
+    if any(count < 0 for count in rows):
+        raise argparse.ArgumentTypeError(f"rows must be >= 0: {text!r}")
+    return rows
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.client_rows is not None:
+        if args.flights is not None:
+            parser.error("--client-rows sizes generated samples: not with --flights")
+        args.clients = len(args.client_rows)
+    if args.client_start_interval_s < 0:
+        parser.error("--client-start-interval-s must be >= 0")
     if (args.flights is None) != (args.airports is None):
         parser.error("--flights and --airports go together")
     if not 0 <= args.status_port <= 65535:

@@ -31,6 +31,10 @@ class LaunchConfig:
     """One run: where it writes, its inputs (files, or a sample generated from rows / seed /
     invalid rate), the platform's shape, the clients, and the chaos loop (off at interval 0)."""
 
+    def rows_of(self, index: int) -> int:
+        """Rows of client `index`'s (1-based) generated sample."""
+        return self.client_rows[index - 1] if self.client_rows else self.rows
+
     results_dir: Path
     flights: Path | None = None
     airports: Path | None = None
@@ -40,6 +44,10 @@ class LaunchConfig:
     seed: int = SEED_DEFAULT
     invalid_rate: float = INVALID_RATE_DEFAULT
     clients: int = CLIENTS_DEFAULT
+    # Rows of each client's generated sample, in client order (None: `rows` for every one);
+    # when given, its length is the number of clients.
+    client_rows: tuple[int, ...] | None = None
+    client_start_interval_s: float = 0.0  # client i starts (i - 1) times this after the first
     batch_rows: int | None = None  # rows per client message (None: the client's default)
     partitions: int = PARTITIONS_DEFAULT
     master: str = MASTER_DEFAULT

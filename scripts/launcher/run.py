@@ -44,14 +44,18 @@ def run(config: LaunchConfig, interrupted: threading.Event) -> int:
         keeper = start_keeper(platform)  # before the checkers: they can die while others start
         start_platform(platform)
         runs = plan_clients(config)  # generates samples while Spark starts
-        say(f"  query service ready after {platform.wait_for_service():.1f} s")
+        ready_s = platform.wait_for_service(config.timeout_s)
+        say(f"  query service ready after {ready_s:.1f} s")
         if config.chaos_interval_s:
             chaos = _start_chaos(config, layout)
         sessions_started = time.monotonic()
         settings = ClientSettings(config.batch_rows, config.partitions,
                                   config.client_upload_rows_per_s_max)
         foreground = len(runs) == 1 and chaos is None and sys.stdout.isatty()
-        for client in runs:
+        for index, client in enumerate(runs):
+            if index and config.client_start_interval_s and \
+                    interrupted.wait(config.client_start_interval_s):
+                break  # interrupted: the sessions not started are reported as not run
             platform.register(client.name, client_argv(client, platform, settings))
             pid = platform.spawn(client.name, foreground=foreground)
             say(f"  started {client.name:<16} pid {pid:<7} session {client.client_id}")

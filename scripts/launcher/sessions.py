@@ -56,8 +56,8 @@ def client_argv(run: ClientRun, platform: LocalPlatform, settings: ClientSetting
 
 def plan_clients(config: LaunchConfig) -> list[ClientRun]:
     """One session per client: one client writes to RESULTS_DIR, several to
-    RESULTS_DIR/client-<i>; each gets its own generated sample (seed + i) unless files are
-    given. Stale results are removed first."""
+    RESULTS_DIR/client-<i>; each gets its own generated sample (seed + i, `rows_of(i)` rows)
+    unless files are given. Stale results are removed first."""
     runs = []
     for index in range(1, config.clients + 1):
         name = f"client-{index}"
@@ -68,7 +68,7 @@ def plan_clients(config: LaunchConfig) -> list[ClientRun]:
             sample_dir = config.results_dir / "sample"
             if config.clients > 1:
                 sample_dir = sample_dir / name
-            inputs = sample_files(sample_dir, config.rows, config.seed + index - 1,
+            inputs = sample_files(sample_dir, config.rows_of(index), config.seed + index - 1,
                                   config.invalid_rate)
         for stale in RESULT_FILES:
             (results_dir / stale).unlink(missing_ok=True)

@@ -26,6 +26,7 @@ from scripts.launcher.brokers import (
     wait_until_listening,
 )
 from scripts.launcher.chaos import ChaosThread
+from scripts.launcher.config import LaunchConfig
 from scripts.launcher.errors import RunLocalError
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.log_tail import LogTail
@@ -187,10 +188,23 @@ def test_samples_are_reused_only_with_the_same_parameters(tmp_path, monkeypatch)
                                   ["--results-dir", "r", "--chaos-interval-s", "-1"],
                                   ["--results-dir", "r", "--brokers", "2"],
                                   ["--results-dir", "r", "--brokers", "0"],
-                                  ["--results-dir", "r", "--brokers", "11"]])
+                                  ["--results-dir", "r", "--brokers", "11"],
+                                  ["--results-dir", "r", "--client-rows", "10,x"],
+                                  ["--results-dir", "r", "--client-rows", "10,-1"],
+                                  ["--results-dir", "r", "--client-rows", "10",
+                                   "--flights", "f", "--airports", "a"],
+                                  ["--results-dir", "r", "--client-start-interval-s", "-1"]])
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit):
         parse_args(argv)
+
+
+def test_client_rows_size_each_client_s_sample_and_set_their_number():
+    args = parse_args(["--results-dir", "r", "--client-rows", "300,0,50", "--rows", "7"])
+    assert args.clients == 3 and args.client_rows == (300, 0, 50)
+    config = LaunchConfig(**vars(args))
+    assert [config.rows_of(i) for i in (1, 2, 3)] == [300, 0, 50]
+    assert LaunchConfig(Path("r"), rows=7, clients=2).rows_of(2) == 7
 
 
 # --- the split: scripts/run_local.py is the command line over scripts/launcher/ ------------------
