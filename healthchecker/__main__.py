@@ -44,6 +44,9 @@ from healthchecker.supervision import DEFAULT_START_DEADLINES, SupervisionConfig
 
 SECRET_BYTES_MAX = 4096
 START_DEADLINE_S_DEFAULT = 10.0
+# A slow process (a JVM on a loaded machine) may miss heartbeats for seconds; a frozen one is
+# told apart by inspection and restarted after the heartbeat timeout (supervision package).
+HUNG_TIMEOUT_S_DEFAULT = 20.0
 
 # Milliseconds and the logger's name first: the checkers' logs are read side by side.
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s"
@@ -87,6 +90,13 @@ def node_id(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return int(text)
+
+
+def non_negative_s(text: str) -> float:
+    seconds = float(text)
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
+    return seconds
 
 
 def start_deadline(text: str) -> tuple[str, float]:
@@ -146,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_heartbeat_flags(parser, targets=False)  # it beats to its peers (--heartbeat-peers)
     add("--heartbeat-timeout-s", type=positive_s, default=3.0,
         help="an up service silent this long is restarted (default 3)")
+    add("--hung-timeout-s", type=non_negative_s, default=HUNG_TIMEOUT_S_DEFAULT,
+        help="a silent service whose process runs (slow, not frozen) is restarted only once "
+             f"silent this long (default {HUNG_TIMEOUT_S_DEFAULT:g}; 0: silent past the "
+             "heartbeat timeout is dead, no inspection)")
     add("--start-deadline-s", type=positive_s,
         help=f"a (re)started service of the default kind that shows no sign of life this long "
              f"is restarted (default {START_DEADLINE_S_DEFAULT:g})")
@@ -235,6 +249,7 @@ def build_config(args: argparse.Namespace, secret: bytes) -> NodeConfig:
         backoff_base_s=args.backoff_base_s,
         backoff_max_s=args.backoff_max_s,
         stable_after_s=args.stable_after_s,
+        hung_timeout_s=args.hung_timeout_s or None,
     )
     return NodeConfig(
         node_id=args.node_id,

@@ -275,6 +275,8 @@ class HealthCheckerNode:
                 self.journal.record(KIND_RESTART, action.name,
                                     f"attempt {action.attempt}: {action.cause}")
                 restarted = True
+            elif isinstance(action, supervision.Inspect):
+                self._restarts.put(action)
             elif isinstance(action, supervision.Transition):
                 log.info("PHASE service=%s phase=%s previous=%s reason=%s", action.name,
                          action.phase, action.previous or "none", action.reason)
@@ -312,8 +314,18 @@ class HealthCheckerNode:
                 continue
             if isinstance(job, _SaveCheckpoint):
                 self._save_checkpoint(job.data)
+            elif isinstance(job, supervision.Inspect):
+                self._inspect(job)
             else:
                 self._restart(job)
+
+    def _inspect(self, job: supervision.Inspect) -> None:
+        try:
+            frozen, detail = self.restarter.inspect(job.name)
+        except RestartError as error:
+            frozen, detail = None, f"{type(error).__name__}: {error}"
+        log.info("INSPECTED service=%s frozen=%s %s", job.name, frozen, detail)
+        self._events.put(supervision.Inspected(job.name, job.silent_since, frozen, detail))
 
     def _restart(self, decision: supervision.Restart) -> None:
         try:

@@ -57,6 +57,12 @@ class Restarter(ABC):
     def expected_services(self) -> set[str]:
         """Supervised services that should be running (not those that ended on purpose)."""
 
+    def inspect(self, name: str) -> tuple[bool | None, str]:
+        """Whether `name`'s process is frozen (SIGSTOPped, paused: True) or runs (False), with
+        what was seen; None when this backend cannot tell or nothing runs. Raises a
+        `RestartError` when the backend does not answer."""
+        return None, "this backend cannot tell"
+
     def listing(self) -> ServiceListing:
         """The expected services and which of them are known not to run; raises a
         `RestartError` when the backend cannot tell."""

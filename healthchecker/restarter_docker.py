@@ -110,6 +110,24 @@ class DockerRestarter(Restarter):
         container.start()
         return action
 
+    def inspect(self, name: str) -> tuple[bool | None, str]:
+        """Paused (the cgroup freezer) or any process stopped (SIGSTOP, state T, as `ps`
+        shows it through `docker top`) is frozen; a running container otherwise runs."""
+        try:
+            container = self.find(name)[0]
+            container.reload()
+            if container.status == "paused":
+                return True, f"container {container.short_id} paused"
+            if container.status != "running":
+                return None, f"container {container.short_id} {container.status}"
+            processes = container.top(ps_args="-o pid,stat").get("Processes") or []
+        except (DockerException, requests.RequestException) as error:
+            raise RestartFailedError(f"{name}: {error}") from error
+        stopped = [row[0] for row in processes if len(row) > 1 and row[1].startswith("T")]
+        if stopped:
+            return True, f"container {container.short_id}: pid {','.join(stopped)} stopped"
+        return False, f"container {container.short_id} runs ({len(processes)} processes)"
+
     def expected_services(self) -> set[str]:
         """Supervised containers that run, or stopped without a clean exit (status 0)."""
         return set(self.listing().expected)

@@ -17,6 +17,7 @@ from healthchecker.local_registry import (
     LocalServiceRegistry,
     RegistryError,
     UnknownLocalServiceError,
+    process_is_stopped,
 )
 from healthchecker.restarter import (
     ACTION_KILLED_AND_STARTED,
@@ -57,6 +58,17 @@ class ProcessRestarter(Restarter):
         action = ACTION_STARTED if killed_pid is None else ACTION_KILLED_AND_STARTED
         detail = f"pid {process.pid}" + ("" if killed_pid is None else f" (killed {killed_pid})")
         return RestartOutcome(name, action, detail)
+
+    def inspect(self, name: str) -> tuple[bool | None, str]:
+        try:
+            pid = self.registry.live_pid(name)
+        except (RegistryError, OSError) as error:
+            raise RestartFailedError(f"{name}: {error}") from error
+        if pid is None:
+            return None, "no live process"
+        if process_is_stopped(pid):
+            return True, f"pid {pid} stopped (SIGSTOP)"
+        return False, f"pid {pid} runs"
 
     def expected_services(self) -> set[str]:
         return set(self.listing().expected)

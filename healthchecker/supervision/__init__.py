@@ -29,7 +29,12 @@ Phases of one service (every checker tracks them all the time, leader or not):
               misses its start deadline (per service kind, `start_deadline_for`; every missed
               deadline doubles the next one, up to `start_deadline_growth_max` times)
     UP        seen; DEAD when silent for more than `heartbeat_timeout_s`, or at once when its
-              heartbeat connection is closed without a goodbye (`Lost`: the process is gone)
+              heartbeat connection is closed without a goodbye (`Lost`: the process is gone).
+              With `hung_timeout_s` set, silence past the heartbeat timeout makes the leader
+              ask the restarter (`Inspect` → `Inspected`): a frozen process (SIGSTOP, paused)
+              or none at all is DEAD at once; a running one is slow (a loaded machine), DEAD
+              only once silent `hung_timeout_s`; no answer within another heartbeat timeout
+              is DEAD too
     DEAD      restart due: the leader restarts it as soon as its back-off allows (`not_before`)
     DEPARTED  said goodbye (stopped on purpose): left alone until seen again
 
@@ -66,6 +71,8 @@ from healthchecker.supervision.events import (
     Departed,
     Event,
     Expected,
+    Inspect,
+    Inspected,
     Leadership,
     Lost,
     PeerState,
@@ -100,7 +107,8 @@ from healthchecker.supervision.shared import (
 __all__ = [
     "CHECKPOINT_FORMAT", "DEFAULT_START_DEADLINES", "NAME_CHARS_MAX", "SAME_RESTART_TOLERANCE_S",
     "SERVICES_MAX", "SHARED_AGE_S_MAX", "SHARED_COUNT_MAX", "SHARED_SERVICES_MAX", "Action",
-    "Departed", "Event", "Expected", "Leadership", "Lost", "PeerState", "Phase", "Restart",
+    "Departed", "Event", "Expected", "Inspect", "Inspected", "Leadership", "Lost", "PeerState",
+    "Phase", "Restart",
     "RestartDone", "Seen", "ServiceRecord", "ShareState", "SharedRecord", "SharedStateError",
     "Stalled", "SupervisionConfig", "SupervisionConfigError", "SupervisionState",
     "SupervisorCheckpointError", "Tick", "Transition", "backoff_s", "from_checkpoint",

@@ -42,6 +42,10 @@ class SupervisionConfig:
     backoff_max_s: float = 30.0
     stable_after_s: float = 10.0  # a service that ran this long was not crash-looping
     stall_gap_s: float = 1.0
+    # None: a service silent past heartbeat_timeout_s is dead. Set: the leader first asks the
+    # restarter whether its process is frozen (dead at once) or runs (slow under load: dead
+    # only once silent this long), so a busy machine does not restart-storm slow JVMs.
+    hung_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         error = SupervisionConfigError
@@ -50,6 +54,11 @@ class SupervisionConfig:
         for name in ("heartbeat_timeout_s", "start_deadline_s", "backoff_base_s",
                      "backoff_max_s", "stable_after_s", "stall_gap_s"):
             require_positive_s(error, name, getattr(self, name))
+        if self.hung_timeout_s is not None:
+            require_positive_s(error, "hung_timeout_s", self.hung_timeout_s)
+            if self.hung_timeout_s < self.heartbeat_timeout_s:
+                raise error(f"hung_timeout_s ({self.hung_timeout_s:g}) must not be below "
+                            f"heartbeat_timeout_s ({self.heartbeat_timeout_s:g})")
         if self.backoff_base_s > self.backoff_max_s:
             raise error(f"backoff_base_s ({self.backoff_base_s:g}) must not exceed "
                         f"backoff_max_s ({self.backoff_max_s:g})")

@@ -1,8 +1,8 @@
 """What goes into the supervision (events) and what comes out of it (actions).
 
 Owns: the event types (`Tick`, `Seen`, `Departed`, `Lost`, `Expected`, `Leadership`,
-`RestartDone`, `PeerState`), the action types (`Restart`, `Transition`, `ShareState`,
-`Stalled`) and `transition`, the one way a phase change becomes an action.
+`RestartDone`, `PeerState`, `Inspected`), the action types (`Restart`, `Inspect`, `Transition`,
+`ShareState`, `Stalled`) and `transition`, the one way a phase change becomes an action.
 
 Invariants: events and actions are immutable values; a `Transition` is emitted only when the
 phase really changes.
@@ -75,7 +75,20 @@ class PeerState:
     entries: tuple[SharedRecord, ...]
 
 
-Event = Tick | Seen | Departed | Lost | Expected | Leadership | RestartDone | PeerState
+@dataclass(frozen=True, slots=True)
+class Inspected:
+    """What the restarter found of a silent service's process: frozen (SIGSTOPped, paused),
+    running (merely slow), or None when it cannot tell (or nothing runs). `silent_since` is the
+    `Inspect`'s: an answer about an older silence is stale."""
+
+    name: str
+    silent_since: float
+    frozen: bool | None
+    detail: str = ""
+
+
+Event = (Tick | Seen | Departed | Lost | Expected | Leadership | RestartDone | PeerState
+         | Inspected)
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -105,7 +118,16 @@ class Stalled:
     gap_s: float
 
 
-Action = Restart | Transition | ShareState | Stalled
+@dataclass(frozen=True, slots=True)
+class Inspect:
+    """Ask the restarter whether `name`'s silent process is frozen or merely slow; the answer
+    comes back as `Inspected(name, silent_since, ...)`."""
+
+    name: str
+    silent_since: float  # the record's last_seen_at when the silence began
+
+
+Action = Restart | Inspect | Transition | ShareState | Stalled
 
 
 def transition(name: str, old: ServiceRecord | None, new: ServiceRecord, reason: str):

@@ -1,7 +1,9 @@
 """The supervision step: `step(state, event, now) -> (state, actions)`, a pure state machine.
 
 Owns: how each event moves one service between phases (module doc of the package), when a
-dead service is restarted and with what back-off, and the stall correction.
+dead service is restarted and with what back-off, the stall correction, and (with
+`hung_timeout_s` set) the leader's inspection of a silent service: frozen (SIGSTOP, paused) or
+not running is dead at once; running is slow, and dead only once silent `hung_timeout_s`.
 
 Invariants: only the leader emits `Restart`, and at once when a service is DEAD and its back-off
 allows (`not_before`); a restart is followed by `ShareState`; a tick more than `stall_gap_s`
@@ -21,6 +23,8 @@ from healthchecker.supervision.events import (
     Departed,
     Event,
     Expected,
+    Inspect,
+    Inspected,
     Leadership,
     Lost,
     PeerState,
@@ -64,6 +68,8 @@ def step(
         new, actions = _on_departed(record, event, now)
     elif isinstance(event, Lost):
         new, actions = _on_lost(record, event, now)
+    elif isinstance(event, Inspected):
+        new, actions = _on_inspected(record, event, now)
     else:
         assert isinstance(event, RestartDone), f"unknown event {event!r}"
         new, actions = _on_restart_done(state.config, record, event, now)
@@ -97,6 +103,9 @@ def _on_seen(record: ServiceRecord | None, event: Seen, now: float):
         start_misses=0,
         replaced_instance="",
         seen_here=True,
+        inspected_silence=None,
+        inspect_asked_at=None,
+        runs_while_silent=False,
     )
     return new, transition(event.name, record, new, reasons.get(record.phase, ""))
 
@@ -121,6 +130,21 @@ def _on_lost(record: ServiceRecord | None, event: Lost, now: float):
         return None, []  # an older instance's connection closing late
     new = replace(record, phase=Phase.DEAD, since=now, cause=event.reason)
     return new, transition(event.name, record, new, event.reason)
+
+
+def _on_inspected(record: ServiceRecord | None, event: Inspected, now: float):
+    if record is None or record.phase is not Phase.UP or (
+        record.inspected_silence != event.silent_since
+    ):
+        return None, []  # seen again meanwhile, or an answer about an older silence
+    if event.frozen is False:
+        return replace(record, runs_while_silent=True), []
+    silent_s = now - event.silent_since
+    what = "no heartbeat" + (f" from {record.instance}" if record.instance else "")
+    state = "frozen" if event.frozen else "state unknown"
+    cause = f"{what} for {silent_s:.1f}s, its process {state}: {event.detail}"
+    new = replace(record, phase=Phase.DEAD, since=now, cause=cause)
+    return new, transition(event.name, record, new, cause)
 
 
 def _on_restart_done(
@@ -209,7 +233,7 @@ def _on_tick(state: SupervisionState, now: float) -> tuple[SupervisionState, lis
     for name in sorted(records):
         if name == config.self_name:
             continue
-        record, record_actions = _expire(config, name, records[name], now)
+        record, record_actions = _expire(config, name, records[name], now, state.is_leader)
         if record.phase is Phase.DEAD and state.is_leader and now >= record.not_before:
             record, restart = _restart(config, name, record, now)
             record_actions.append(restart)
@@ -221,7 +245,10 @@ def _on_tick(state: SupervisionState, now: float) -> tuple[SupervisionState, lis
     return replace(state, records=records, last_tick_at=now), actions
 
 
-def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: float):
+def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: float,
+            is_leader: bool):
+    if record.phase is Phase.UP and config.hung_timeout_s is not None:
+        return _expire_silent(config, name, record, now, is_leader)
     cause = None
     start_misses = record.start_misses
     if record.phase is Phase.STARTING and not record.in_flight:
@@ -245,6 +272,37 @@ def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: fl
     if cause is None:
         return record, []
     new = replace(record, phase=Phase.DEAD, since=now, cause=cause, start_misses=start_misses)
+    return new, transition(name, record, new, cause)
+
+
+def _expire_silent(config: SupervisionConfig, name: str, record: ServiceRecord, now: float,
+                   is_leader: bool):
+    """An UP service with inspection on: silent past the heartbeat timeout, the leader asks
+    once per silence whether it is frozen; dead when the answer says so (Inspected), when no
+    answer came within another heartbeat timeout, or when silent `hung_timeout_s` in any case
+    (a running process that says nothing that long is hung). A follower only waits."""
+    assert record.last_seen_at is not None and config.hung_timeout_s is not None
+    silent_s = now - record.last_seen_at
+    if silent_s <= config.heartbeat_timeout_s:
+        return record, []
+    what = "no heartbeat" + (f" from {record.instance}" if record.instance else "")
+    cause = None
+    if silent_s > config.hung_timeout_s:
+        runs = " while its process runs" if record.runs_while_silent else ""
+        cause = f"{what} for {silent_s:.1f}s{runs} (hung timeout {config.hung_timeout_s:g}s)"
+    elif not is_leader or record.runs_while_silent:
+        return record, []
+    elif record.inspected_silence != record.last_seen_at:
+        asked = replace(record, inspected_silence=record.last_seen_at, inspect_asked_at=now)
+        return asked, [Inspect(name, record.last_seen_at)]
+    elif record.inspect_asked_at is not None and (
+        now - record.inspect_asked_at > config.heartbeat_timeout_s
+    ):
+        cause = (f"{what} for {silent_s:.1f}s, and no answer whether its process runs "
+                 f"(timeout {config.heartbeat_timeout_s:g}s)")
+    if cause is None:
+        return record, []
+    new = replace(record, phase=Phase.DEAD, since=now, cause=cause)
     return new, transition(name, record, new, cause)
 
 
@@ -280,6 +338,8 @@ def _shift(state: SupervisionState, gap_s: float) -> SupervisionState:
             last_seen_at=later(record.last_seen_at),
             last_restart_at=later(record.last_restart_at),
             not_before=record.not_before + gap_s,
+            inspected_silence=later(record.inspected_silence),
+            inspect_asked_at=later(record.inspect_asked_at),
         )
         for name, record in state.records.items()
     }

@@ -50,6 +50,10 @@ class ServiceRecord:
     expected: bool = False  # UNKNOWN only: the restarter lists it as one that should run
     seen_here: bool = False  # UP on this node's own evidence (not only on a peer's word)
     peer_in_flight: bool = False  # STARTING by a peer's restart that it had not confirmed yet
+    # UP but silent past the heartbeat timeout, with inspection on (config.hung_timeout_s):
+    inspected_silence: float | None = None  # the last_seen_at an Inspect was emitted for
+    inspect_asked_at: float | None = None  # when
+    runs_while_silent: bool = False  # the answer: its process runs (slow, not frozen)
 
 
 @dataclass(frozen=True, slots=True)

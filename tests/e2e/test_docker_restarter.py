@@ -214,3 +214,21 @@ def test_keeper_starts_the_checkers_only_when_every_one_was_killed(project, cont
     assert [s.names for s in started] == [("healthchecker-1", "healthchecker-2",
                                            "healthchecker-3")]
     assert _status(broker) == "exited", "the broker is left to the checkers the keeper started"
+
+
+def test_inspect_tells_a_frozen_container_from_a_running_one(project, containers):
+    container = containers(_labels(project, "svc-a"))
+    restarter = DockerRestarter(project)
+    frozen, detail = restarter.inspect("svc-a")
+    assert frozen is False and "runs" in detail
+    container.kill(signal="SIGSTOP")  # `sleep` is PID 1 here: the process itself stops
+    frozen, detail = restarter.inspect("svc-a")
+    assert frozen is True and "stopped" in detail, detail
+    container.kill(signal="SIGCONT")
+    assert restarter.inspect("svc-a")[0] is False
+    container.pause()
+    assert restarter.inspect("svc-a") == (True, f"container {container.short_id} paused")
+    container.unpause()
+    container.kill()
+    _wait_exited(container)
+    assert restarter.inspect("svc-a")[0] is None, "nothing runs: cannot be slow"

@@ -4,6 +4,9 @@
         --secret-file FILE [--interval-s 0.2] [--exit-after-s 0.5 --exit-code 3] [--start-delay-s 2]
 
 `--start-delay-s` sleeps before the first heartbeat: a slow starter (a JVM on a busy machine).
+SIGUSR1 makes it busy without end: the main thread spins holding the GIL (the switch interval
+raised so it is never asked to let go), so its heartbeat thread starves while the process runs
+(state R) with its connection open -- a service too slow to beat, not a frozen one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from common.cluster_secret import read_secret_file
 from common.heartbeat import HeartbeatSender, parse_targets
 
 
+def _busy_forever(_signum, _frame) -> None:
+    sys.setswitchinterval(1e6)
+    while True:
+        pass
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--name", required=True)
@@ -31,6 +40,7 @@ def main() -> int:
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGUSR1, _busy_forever)
     time.sleep(args.start_delay_s)
     targets = parse_targets(args.targets)
     sender = HeartbeatSender(args.name, targets=targets, interval_s=args.interval_s,

@@ -29,6 +29,7 @@ FAST_TIMINGS = {
     "--announce-interval-s": "0.5",
     "--heartbeat-interval-s": "0.2",
     "--heartbeat-timeout-s": "1.0",
+    "--hung-timeout-s": "6",
     "--start-deadline-s": "8",
     "--state-interval-s": "0.25",
     "--backoff-base-s": "0.5",

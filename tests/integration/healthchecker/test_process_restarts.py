@@ -66,6 +66,27 @@ def test_sigstopped_service_is_killed_and_replaced(cluster):
         "healthchecker-3"), 5)
     (line,) = cluster.all_restart_lines("hung")
     assert "no heartbeat from" in line, "a paused process keeps its connection: silence tells"
+    assert f"its process frozen: pid {old_pid} stopped" in line, "told frozen, not slow"
+
+
+def test_a_busy_service_that_cannot_beat_is_left_alone_until_the_hung_timeout(cluster):
+    """Silent but running (its heartbeat thread starved, as a JVM on a loaded machine): the
+    leader inspects it, finds it running, and restarts it only once silent the hung timeout,
+    not at the heartbeat timeout (a restart storm of slow services on a busy machine)."""
+    cluster.add_dummy("busy")
+    old_pid = _started(cluster, "busy")["busy"]
+    os.kill(old_pid, signal.SIGUSR1)
+    inspected = wait_until(lambda: re.search(
+        r"INSPECTED service=busy frozen=(\w+) (.*)", cluster.log("healthchecker-3")), HEAL_S_MAX)
+    assert inspected.group(1) == "False", inspected.group(0)
+    assert cluster.all_restart_lines("busy") == [], "inspected as running: not dead yet"
+    hung_s = float(cluster.timings["--hung-timeout-s"])
+    new_pid = wait_until(lambda: cluster.new_pid("busy", old_pid), hung_s + HEAL_S_MAX)
+    (line,) = cluster.all_restart_lines("busy")
+    assert f"while its process runs (hung timeout {hung_s:g}s)" in line
+    silent_s = float(re.search(r"no heartbeat from \S+ for ([0-9.]+)s", line).group(1))
+    assert silent_s >= hung_s, line  # printed to 0.1 s
+    wait_until(lambda: cluster.heard_from("busy", new_pid), HEAL_S_MAX)
 
 
 def test_flapping_service_backs_off(tmp_path):

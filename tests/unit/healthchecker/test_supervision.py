@@ -7,6 +7,8 @@ import pytest
 from healthchecker.supervision import (
     Departed,
     Expected,
+    Inspect,
+    Inspected,
     Leadership,
     Lost,
     PeerState,
@@ -105,6 +107,91 @@ def test_up_service_silent_beyond_the_timeout_is_restarted_at_once():
     assert Transition("broker-1", Phase.UP, Phase.DEAD, restart.cause) in actions
     assert ShareState() in actions, "the leader tells its peers at once"
     assert machine.phase("broker-1") is Phase.STARTING
+
+
+# --- silent: frozen or merely slow (hung_timeout_s set) --------------------------------------
+
+INSPECTING = SupervisionConfig(self_name="healthchecker-3", heartbeat_timeout_s=3.0,
+                               hung_timeout_s=20.0)
+
+
+def _silent(machine: Machine, name: str = "spark-master") -> Inspect:
+    """`name` seen at 0, silent since: the leader's one Inspect just past the timeout."""
+    _up(machine, name, "")
+    assert machine.tick_until(3.0) == []
+    actions = machine.tick_until(3.1)
+    assert actions == [Inspect(name, 0.0)], actions
+    assert machine.phase(name) is Phase.UP, "not dead until the answer"
+    assert machine.tick_until(3.5) == [], "asked once per silence"
+    return actions[0]
+
+
+def test_a_silent_service_whose_process_is_frozen_is_restarted_at_once():
+    machine = Machine(INSPECTING)
+    inspect = _silent(machine)
+    actions = machine.at(3.6).on(Inspected(inspect.name, inspect.silent_since, True,
+                                           "pid 7 stopped"))
+    assert machine.phase("spark-master") is Phase.DEAD
+    assert "its process frozen: pid 7 stopped" in actions[0].reason
+    (restart,) = machine.restarts(machine.on(Tick()))
+    assert restart.name == "spark-master"
+
+
+def test_a_silent_service_that_runs_is_slow_and_restarted_only_past_the_hung_timeout():
+    machine = Machine(INSPECTING)
+    inspect = _silent(machine)
+    assert machine.at(3.6).on(Inspected(inspect.name, inspect.silent_since, False, "runs")) == []
+    assert machine.tick_until(20.0) == [], "slow under load: no restart, no second question"
+    assert machine.phase("spark-master") is Phase.UP
+    (restart,) = machine.restarts(machine.tick_until(20.1))
+    assert "while its process runs (hung timeout 20s)" in restart.cause
+
+
+def test_a_slow_service_heard_again_is_up_and_a_new_silence_is_inspected_again():
+    machine = Machine(INSPECTING)
+    inspect = _silent(machine)
+    machine.at(3.6).on(Inspected(inspect.name, inspect.silent_since, False, "runs"))
+    assert machine.tick_until(9.0) == []
+    machine.on(Seen("spark-master", ""))  # answered again at 9.0: it was slow
+    assert machine.tick_until(12.0) == []
+    assert machine.tick_until(12.1) == [Inspect("spark-master", 9.0)]
+    stale = machine.at(12.2).on(Inspected("spark-master", 0.0, True, "about the old silence"))
+    assert stale == [] and machine.phase("spark-master") is Phase.UP
+
+
+@pytest.mark.parametrize("answer", [None, "no answer"])
+def test_a_silent_service_is_dead_when_the_backend_cannot_tell_or_does_not_answer(answer):
+    machine = Machine(INSPECTING)
+    inspect = _silent(machine)
+    if answer is None:
+        machine.at(3.6).on(Inspected(inspect.name, inspect.silent_since, None, "no live process"))
+        assert machine.phase("spark-master") is Phase.DEAD
+    else:
+        assert machine.tick_until(6.1) == [], "one more heartbeat timeout for the answer"
+        actions = machine.tick_until(6.2)
+        assert "no answer whether its process runs" in machine.restarts(actions)[0].cause
+
+
+def test_a_follower_never_inspects_and_marks_a_silent_service_dead_past_the_hung_timeout():
+    machine = _up(Machine(INSPECTING, leader=False), "spark-master", "")
+    assert machine.tick_until(20.0) == []
+    actions = machine.tick_until(20.1)
+    assert [type(a) for a in actions] == [Transition] and machine.phase("spark-master") is \
+        Phase.DEAD
+
+
+def test_a_connection_lost_is_dead_at_once_even_with_inspection():
+    machine = _up(Machine(INSPECTING), "broker-1")
+    machine.at(1.0).on(Lost("broker-1", "h:1"))
+    (restart,) = machine.restarts(machine.on(Tick()))
+    assert restart.name == "broker-1"
+
+
+def test_hung_timeout_below_the_heartbeat_timeout_is_refused():
+    from healthchecker.supervision import SupervisionConfigError
+
+    with pytest.raises(SupervisionConfigError, match="hung_timeout_s"):
+        SupervisionConfig(self_name="x", heartbeat_timeout_s=3.0, hung_timeout_s=2.0)
 
 
 def test_a_restarted_service_is_starting_until_its_first_heartbeat():
