@@ -42,6 +42,7 @@ DECODE_ERRORS = (struct.error, ValueError, IndexError, UnicodeDecodeError, EOFEr
 def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | None:
     """The whole response frame (size included) for one request frame (size excluded)."""
     fixed = parse_fixed_header(frame)
+    log.debug("kafka api %d v%d from %s", fixed.api_key, fixed.api_version, peer)
     spec = API_SPECS.get(fixed.api_key)
     if not api_versions.supports(fixed.api_key, fixed.api_version):
         log.info("kafka request from %s: api %d version %d not supported", peer, fixed.api_key,
