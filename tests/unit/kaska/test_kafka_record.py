@@ -3,7 +3,8 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka.record.util import decode_varint, encode_varint as kafka_encode_varint
+from kafka.record.util import decode_varint
+from kafka.record.util import encode_varint as kafka_encode_varint
 
 from common.kaska.errors import CorruptBatchError
 from common.kaska.kafka_record import (

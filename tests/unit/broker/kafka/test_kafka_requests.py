@@ -26,7 +26,7 @@ def split_answer(answer: bytes) -> tuple[int, bytes]:
     return struct.unpack_from(">i", answer, 4)[0], answer[8:]
 
 
-@pytest.mark.parametrize("version", range(0, 5))
+@pytest.mark.parametrize("version", range(5))
 def test_api_versions_answers_every_version_we_offer(version):
     answer = requests.answer(None, request_frame(
         ApiVersionsRequest[version](client_software_name="t", client_software_version="1")))
