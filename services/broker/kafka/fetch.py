@@ -14,6 +14,9 @@ partitions otherwise (a write to any of them is seen within one turn).
 Fetch sessions (KIP-227) are not kept: every answer says session 0 ("none"), so clients send
 full requests; an incremental one (session epoch > 0) answers FETCH_SESSION_ID_NOT_FOUND.
 
+Records are never null, even with an error: Kafka's brokers send an empty set, and older
+librdkafka (2.0, Debian's kcat) rejects a null one as a protocol error.
+
 Bytes: at most partition_max_bytes per partition and max_bytes in all, except that the first
 partition with data always gets one whole batch (KIP-74), so a consumer always progresses.
 """
@@ -86,7 +89,7 @@ def _read_all(kctx: KafkaContext, wanted: list[Wanted], max_bytes: int) -> list:
 def _read_partition(kctx: KafkaContext, item: Wanted, limit: int):
     answer = PartitionAnswer(partition_index=item.partition, error_code=NONE, high_watermark=-1,
                              last_stable_offset=-1, log_start_offset=-1,
-                             aborted_transactions=None, preferred_read_replica=-1, records=None)
+                             aborted_transactions=None, preferred_read_replica=-1, records=b"")
     try:
         ctx = kctx.broker
         _role, partition_log = led_partition(ctx, item.topic, item.partition)
@@ -102,7 +105,7 @@ def _read_partition(kctx: KafkaContext, item: Wanted, limit: int):
             answer.records = _transcode(stored)
     except KaskaError as error:
         answer.error_code = kafka_code(error)
-        answer.records = None
+        answer.records = b""
     return answer
 
 
