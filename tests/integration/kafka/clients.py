@@ -20,9 +20,11 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     futures[name].result(CLIENT_TIMEOUT_S)
 
 
-def produce(bootstrap: str, topic: str, records, **conf) -> list[tuple[int, int]]:
+def produce(bootstrap: str, topic: str, records, pace_s: float = 0.0,
+            **conf) -> list[tuple[int, int]]:
     """records: (partition, key, value); the (partition, offset) of each, in order; raises on
-    any delivery error."""
+    any delivery error. `pace_s`: serve the client's callbacks that long after each record (so
+    that a production lasts long enough for a fault in the middle)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5, **conf})
     delivered: dict[int, tuple[int, int]] = {}
@@ -44,7 +46,7 @@ def produce(bootstrap: str, topic: str, records, **conf) -> list[tuple[int, int]
                 break
             except BufferError:  # librdkafka's local queue is full: let it drain
                 producer.poll(0.1)
-        producer.poll(0)
+        producer.poll(pace_s)
     left = producer.flush(CLIENT_TIMEOUT_S)
     assert left == 0 and not errors, f"{left} undelivered, errors {errors[:5]}"
     return [delivered[index] for index in range(len(records))]

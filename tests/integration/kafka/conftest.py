@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests.integration.kafka.kafka_broker import KafkaBroker
-from tests.integration.replication.cluster import BrokerCluster
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 
 LOG_TAIL_BYTES = 6000
 _names = itertools.count()
@@ -33,7 +33,8 @@ def kafka_broker(tmp_path_factory):
 
 @pytest.fixture
 def kafka_cluster(tmp_path, request):
-    cluster = BrokerCluster(tmp_path / "cluster", size=3, kafka=True).start()
+    cluster = BrokerCluster(tmp_path / "cluster", size=3, kafka=True,
+                            extra_args=FAST_ELECTIONS).start()
     yield cluster
     cluster.close()
     if request.node.stash.get(_FAILED, False):
