@@ -8,10 +8,12 @@ import shutil
 import subprocess
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
+from common.kaska import Admin as KaskaAdmin
 from common.kaska import Consumer as KaskaConsumer
 from common.kaska import Producer as KaskaProducer
 from tests.integration.kafka.clients import (
@@ -160,3 +162,20 @@ def test_kcat_produces_and_consumes(kafka_broker, topic_name):
                           "-e", "-f", "%o %s\n"], capture_output=True, text=True, check=True,
                          timeout=CLIENT_TIMEOUT_S).stdout
     assert out.splitlines() == [f"{i} {line}" for i, line in enumerate(lines)]
+
+
+def test_topics_are_created_and_deleted_through_kafka_admin(kafka_broker, topic_name):
+    bootstrap = kafka_broker.kafka_address
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    create_topic(bootstrap, topic_name, 2)
+    with pytest.raises(KafkaException) as exists:
+        create_topic(bootstrap, topic_name, 2)
+    assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert admin.list_topics(topic_name, timeout=CLIENT_TIMEOUT_S) \
+        .topics[topic_name].partitions.keys() == {0, 1}
+
+    admin.delete_topics([topic_name], operation_timeout=30)[topic_name].result(CLIENT_TIMEOUT_S)
+    assert topic_name not in KaskaAdmin(kafka_broker.address).topics()
+    with pytest.raises(KafkaException) as unknown:
+        admin.delete_topics([topic_name])[topic_name].result(CLIENT_TIMEOUT_S)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
