@@ -43,6 +43,7 @@ from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
 from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.groups import GroupCoordinator
 from services.broker.kafka.listener import KafkaListener
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
@@ -253,7 +254,7 @@ class BrokerServer:
                        for peer in config.kafka_peers)
         return KafkaContext(broker=self.context, node_id=config.node_id, brokers=(own, *others),
                             cluster_id=self.node.identity.cluster_id,
-                            rng=random.SystemRandom())
+                            rng=random.SystemRandom(), groups=GroupCoordinator())
 
     def _abort_start(self) -> None:
         if self.kafka is not None:

@@ -1,19 +1,29 @@
-"""FindCoordinator (api key 10, v0..3), OffsetCommit (8, v2..9) and OffsetFetch (9, v1..7):
-Kafka consumer groups' committed offsets, kept in Kaska's own table (offsets.py, the
-`__offsets` topic), so an offset committed through either protocol is read back through both.
+"""The group coordinator's APIs: FindCoordinator (api key 10, v0..3), JoinGroup (11, v0..9),
+Heartbeat (12, v0..4), LeaveGroup (13, v0..5), SyncGroup (14, v0..5), OffsetCommit (8, v2..9)
+and OffsetFetch (9, v1..7).
+
+Committed offsets are kept in Kaska's own table (offsets.py, the `__offsets` topic), so an
+offset committed through either protocol is read back through both. Membership is groups.py's.
 
 The coordinator of every group is the leader of `__offsets` partition 0 -- where Kaska's
 COMMIT_OFFSET goes too; elsewhere the group APIs answer NOT_COORDINATOR, and clients look the
-coordinator up again. Group membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) is not served
-yet, so commits are those of consumers that assign partitions themselves (generation -1); a
-commit naming a generation is accepted as well (there is no generation to check it against).
-Commit metadata and leader epochs are not kept. Transaction coordinators (key type 1) do not
-exist: COORDINATOR_NOT_AVAILABLE.
+coordinator up again. A commit from a group member must name its current generation
+(ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID otherwise, and the client rejoins); one outside the
+group protocol (generation -1: a consumer that assigns itself) is accepted while the group has
+no members. Commit metadata and leader epochs are not kept. Transaction coordinators (key type
+1) do not exist: COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
 
-from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from common.kaska.errors import KaskaError, NotLeaderError
@@ -73,6 +83,9 @@ def _group_error(kctx: KafkaContext, group: str) -> int:
 
 def handle_commit(kctx: KafkaContext, request) -> OffsetCommitResponse:
     group_error = _group_error(kctx, request.group_id)
+    if group_error == NONE:
+        group_error = kctx.groups.check_commit(request.group_id, request.member_id,
+                                               request.generation_id_or_member_epoch)
     topics = []
     for topic in request.topics:
         answers = []
@@ -121,3 +134,58 @@ def handle_fetch(kctx: KafkaContext, request) -> OffsetFetchResponse:
                 error_code=NONE if request.version >= 2 else group_error))
         topics.append(FetchTopic(name=topic, partitions=answers))
     return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=group_error)
+
+
+def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
+    error = _group_error(kctx, request.group_id)
+    if error != NONE:
+        return JoinGroupResponse(throttle_time_ms=0, error_code=error, generation_id=-1,
+                                 protocol_type=None, protocol_name=None, leader="",
+                                 member_id=request.member_id, members=[])
+    # v0 has no rebalance timeout: the session timeout serves as both, as in Kafka.
+    rebalance_ms = request.rebalance_timeout_ms if request.version >= 1 else \
+        request.session_timeout_ms
+    answer = kctx.groups.join(request.group_id, request.member_id, request.session_timeout_ms,
+                              rebalance_ms, request.protocol_type,
+                              tuple((p.name, bytes(p.metadata)) for p in request.protocols))
+    Member = JoinGroupResponse.JoinGroupResponseMember
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=answer.error_code, generation_id=answer.generation,
+        protocol_type=request.protocol_type, protocol_name=answer.protocol_name,
+        leader=answer.leader, skip_assignment=False, member_id=answer.member_id,
+        members=[Member(member_id=member_id, group_instance_id=None, metadata=metadata)
+                 for member_id, metadata in answer.members])
+
+
+def handle_sync(kctx: KafkaContext, request) -> SyncGroupResponse:
+    error = _group_error(kctx, request.group_id)
+    assignment = b""
+    if error == NONE:
+        assignments = {a.member_id: bytes(a.assignment) for a in request.assignments} \
+            if request.assignments else None
+        error, assignment = kctx.groups.sync(request.group_id, request.member_id,
+                                             request.generation_id, assignments)
+    return SyncGroupResponse(throttle_time_ms=0, error_code=error,
+                             protocol_type=request.protocol_type,
+                             protocol_name=request.protocol_name, assignment=assignment)
+
+
+def handle_heartbeat(kctx: KafkaContext, request) -> HeartbeatResponse:
+    error = _group_error(kctx, request.group_id)
+    if error == NONE:
+        error = kctx.groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+
+
+def handle_leave(kctx: KafkaContext, request) -> LeaveGroupResponse:
+    error = _group_error(kctx, request.group_id)
+    if request.version < 3:
+        if error == NONE:
+            error = kctx.groups.leave(request.group_id, request.member_id)
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=error)
+    Member = LeaveGroupResponse.MemberResponse
+    members = [Member(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                      error_code=error if error != NONE else
+                      kctx.groups.leave(request.group_id, m.member_id))
+               for m in request.members]
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=members)

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import (
     FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
@@ -44,6 +48,10 @@ API_SPECS: dict[int, ApiSpec] = {
     api_versions.OFFSET_COMMIT: ApiSpec(OffsetCommitRequest, coordinator.handle_commit),
     api_versions.OFFSET_FETCH: ApiSpec(OffsetFetchRequest, coordinator.handle_fetch),
     api_versions.FIND_COORDINATOR: ApiSpec(FindCoordinatorRequest, coordinator.handle_find),
+    api_versions.JOIN_GROUP: ApiSpec(JoinGroupRequest, coordinator.handle_join),
+    api_versions.HEARTBEAT: ApiSpec(HeartbeatRequest, coordinator.handle_heartbeat),
+    api_versions.LEAVE_GROUP: ApiSpec(LeaveGroupRequest, coordinator.handle_leave),
+    api_versions.SYNC_GROUP: ApiSpec(SyncGroupRequest, coordinator.handle_sync),
     api_versions.API_VERSIONS: ApiSpec(ApiVersionsRequest, api_versions.handle),
     api_versions.CREATE_TOPICS: ApiSpec(CreateTopicsRequest, topics.handle_create),
     api_versions.DELETE_TOPICS: ApiSpec(DeleteTopicsRequest, topics.handle_delete),

@@ -130,6 +130,8 @@ class KafkaListener:
         with self._lock:
             self._stopping = True
         self._stop_requested.set()
+        if self._kctx is not None:
+            self._kctx.groups.stop()  # joins and syncs waiting on their group answer now
         if self._sock is None:
             return
         with contextlib.suppress(OSError):  # shutdown of a listener wakes accept(); may race

@@ -116,9 +116,10 @@ class ProducerStateTable:
             raise DuplicateSequenceError(
                 f"sequence {header.sequence} is older than the last {len(batches)} batches "
                 f"remembered (last {last})")
+        expected = _successor(batches[-1], header)
+        unit = "record(s)" if header.counts_records else "batch(es)"
         raise OutOfOrderSequenceError(f"sequence {header.sequence} after {last}: expected "
-                                      f"{_successor(batches[-1], header)}, a batch in between "
-                                      "is missing")
+                                      f"{expected}, {header.sequence - expected} {unit} missing")
 
     def record(self, header: BatchHeader, base_offset: int) -> None:
         """Remember an appended batch (after check said append, or when loading the log)."""

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
@@ -179,3 +179,65 @@ def test_topics_are_created_and_deleted_through_kafka_admin(kafka_broker, topic_
     with pytest.raises(KafkaException) as unknown:
         admin.delete_topics([topic_name])[topic_name].result(CLIENT_TIMEOUT_S)
     assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_consumer_group_subscribe_commit_and_resume(kafka_broker, topic_name):
+    bootstrap = kafka_broker.kafka_address
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [(i % 2, None, f"g{i}".encode()) for i in range(200)])
+    group = f"group-{topic_name}"
+    conf = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+    first = kafka_consumer(bootstrap, group, **conf)
+    try:
+        first.subscribe([topic_name])
+        head = consume(first, 120)
+        first.commit(asynchronous=False)  # the positions: past every record consumed
+        committed = first.committed([TopicPartition(topic_name, p) for p in range(2)],
+                                    CLIENT_TIMEOUT_S)
+    finally:
+        first.close()  # LeaveGroup
+    positions = {p: max(o for q, o, _k, _v in head if q == p) + 1 for p in range(2)}
+    assert {tp.partition: tp.offset for tp in committed} == positions
+
+    second = kafka_consumer(bootstrap, group, **conf)
+    try:
+        second.subscribe([topic_name])
+        rest = consume(second, 80)
+    finally:
+        second.close()
+    assert sorted((p, o) for p, o, _k, _v in head + rest) == \
+        sorted((p, o) for p in range(2) for o in range(100))
+
+
+def test_two_members_of_a_group_split_the_partitions(kafka_broker, topic_name):
+    bootstrap = kafka_broker.kafka_address
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, [(i % 4, None, f"s{i}".encode()) for i in range(400)])
+    group = f"group-{topic_name}"
+    conf = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
+    consumers = [kafka_consumer(bootstrap, group, **conf) for _ in range(2)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic_name])
+
+        def split() -> bool:
+            for consumer in consumers:
+                consumer.poll(0.1)  # drives the rebalance; records are read after it
+            owned = [{tp.partition for tp in consumer.assignment()} for consumer in consumers]
+            return all(owned) and set.union(*owned) == {0, 1, 2, 3} and \
+                not owned[0] & owned[1]
+
+        wait_for(split, "both members hold disjoint partitions")
+        for consumer in consumers:
+            # Read what this member holds from the start: the polls above may have read some.
+            consumer.assign([TopicPartition(topic_name, tp.partition, OFFSET_BEGINNING)
+                             for tp in consumer.assignment()])
+        owned = [len(consumer.assignment()) for consumer in consumers]
+        got = [consume(consumer, 100 * count) for consumer, count in zip(consumers, owned,
+                                                                         strict=True)]
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted((p, o) for records in got for p, o, _k, _v in records) == \
+        sorted((p, o) for p in range(4) for o in range(100))
