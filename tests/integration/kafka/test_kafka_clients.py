@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from common.kaska import Admin as KaskaAdmin
 from common.kaska import Consumer as KaskaConsumer
@@ -241,3 +242,28 @@ def test_two_members_of_a_group_split_the_partitions(kafka_broker, topic_name):
             consumer.close()
     assert sorted((p, o) for records in got for p, o, _k, _v in records) == \
         sorted((p, o) for p in range(4) for o in range(100))
+
+
+def test_kafka_python_group_consumer_commits_and_resumes(kafka_broker, topic_name):
+    bootstrap = kafka_broker.kafka_address
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [(0, None, f"p{i}".encode()) for i in range(50)])
+    group = f"group-{topic_name}"
+
+    def read(count: int) -> list[int]:
+        consumer = KafkaConsumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 session_timeout_ms=6000, heartbeat_interval_ms=500)
+        try:
+            got: list = []
+            wait_for(lambda: got.extend(record for records in consumer.poll(200).values()
+                                        for record in records) or len(got) >= count,
+                     f"{count} records through a kafka-python group")
+            consumer.commit({KpTopicPartition(topic_name, 0):
+                             OffsetAndMetadata(got[count - 1].offset + 1, "", -1)})
+            return [record.offset for record in got[:count]]
+        finally:
+            consumer.close()
+
+    assert read(20) == list(range(20))
+    assert read(30) == list(range(20, 50))
