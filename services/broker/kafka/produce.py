@@ -90,7 +90,7 @@ def _append(kctx: KafkaContext, topic: str, data, acks: int,
     _role, partition_log = led_partition(ctx, topic, data.index)
     if data.records is None:
         raise CorruptBatchError("no records")
-    batch = kafka_to_kaska(data.records)
+    batch = kafka_to_kaska(data.records, partition_log.config.batch_bytes_max)
 
     def fill(region: memoryview) -> None:
         region[:] = batch

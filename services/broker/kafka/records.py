@@ -18,8 +18,10 @@ The log keeps Kaska's format (docs/kafka.md, "On-disk format"). Kafka's batch (b
     57  4  recordCount           i32
     61  .. records               recordCount x (varint length | record body)
 
-Kafka -> Kaska (produce): one uncompressed, non-transactional batch per partition, CRC checked,
-every record walked whole (kafka_record.check_record); stored as a Kaska batch with
+Kafka -> Kaska (produce): one non-transactional batch per partition, CRC checked, gzip records
+inflated (at most `records_bytes_max` of them: a small batch must not inflate into gigabytes;
+the other codecs are refused), every record walked whole (kafka_record.check_record); stored,
+uncompressed, as a Kaska batch with
 ATTR_KAFKA_RECORDS whose records are the Kafka record bodies verbatim, timestamp_ms =
 baseTimestamp, producer id and sequence per producer_ids.py. Kaska -> Kafka (fetch): the header
 rebuilt (offsets, leader epoch and producer identity from the Kaska header, maxTimestamp from
@@ -32,10 +34,11 @@ Pure; thread-safe.
 from __future__ import annotations
 
 import struct
+import zlib
 
 import crc32c
 
-from common.kaska.errors import CorruptBatchError
+from common.kaska.errors import CorruptBatchError, MessageTooLargeError
 from common.kaska.kafka_record import (
     ATTR_KAFKA_RECORDS,
     check_record,
@@ -67,6 +70,9 @@ KAFKA_LENGTH_FIELD_END = 12
 KAFKA_CRC_COVERED_FROM = 21
 MAGIC_V2 = 2
 COMPRESSION_MASK = 0x07
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 assert KAFKA_HEADER.size == KAFKA_HEADER_BYTES
@@ -78,9 +84,10 @@ _KASKA_CRC_AT = 16
 _KAFKA_CRC_AT = 17
 
 
-def kafka_to_kaska(records) -> bytes:
+def kafka_to_kaska(records, records_bytes_max: int = 1 << 30) -> bytes:
     """One Kaska batch (unstamped) holding the one Kafka batch `records`; CorruptBatchError
-    (CORRUPT_MESSAGE) or UnsupportedRecordsError when it cannot be stored."""
+    (CORRUPT_MESSAGE), MessageTooLargeError (inflated past `records_bytes_max`) or
+    UnsupportedRecordsError when it cannot be stored."""
     view = memoryview(records)
     if len(view) < KAFKA_HEADER_BYTES:
         raise CorruptBatchError(f"{len(view)} bytes cannot hold a record batch header")
@@ -98,6 +105,9 @@ def kafka_to_kaska(records) -> bytes:
         raise CorruptBatchError("record batch CRC32C mismatch")
     if count < 1 or last_delta != count - 1:
         raise CorruptBatchError(f"record count {count} with last offset delta {last_delta}")
+    if attributes & COMPRESSION_MASK == COMPRESSION_GZIP:
+        view = memoryview(view[:KAFKA_HEADER_BYTES].tobytes() + _gunzip(
+            view[KAFKA_HEADER_BYTES:], records_bytes_max))
     body = _kaska_records(view, count)
     pid = kaska_producer_id(producer_id, producer_epoch) if producer_id >= 0 else None
     if pid is not None and base_sequence < 0:
@@ -109,12 +119,26 @@ def _check_kind(magic: int, attributes: int) -> None:
     if magic != MAGIC_V2:
         raise UnsupportedRecordsError(f"message format (magic) {magic}; only v2 is stored",
                                       UNSUPPORTED_FOR_MESSAGE_FORMAT)
-    if attributes & COMPRESSION_MASK:
-        raise UnsupportedRecordsError("compressed record batches are not supported yet",
-                                      UNSUPPORTED_COMPRESSION_TYPE)
+    if attributes & COMPRESSION_MASK not in (COMPRESSION_NONE, COMPRESSION_GZIP):
+        raise UnsupportedRecordsError("only uncompressed and gzip record batches are "
+                                      "supported", UNSUPPORTED_COMPRESSION_TYPE)
     if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
         raise UnsupportedRecordsError("transactional and control batches are not supported",
                                       INVALID_RECORD)
+
+
+def _gunzip(compressed, records_bytes_max: int) -> bytes:
+    """The inflated records, never more than records_bytes_max of them."""
+    inflater = zlib.decompressobj(GZIP_WBITS)
+    try:
+        out = inflater.decompress(compressed, records_bytes_max + 1)
+    except zlib.error as exc:
+        raise CorruptBatchError(f"gzip records do not inflate: {exc}") from exc
+    if len(out) > records_bytes_max:
+        raise MessageTooLargeError(f"gzip records inflate past {records_bytes_max} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise CorruptBatchError("gzip records are not exactly one whole gzip stream")
+    return out
 
 
 def _kaska_records(view: memoryview, count: int) -> bytearray:

@@ -267,3 +267,15 @@ def test_kafka_python_group_consumer_commits_and_resumes(kafka_broker, topic_nam
 
     assert read(20) == list(range(20))
     assert read(30) == list(range(20, 50))
+
+
+def test_gzip_compressed_batches_are_stored_and_served(kafka_broker, topic_name):
+    bootstrap = kafka_broker.kafka_address
+    create_topic(bootstrap, topic_name, 1)
+    records = [(0, f"k{i}".encode(), f"gzip-{i}".encode() * 10) for i in range(500)]
+    produce(bootstrap, topic_name, records, **{"compression.type": "gzip"})
+    consumed = consume_from_start(bootstrap, topic_name, 1, len(records))
+    assert [(o, k, v) for _p, o, k, v in consumed] == \
+        [(i, k, v) for i, (_p, k, v) in enumerate(records)]
+    assert [v for _p, _o, v in kaska_read(kafka_broker.address, topic_name, 1, 500)] == \
+        [v for _p, _k, v in records]

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from common.kaska.errors import CorruptBatchError
+from common.kaska.errors import CorruptBatchError, MessageTooLargeError
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, encode_varint
 from common.kaska.record_batch import encode_batch, iter_records, parse_header, stamp, validate
 from services.broker.kafka.errors import (
@@ -19,6 +19,7 @@ from services.broker.kafka.records import kafka_to_kaska, kaska_to_kafka
 
 from .kafka_batches import BASE_TIMESTAMP_MS, kafka_batch, read_kafka, recrc
 
+GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 RECORDS = [(b"k0", b"v0", [("h", b"x")]), (None, b"v1", []), (b"k2", None, [("a", None)]),
            (b"", b"v" * 300, [("h1", b"1"), ("h2", b"2")])]
 
@@ -89,9 +90,32 @@ def test_two_batches_in_one_partition_are_refused():
     assert caught.value.kafka_code == INVALID_RECORD
 
 
-def test_compressed_batch_is_refused_with_its_code():
+def test_gzip_batch_is_stored_inflated():
+    kaska = stored(kafka_to_kaska(kafka_batch(RECORDS, compression=GZIP)))
+    _parsed, records = read_kafka(kaska_to_kafka(kaska, parse_header(kaska)))
+    assert [(r.key, r.value, r.headers) for r in records] == RECORDS
+
+
+def test_gzip_records_inflating_past_the_bound_are_too_large():
+    bomb = kafka_batch([(None, bytes(100_000), [])], compression=GZIP)
+    assert len(bomb) < 1000
+    with pytest.raises(MessageTooLargeError):
+        kafka_to_kaska(bomb, records_bytes_max=50_000)
+
+
+def test_gzip_records_that_do_not_inflate_are_corrupt():
+    batch = bytearray(kafka_batch(RECORDS, compression=GZIP))
+    batch[80:90] = b"\xff" * 10  # inside the deflate stream
+    with pytest.raises(CorruptBatchError, match="gzip"):
+        kafka_to_kaska(recrc(batch))
+
+
+@pytest.mark.parametrize("codec", [SNAPPY, LZ4, ZSTD])
+def test_other_codecs_are_refused_with_their_code(codec):
+    batch = bytearray(kafka_batch(RECORDS))
+    struct.pack_into(">h", batch, 21, codec)  # attributes: just the codec bits
     with pytest.raises(UnsupportedRecordsError) as caught:
-        kafka_to_kaska(kafka_batch(RECORDS, compression=1))
+        kafka_to_kaska(recrc(batch))
     assert caught.value.kafka_code == UNSUPPORTED_COMPRESSION_TYPE
 
 
