@@ -140,8 +140,9 @@ def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
     error = _group_error(kctx, request.group_id)
     if error != NONE:
         return JoinGroupResponse(throttle_time_ms=0, error_code=error, generation_id=-1,
-                                 protocol_type=None, protocol_name=None, leader="",
-                                 member_id=request.member_id, members=[])
+                                 protocol_type=None,
+                                 protocol_name=None if request.version >= 7 else "",
+                                 leader="", member_id=request.member_id, members=[])
     # v0 has no rebalance timeout: the session timeout serves as both, as in Kafka.
     rebalance_ms = request.rebalance_timeout_ms if request.version >= 1 else \
         request.session_timeout_ms
@@ -151,7 +152,10 @@ def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
     Member = JoinGroupResponse.JoinGroupResponseMember
     return JoinGroupResponse(
         throttle_time_ms=0, error_code=answer.error_code, generation_id=answer.generation,
-        protocol_type=request.protocol_type, protocol_name=answer.protocol_name,
+        protocol_type=request.protocol_type,
+        # Nullable from v7 only: older versions get "" when there is no protocol (an error).
+        protocol_name=answer.protocol_name if answer.protocol_name is not None or
+        request.version >= 7 else "",
         leader=answer.leader, skip_assignment=False, member_id=answer.member_id,
         members=[Member(member_id=member_id, group_instance_id=None, metadata=metadata)
                  for member_id, metadata in answer.members])

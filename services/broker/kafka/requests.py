@@ -63,15 +63,16 @@ def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | None:
 def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader, peer: str) -> bytes | None:
     try:
         response = spec.handle(kctx, request)
+        if response is None:
+            return None
+        body = response.encode(version=fixed.api_version)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
         return encode_error_only(fixed.correlation_id, kafka_code(error))
     except Exception:
+        # A handler (or answer) bug: this request gets an error, the connection lives on.
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
-    if response is None:
-        return None
-    body = response.encode(version=fixed.api_version)
     flexible = (spec.request_class.flexible_version_q(fixed.api_version)
                 and fixed.api_key != api_versions.API_VERSIONS)
     return encode_response(fixed.correlation_id, bytes(body), flexible_header=flexible)
