@@ -140,5 +140,7 @@ class BrokerConfig:
                              "listener does not authenticate clients yet)")
         peer_ids = {peer.node_id for peer in self.peers}
         kafka_ids = [peer.node_id for peer in self.kafka_peers]
-        if len(set(kafka_ids)) != len(kafka_ids) or not set(kafka_ids) <= peer_ids:
-            raise ValueError("--kafka-peers must name brokers of --peers, each once")
+        # Every broker leads some time: Kafka clients must be told how to reach each one.
+        if len(set(kafka_ids)) != len(kafka_ids) or set(kafka_ids) != peer_ids:
+            raise ValueError("--kafka-peers must give the Kafka address of every broker of "
+                             "--peers, each once")
