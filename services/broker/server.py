@@ -36,15 +36,12 @@ import socket
 import struct
 import threading
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from common.kaska.protocol.metadata import BrokerInfo
 from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
-from services.broker.kafka.context import KafkaContext
-from services.broker.kafka.groups import GroupCoordinator
-from services.broker.kafka.listener import KafkaListener
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
@@ -55,6 +52,10 @@ from services.broker.replication.peer_link import PeerSigner
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
+
+if TYPE_CHECKING:
+    from services.broker.kafka.context import KafkaContext
+    from services.broker.kafka.listener import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,9 @@ class BrokerServer:
         config = self.config
         if config.kafka_host is None:
             return None
+        # Imported only when used: kafka-python's schemas cost a broker without a Kafka
+        # listener half a second of start-up on a busy machine.
+        from services.broker.kafka.listener import KafkaListener
         listener = KafkaListener(config.kafka_host, config.kafka_port,
                                  connections_max=config.connections_max,
                                  read_timeout_s=config.read_timeout_s,
@@ -247,6 +251,9 @@ class BrokerServer:
         return listener
 
     def _kafka_context(self) -> KafkaContext:
+        from services.broker.kafka.context import KafkaContext
+        from services.broker.kafka.groups import GroupCoordinator
+
         config = self.config
         own = BrokerInfo(config.node_id, config.kafka_advertised_host or self.kafka.address[0],
                          config.kafka_advertised_port or self.kafka.address[1])
