@@ -1,10 +1,10 @@
 """One Kafka client connection: read a size-prefixed request, answer it, in order.
 
 Kafka clients match answers to requests by order as well as by correlation id (kafka-python
-insists on it), so a connection answers strictly in request order: a Produce with acks=-1 holds
-the connection until its acks are in (bounded by `ack_timeout_s`). (Kaska's own listener
-answers produces out of order to keep a pipelining producer's batches flowing; here the
-clients' rule forbids that -- docs/kafka.md, "Known limits".)
+insists on it): every answer goes through the connection's OrderedAnswers (answers.py), whose
+thread sends them in request order, waiting for a Produce's acks where needed while this
+thread reads the next request. At most `ANSWERS_PENDING_MAX` answers wait at once (then the
+reading waits: back-pressure); the connection closes only once they went out, or failed.
 
 Bounds, as connection.py's: a request above `request_bytes_max` is answered MESSAGE_TOO_LARGE
 from its first 8 bytes and the connection closed (its rest is never read); a size below a
@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from services.broker.body import ReceiveBuffer, RequestBody
 from services.broker.kafka import requests
+from services.broker.kafka.answers import OrderedAnswers
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import MESSAGE_TOO_LARGE
 from services.broker.kafka.framing import (
@@ -37,6 +38,10 @@ from services.broker.kafka.framing import (
 )
 
 log = logging.getLogger(__name__)
+
+# librdkafka keeps at most 5 requests in flight per connection with idempotence; a few more
+# leave room for the metadata and heartbeats in between.
+ANSWERS_PENDING_MAX = 16
 
 
 class StalledPeerError(TimeoutError):
@@ -55,6 +60,7 @@ class KafkaConnection:
         self._busy = False
         self._closing = False
         self._receive_buffer = ReceiveBuffer()
+        self._answers: OrderedAnswers | None = None
 
     # -- called by other threads -------------------------------------------------------------
 
@@ -79,11 +85,17 @@ class KafkaConnection:
     # -- the connection's own thread ---------------------------------------------------------
 
     def run(self) -> None:
+        self._answers = OrderedAnswers(self._sock.sendall, ANSWERS_PENDING_MAX, self.peer)
         try:
             self._serve()
         except OSError as exc:
             log.debug("kafka connection %s ended: %r", self.peer, exc)
         finally:
+            config = self._kctx.broker.config
+            # Each queued answer is bounded by its ack wait and one send.
+            if not self._answers.close(ANSWERS_PENDING_MAX * config.read_timeout_s
+                                       + config.ack_timeout_s):
+                log.error("kafka connection %s: answers still pending at close", self.peer)
             self._sock.close()
             self._on_closed(self)
 
@@ -139,10 +151,10 @@ class KafkaConnection:
             fixed = parse_fixed_header(body.read_exact(FIXED_HEADER_BYTES))
             log.info("closing kafka connection %s: request of %d bytes over %d", self.peer, size,
                      self._request_bytes_max)
-            self._sock.sendall(encode_error_only(fixed.correlation_id, MESSAGE_TOO_LARGE))
+            self._answers.put(encode_error_only(fixed.correlation_id, MESSAGE_TOO_LARGE))
             return False
         frame = body.read_exact(size)
         answer = requests.answer(self._kctx, frame, self.peer)
         if answer is not None:
-            self._sock.sendall(answer)
-        return True
+            self._answers.put(answer)
+        return not self._answers.broken

@@ -1,7 +1,8 @@
 """Api key -> (request schema, handler). Requests and responses are decoded and encoded by
 kafka-python's `kafka.protocol` schemas (generated from Kafka's own message definitions, every
 version, flexible ones included); the handlers only fill in fields. A handler returns the
-response, or None when the request wants no answer (Produce with acks=0)."""
+response, None when the request wants no answer (Produce with acks=0), or an
+answers.DeferredResponse (a Produce waiting for its acks)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ check, producer-table dedup, journal entry, then the wait for the acks asked for
 
 acks: 0 (no answer at all, as Kafka), 1 (the leader has it), -1 (a majority has it: the
 committed prefix holds the batch's own journal entry). Every partition is appended first, then
-their acks are awaited, so a request spanning partitions waits once, not once per partition.
+their acks are awaited, so a request spanning partitions waits once, not once per partition;
+with acks=-1 that wait happens on the connection's answer thread (answers.py), so the
+connection reads the producer's next request meanwhile.
 A retried idempotent batch is answered with its original base offset (Kafka does the same).
 Errors are per partition: NOT_LEADER_OR_FOLLOWER makes clients refresh metadata and retry on
 the new leader; an append that a majority did not confirm in time answers
@@ -24,6 +26,7 @@ from kafka.protocol.producer import ProduceResponse
 from common.kaska.errors import CorruptBatchError, KaskaError, NotEnoughReplicasError
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from services.broker.handlers.common import client_writable_topic, led_partition
+from services.broker.kafka.answers import DeferredResponse
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import (
     INVALID_REQUEST,
@@ -43,7 +46,7 @@ TopicAnswer = ProduceResponse.TopicProduceResponse
 PartitionAnswer = TopicAnswer.PartitionProduceResponse
 
 
-def handle(kctx: KafkaContext, request) -> ProduceResponse | None:
+def handle(kctx: KafkaContext, request) -> ProduceResponse | DeferredResponse | None:
     refusal = _refusal(request)
     waits: list[tuple[PartitionAnswer, Callable[[], None]]] = []
     topics = []
@@ -62,6 +65,22 @@ def handle(kctx: KafkaContext, request) -> ProduceResponse | None:
             except KaskaError as error:
                 _fail(answer, kafka_code(error), str(error))
         topics.append(TopicAnswer(name=topic.name, partition_responses=answers))
+    if request.acks == ACKS_NONE:
+        _await_all(waits)  # only the leader check: nothing to wait for
+        return None
+    response = ProduceResponse(responses=topics, throttle_time_ms=0)
+    if request.acks != ACKS_ALL or not waits:
+        _await_all(waits)
+        return response
+
+    def when_acked() -> ProduceResponse:
+        _await_all(waits)
+        return response
+
+    return DeferredResponse(when_acked)
+
+
+def _await_all(waits: list[tuple[PartitionAnswer, Callable[[], None]]]) -> None:
     for answer, await_acks in waits:
         try:
             await_acks()
@@ -69,9 +88,6 @@ def handle(kctx: KafkaContext, request) -> ProduceResponse | None:
             _fail(answer, NOT_ENOUGH_REPLICAS_AFTER_APPEND, str(error))
         except KaskaError as error:
             _fail(answer, kafka_code(error), str(error))
-    if request.acks == ACKS_NONE:
-        return None
-    return ProduceResponse(responses=topics, throttle_time_ms=0)
 
 
 def _refusal(request) -> tuple[int, str] | None:
