@@ -8,14 +8,16 @@ import signal
 import threading
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from tests.integration.kafka.clients import (
+    consume,
     consume_from_start,
     create_topic,
     high_watermarks,
+    kafka_consumer,
     produce,
 )
 from tests.integration.kafka.kafka_broker import kafka_request, wait_for
@@ -92,3 +94,25 @@ def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, top
     assert high_watermarks(bootstrap, topic_name, 1) == [count]
     consumed = consume_from_start(bootstrap, topic_name, 1, count)
     assert [v for _p, _o, _k, v in consumed] == [v for _p, _k, v in records]
+
+
+def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, topic_name):
+    bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000)])
+    kafka_cluster.wait_caught_up(topic_name, [0])  # every broker holds them all
+    leader = kafka_cluster.leader_id()
+    consumer = kafka_consumer(bootstrap, **{"max.partition.fetch.bytes": 4096,
+                                            "queued.min.messages": 10})
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        head = consume(consumer, 500)
+        kafka_cluster.kill(leader, signal.SIGKILL)
+        # Only the new leader can serve these: the consumer must have found it.
+        produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000, 3000)])
+        rest = consume(consumer, 2500)
+    finally:
+        consumer.close()
+    assert kafka_cluster.leader_id() != leader
+    assert [(offset, value) for _p, offset, _k, value in head + rest] == \
+        [(i, f"c{i}".encode()) for i in range(3000)]
