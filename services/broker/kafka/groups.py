@@ -21,9 +21,13 @@ REBALANCE_TIMEOUT_MS_MAX. Members are expired lazily: any call on a group first 
 members silent for longer than their session timeout (a member blocked in a join or sync
 counts as alive).
 
+The first join of an empty group completes no sooner than `INITIAL_REBALANCE_DELAY_S` (Kafka's
+group.initial.rebalance.delay.ms, 3 s): without it a consumer's first assignment races its own
+metadata request and every member starting at once costs a rebalance each (kafka-python 3.0
+was seen to hang in the second one). Later joins complete as soon as every member rejoined.
+
 Not served: static membership (group instance ids are accepted and ignored), KIP-848's
-consumer protocol, the initial rebalance delay (a join completes as soon as every known member
-rejoined).
+consumer protocol.
 
 An empty group is forgotten when its last member leaves (its committed offsets stay).
 
@@ -57,6 +61,7 @@ SESSION_TIMEOUT_MS_MAX = 1_800_000
 REBALANCE_TIMEOUT_MS_MAX = 300_000
 NO_GENERATION = -1
 WAKE_INTERVAL_S = 0.5  # waiters re-check expiry and deadlines at least this often
+INITIAL_REBALANCE_DELAY_S = 3.0  # Kafka's group.initial.rebalance.delay.ms default
 
 
 class GroupState(Enum):
@@ -98,6 +103,11 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline_s: float = 0.0
     answers: dict[str, JoinAnswer] = field(default_factory=dict)  # completed joins, unread
+    # Kafka's group.initial.rebalance.delay.ms: the first join of an empty group completes no
+    # sooner than this, so that members starting together (and a member's own metadata
+    # request) land in one rebalance instead of one each.
+    initial_delay_s: float = 0.0
+    join_not_before_s: float = 0.0
 
     # -- membership --------------------------------------------------------------------------
 
@@ -118,6 +128,8 @@ class Group:
         self.members[member_id] = Member(member_id, session_timeout_s, rebalance_timeout_s,
                                          protocols, now_s, joined=True)
         self.answers.pop(member_id, None)
+        if self.state is GroupState.EMPTY:
+            self.join_not_before_s = now_s + min(self.initial_delay_s, rebalance_timeout_s)
         if self.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(now_s, keep_joined=member_id)
         self.try_complete_join(now_s)
@@ -151,7 +163,8 @@ class Group:
         if self.state is not GroupState.PREPARING_REBALANCE:
             return False
         joined = [m for m in self.members.values() if m.joined]
-        if len(joined) < len(self.members) and now_s < self.rebalance_deadline_s:
+        if now_s < self.rebalance_deadline_s and (len(joined) < len(self.members)
+                                                  or now_s < self.join_not_before_s):
             return False
         self.members = {m.member_id: m for m in joined}
         if not joined:
@@ -260,8 +273,10 @@ class GroupCoordinator:
     """Every group this broker coordinates; the blocking parts of JoinGroup and SyncGroup."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 new_member_id: Callable[[], str] | None = None) -> None:
+                 new_member_id: Callable[[], str] | None = None,
+                 initial_rebalance_delay_s: float = INITIAL_REBALANCE_DELAY_S) -> None:
         self._clock = clock
+        self._initial_rebalance_delay_s = initial_rebalance_delay_s
         self._new_member_id = new_member_id or (lambda: f"member-{uuid.uuid4()}")
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -277,7 +292,8 @@ class GroupCoordinator:
     def _group(self, group_id: str, create: bool) -> Group | None:
         group = self._groups.get(group_id)
         if group is None and create and len(self._groups) < GROUPS_MAX:
-            group = self._groups[group_id] = Group(group_id)
+            group = self._groups[group_id] = Group(
+                group_id, initial_delay_s=self._initial_rebalance_delay_s)
         if group is not None and group.expire(self._clock()):
             self._changed.notify_all()
         return group
@@ -320,8 +336,9 @@ class GroupCoordinator:
             if group.try_complete_join(now):
                 self._changed.notify_all()
                 continue
-            wait_s = min(WAKE_INTERVAL_S, max(0.0, group.rebalance_deadline_s - now))
-            self._changed.wait(wait_s)
+            next_check_s = group.join_not_before_s if now < group.join_not_before_s \
+                else group.rebalance_deadline_s
+            self._changed.wait(min(WAKE_INTERVAL_S, max(0.0, next_check_s - now)))
 
     def sync(self, group_id: str, member_id: str, generation: int,
              assignments: dict[str, bytes] | None) -> tuple[int, bytes]:

@@ -16,6 +16,7 @@ from services.broker.kafka.errors import (
 from services.broker.kafka.groups import Group, GroupCoordinator, GroupState
 
 PROTOCOLS = (("range", b"meta-range"), ("roundrobin", b"meta-rr"))
+WAIT_S = 10.0
 SESSION_S = 10.0
 REBALANCE_S = 30.0
 
@@ -117,7 +118,7 @@ def test_commits_need_the_current_generation_once_the_group_has_members():
 
 
 def test_coordinator_answers_concurrent_joins_and_syncs():
-    coordinator = GroupCoordinator()
+    coordinator = GroupCoordinator(initial_rebalance_delay_s=0.0)
     first = coordinator.join("g", "", 10_000, 10_000, "consumer", PROTOCOLS)
     assert first.error_code == NONE and first.generation == 1
     assert coordinator.sync("g", first.member_id, 1, {first.member_id: b"x"}) == (NONE, b"x")
@@ -147,7 +148,7 @@ def test_coordinator_answers_concurrent_joins_and_syncs():
 
 
 def test_coordinator_bounds_the_session_timeout_and_wakes_waiters_on_stop():
-    coordinator = GroupCoordinator()
+    coordinator = GroupCoordinator(initial_rebalance_delay_s=0.0)
     assert coordinator.join("g", "", 10, 10, "consumer", PROTOCOLS).error_code == \
         INVALID_SESSION_TIMEOUT
     leader = coordinator.join("g", "", 10_000, 10_000, "consumer", PROTOCOLS)
@@ -159,3 +160,32 @@ def test_coordinator_bounds_the_session_timeout_and_wakes_waiters_on_stop():
     coordinator.stop()
     joiner.join(20)
     assert waiting["answer"].error_code == COORDINATOR_NOT_AVAILABLE
+
+
+def test_first_join_of_an_empty_group_waits_the_initial_delay_for_company():
+    group = Group("g", initial_delay_s=3.0)
+    new_id = ids()
+    assert join(group, new_id=new_id) == (NONE, "m1")
+    assert not group.answers and not group.try_complete_join(2.9)
+    assert join(group, now=1.0, new_id=new_id) == (NONE, "m2")  # joins the same rebalance
+    assert group.try_complete_join(3.0)
+    assert group.answers["m1"].generation == group.answers["m2"].generation == 1
+    # Later rebalances do not wait: every member rejoining completes it.
+    group.sync("m1", 1, {}, 3.0)
+    join(group, "m1", now=4.0)
+    join(group, "m2", now=4.0)
+    assert group.answers["m2"].generation == 2
+
+
+def test_coordinator_answers_the_first_join_after_the_initial_delay():
+    clock = [100.0]
+    coordinator = GroupCoordinator(clock=lambda: clock[0], initial_rebalance_delay_s=3.0)
+    answer = {}
+    joiner = threading.Thread(target=lambda: answer.update(first=coordinator.join(
+        "g", "", 10_000, 10_000, "consumer", PROTOCOLS)))
+    joiner.start()
+    joiner.join(0.3)
+    assert joiner.is_alive()  # held by the delay
+    clock[0] += 3.0
+    joiner.join(WAIT_S)
+    assert answer["first"].error_code == NONE and answer["first"].generation == 1
