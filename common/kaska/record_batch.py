@@ -8,10 +8,13 @@ Wire and disk format (big-endian), `HEADER_BYTES` = 60:
     12     4    leader_epoch    i32  stamped by the leader on append
     16     4    crc32c          u32  CRC32C of bytes [20, end): everything the producer wrote
     20     2    format_version  u16  FORMAT_VERSION
-    22     2    attributes      u16  reserved, 0 (payload encodings are the payload's own business)
+    22     2    attributes      u16  0, or ATTR_KAFKA_RECORDS: each record is a Kafka record body
+                                     (kafka_record.py), read back as its value
     24     4    record_count    u32  >= 1; offsets base_offset .. base_offset + record_count - 1
     28     16   producer_id     16 bytes (a UUID); all zero = not idempotent
     44     8    sequence        i64  per (producer, topic, partition), dense from 0; -1 = none
+                                     (Kafka producer ids, `KAFKA_PRODUCER_PREFIX`, number their
+                                     records instead, as Kafka's base sequence does)
     52     8    timestamp_ms    i64  producer wall clock
     60     ...  records         record_count times: u32 length | bytes
 
@@ -30,12 +33,16 @@ from dataclasses import dataclass
 import crc32c
 
 from common.kaska.errors import CorruptBatchError
+from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, record_value
 
 FORMAT_VERSION = 1
 HEADER_BYTES = 60
 LENGTH_FIELD_END = 12  # bytes up to and including batch_length
 CRC_COVERED_FROM = 20
 NO_PRODUCER = bytes(16)
+# Producer ids minted for Kafka producers (services/broker/kafka/producer_ids.py) start with
+# these 4 bytes; byte 6 is then 0, which a UUIDv4 (version nibble 4 there) never has.
+KAFKA_PRODUCER_PREFIX = b"KFK\x00"
 NO_SEQUENCE = -1
 RECORD_LENGTH_BYTES = 4
 
@@ -70,6 +77,12 @@ class BatchHeader:
     @property
     def idempotent(self) -> bool:
         return self.producer_id != NO_PRODUCER
+
+    @property
+    def counts_records(self) -> bool:
+        """True for a Kafka producer: its next batch's sequence is this one's plus its record
+        count (Kafka's base sequence), not plus one."""
+        return self.producer_id.startswith(KAFKA_PRODUCER_PREFIX)
 
 
 def encode_batch(
@@ -144,12 +157,14 @@ def stamp(buf, base_offset: int, leader_epoch: int, offset: int = 0) -> None:
 
 
 def iter_records(batch, header: BatchHeader | None = None) -> Iterator[tuple[int, bytes]]:
-    """(offset, value) for every record of one validated batch; raises on inner corruption."""
+    """(offset, value) for every record of one validated batch; raises on inner corruption.
+    A batch produced through Kafka's protocol yields each record's value (kafka_record.py)."""
     if header is None:
         header = parse_header(batch)
     pos = HEADER_BYTES
     end = header.total_bytes
     view = memoryview(batch)
+    kafka_records = bool(header.attributes & ATTR_KAFKA_RECORDS)
     for i in range(header.record_count):
         if pos + RECORD_LENGTH_BYTES > end:
             raise CorruptBatchError("record length runs past the batch")
@@ -157,7 +172,9 @@ def iter_records(batch, header: BatchHeader | None = None) -> Iterator[tuple[int
         pos += RECORD_LENGTH_BYTES
         if pos + length > end:
             raise CorruptBatchError("record runs past the batch")
-        yield header.base_offset + i, bytes(view[pos:pos + length])
+        record = view[pos:pos + length]
+        yield header.base_offset + i, (record_value(record) if kafka_records
+                                       else bytes(record))
         pos += length
     if pos != end:
         raise CorruptBatchError("bytes left over after the last record")

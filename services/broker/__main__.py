@@ -1,7 +1,8 @@
 """`python -m services.broker --node-id 1 --listen 127.0.0.1:9092 --data-dir DIR [...]`
 
 Prints `kaska broker <id> listening on <host>:<port>` on stdout once it serves (port 0 picks a
-free port; tests read the line). SIGTERM or SIGINT stop it gracefully, exit code 0.
+free port; tests read the line), then, with `--kafka-listen`, `kafka listener of broker <id> on
+<host>:<port>`. SIGTERM or SIGINT stop it gracefully, exit code 0.
 """
 
 from __future__ import annotations
@@ -120,6 +121,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "a snapshot) once it holds more entries than this")
     parser.add_argument("--journal-bytes-max", type=int, default=_default("journal_bytes_max"),
                         help="... or more bytes of entries than this")
+    parser.add_argument("--kafka-listen", type=_address, default=None,
+                        help="HOST:PORT of the Kafka protocol listener (absent: none; port 0: "
+                             "any free port); docs/kafka.md")
+    parser.add_argument("--kafka-advertise", type=_address, default=None,
+                        help="HOST:PORT Kafka clients are told to use (default: --kafka-listen)")
+    parser.add_argument("--kafka-peers", type=_peers, default=(),
+                        help="the other brokers' Kafka addresses, ID@HOST:PORT[,...] (Kafka "
+                             "clients learn every broker from METADATA)")
     parser.add_argument("--name", default=None,
                         help="service name in heartbeats (default: broker-<node id>)")
     add_heartbeat_flags(parser)
@@ -131,6 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> BrokerConfig:
     host, port = args.listen
     advertised_host, advertised_port = args.advertise or (None, None)
+    kafka_host, kafka_port = args.kafka_listen or (None, 0)
+    kafka_advertised_host, kafka_advertised_port = args.kafka_advertise or (None, None)
     return BrokerConfig(
         node_id=args.node_id, data_dir=args.data_dir, host=host, port=port,
         advertised_host=advertised_host, advertised_port=advertised_port, peers=args.peers,
@@ -145,7 +156,10 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         quorum_timeout_ms=args.quorum_timeout_ms,
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
         replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
-        journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max)
+        journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max,
+        kafka_host=kafka_host, kafka_port=kafka_port,
+        kafka_advertised_host=kafka_advertised_host,
+        kafka_advertised_port=kafka_advertised_port, kafka_peers=args.kafka_peers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host, port = server.address
     print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
+    if server.kafka_address is not None:
+        print(f"kafka listener of broker {args.node_id} on {server.kafka_address[0]}:"
+              f"{server.kafka_address[1]}", flush=True)
     # Python runs signal handlers on the main thread only, when it next wakes: a bare wait()
     # can sleep through a SIGTERM that the kernel handed to one of the busy server threads.
     while not stop_requested.wait(SIGNAL_POLL_S):

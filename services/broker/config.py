@@ -81,6 +81,15 @@ class BrokerConfig:
     # a snapshot once the journal holds more entries, or bytes of records, than this.
     journal_entries_max: int = 100_000
     journal_bytes_max: int = 16 * MIB
+    # Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md): None, no
+    # Kafka listener; port 0 any free port. METADATA names every broker by its Kafka address:
+    # this one's (advertised, default the listen address) and `kafka_peers`' (the other brokers'
+    # Kafka addresses, by the node ids of `peers`).
+    kafka_host: str | None = None
+    kafka_port: int = 0
+    kafka_advertised_host: str | None = None
+    kafka_advertised_port: int | None = None
+    kafka_peers: tuple[Peer, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replication_fsync",
@@ -115,6 +124,23 @@ class BrokerConfig:
             raise ValueError("a broker with --peers needs the cluster secret (--secret-file or "
                              "$FLIGHTS_CLUSTER_SECRET) to sign and check the frames between "
                              "brokers")
+        self._check_kafka()
         if self.cluster_secret is not None and not 0 < len(self.cluster_secret) <= \
                 SECRET_BYTES_MAX:
             raise ValueError(f"the cluster secret must hold 1..{SECRET_BYTES_MAX} bytes")
+
+    def _check_kafka(self) -> None:
+        if self.kafka_host is None:
+            if self.kafka_peers:
+                raise ValueError("--kafka-peers needs --kafka-listen")
+            return
+        if self.token is not None:
+            # The Kafka listener has no SASL yet: it would let anyone past the token.
+            raise ValueError("--kafka-listen cannot be combined with --token (the Kafka "
+                             "listener does not authenticate clients yet)")
+        peer_ids = {peer.node_id for peer in self.peers}
+        kafka_ids = [peer.node_id for peer in self.kafka_peers]
+        # Every broker leads some time: Kafka clients must be told how to reach each one.
+        if len(set(kafka_ids)) != len(kafka_ids) or set(kafka_ids) != peer_ids:
+            raise ValueError("--kafka-peers must give the Kafka address of every broker of "
+                             "--peers, each once")

@@ -19,6 +19,10 @@ connections close at once), force-close what outlives `shutdown_grace_s`, then f
 the log. Startable in-process:
 `BrokerServer(config).start()` ... `.stop()`.
 
+With `kafka_host` set, a second listener speaks Kafka's protocol over the same log, context and
+replication (services/broker/kafka/listener.py): bound with the Kaska listener, started with
+it, and stopped and drained alongside it.
+
 Companions (`start()`/`stop()` objects, e.g. the heartbeat sender of `common/heartbeat.py`)
 start once the broker listens and stop first on shutdown.
 """
@@ -27,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import socket
 import struct
 import threading
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from common.kaska.protocol.metadata import BrokerInfo
 from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
@@ -46,6 +52,10 @@ from services.broker.replication.peer_link import PeerSigner
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
+
+if TYPE_CHECKING:
+    from services.broker.kafka.context import KafkaContext
+    from services.broker.kafka.listener import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +112,7 @@ class BrokerServer:
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
+        self.kafka: KafkaListener | None = None
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
         self.peer_refusals = PeerRefusals()  # peer frames refused (peer_gate.py), ditto
 
@@ -122,6 +133,7 @@ class BrokerServer:
         config = self.config
         # Bind first (a taken port fails fast), listen only once recovery is done.
         self._listener = self._bind()
+        self.kafka = self._bind_kafka()
         self.storage = Log(config.data_dir, log_config(config))
         notifier = DataNotifier()
         # Commits are appended through replication; the manager exists only further down.
@@ -155,6 +167,8 @@ class BrokerServer:
         self._retention.start()
         for companion in self._companions:
             companion.start()
+        if self.kafka is not None:
+            self.kafka.start(self._kafka_context())
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
                                                name="kaska-accept")
         self._accept_thread.start()
@@ -189,6 +203,11 @@ class BrokerServer:
         return "" if storage is None else storage.space.status()
 
     @property
+    def kafka_address(self) -> tuple[str, int] | None:
+        """(host, port) of the Kafka listener; None without one."""
+        return None if self.kafka is None else self.kafka.address
+
+    @property
     def bootstrap(self) -> str:
         """"host:port" of the listening socket, as clients take it."""
         assert self.address is not None, "start() first"
@@ -216,7 +235,37 @@ class BrokerServer:
             raise
         return listener
 
+    def _bind_kafka(self) -> KafkaListener | None:
+        config = self.config
+        if config.kafka_host is None:
+            return None
+        # Imported only when used: kafka-python's schemas cost a broker without a Kafka
+        # listener half a second of start-up on a busy machine.
+        from services.broker.kafka.listener import KafkaListener
+        listener = KafkaListener(config.kafka_host, config.kafka_port,
+                                 connections_max=config.connections_max,
+                                 read_timeout_s=config.read_timeout_s,
+                                 request_bytes_max=config.frame_bytes_max,
+                                 backlog=config.listen_backlog)
+        listener.bind()
+        return listener
+
+    def _kafka_context(self) -> KafkaContext:
+        from services.broker.kafka.context import KafkaContext
+        from services.broker.kafka.groups import GroupCoordinator
+
+        config = self.config
+        own = BrokerInfo(config.node_id, config.kafka_advertised_host or self.kafka.address[0],
+                         config.kafka_advertised_port or self.kafka.address[1])
+        others = tuple(BrokerInfo(peer.node_id, peer.host, peer.port)
+                       for peer in config.kafka_peers)
+        return KafkaContext(broker=self.context, node_id=config.node_id, brokers=(own, *others),
+                            cluster_id=self.node.identity.cluster_id,
+                            rng=random.SystemRandom(), groups=GroupCoordinator())
+
     def _abort_start(self) -> None:
+        if self.kafka is not None:
+            self.kafka.close_unstarted()
         retention = getattr(self, "_retention", None)
         if retention is not None:
             retention.stop()
@@ -284,13 +333,20 @@ class BrokerServer:
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._accept_thread.join()
+        if self.kafka is not None:
+            self.kafka.stop_accepting()
 
     def _drain_connections(self) -> None:
+        if self.kafka is not None:  # both listeners' connections drain at the same time
+            self.kafka.interrupt_all()
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
             connection.interrupt()
-        if self._wait_connections_gone(self.config.shutdown_grace_s):
+        drained = self._wait_connections_gone(self.config.shutdown_grace_s)
+        if self.kafka is not None:
+            self.kafka.drain(self.config.shutdown_grace_s)
+        if drained:
             return
         with self._lock:
             stuck = list(self._connections)

@@ -1,11 +1,14 @@
 """MESSAGE_LENGTH: the length of one record, found by walking the record lengths of the batch
-that holds it (the only place the broker looks inside a batch, and it copies nothing)."""
+that holds it (the only place the broker looks inside a batch, and it copies nothing). A record
+produced through Kafka's protocol is a Kafka record body (common/kaska/kafka_record.py): its
+length is its value's, as a Kaska consumer reads it."""
 
 from __future__ import annotations
 
 import struct
 
 from common.kaska.errors import CorruptBatchError, OffsetNotAvailableError, OffsetOutOfRangeError
+from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, record_value
 from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
 from common.kaska.record_batch import HEADER_BYTES, RECORD_LENGTH_BYTES, parse_header
 from services.broker.body import RequestBody
@@ -31,6 +34,8 @@ def record_length_at(batch: bytes, offset: int) -> int:
         pos += RECORD_LENGTH_BYTES + length
     if pos > end:
         raise CorruptBatchError("record runs past the batch")
+    if header.attributes & ATTR_KAFKA_RECORDS:
+        return len(record_value(memoryview(batch)[pos - length:pos]))
     return length
 
 

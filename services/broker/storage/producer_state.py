@@ -4,7 +4,10 @@ ProducerStateManager, without transactions).
 State: producer id → its last `BATCHES_REMEMBERED` appended batches as (sequence, base offset,
 record count), oldest first. One table per PartitionLog, so the (producer id, partition) key
 of the design is (table, producer id). Sequence numbers count batches: a producer's batches on
-one partition are numbered 0, 1, 2, ...
+one partition are numbered 0, 1, 2, ... -- except for the producer ids minted for Kafka
+producers (`BatchHeader.counts_records`), whose sequences count records as Kafka's base
+sequence does: the batch after (s, n records) has s + n, modulo 2^31 (Kafka's int32 wraps to 0).
+"Last + 1" below means that successor.
 
 Rules for an incoming batch (`check`):
 - producer id all zero: not idempotent, always appended;
@@ -66,6 +69,7 @@ from services.broker.storage.errors import CorruptSnapshotError
 log = logging.getLogger(__name__)
 
 BATCHES_REMEMBERED = 5
+KAFKA_SEQUENCE_MODULUS = 1 << 31
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_MAGIC = b"KPSN"
 SNAPSHOT_FORMAT_VERSION = 1
@@ -103,7 +107,7 @@ class ProducerStateTable:
         if not batches:
             return None
         last = batches[-1].sequence
-        if header.sequence == last + 1:
+        if header.sequence == _successor(batches[-1], header):
             return None
         for batch in batches:
             if batch.sequence == header.sequence:
@@ -112,8 +116,10 @@ class ProducerStateTable:
             raise DuplicateSequenceError(
                 f"sequence {header.sequence} is older than the last {len(batches)} batches "
                 f"remembered (last {last})")
-        raise OutOfOrderSequenceError(f"sequence {header.sequence} after {last}: "
-                                      f"{header.sequence - last - 1} batch(es) missing")
+        expected = _successor(batches[-1], header)
+        unit = "record(s)" if header.counts_records else "batch(es)"
+        raise OutOfOrderSequenceError(f"sequence {header.sequence} after {last}: expected "
+                                      f"{expected}, {header.sequence - expected} {unit} missing")
 
     def record(self, header: BatchHeader, base_offset: int) -> None:
         """Remember an appended batch (after check said append, or when loading the log)."""
@@ -163,6 +169,13 @@ class ProducerStateTable:
     def last_sequence(self, producer_id: bytes) -> int | None:
         batches = self._batches.get(producer_id)
         return batches[-1].sequence if batches else None
+
+
+def _successor(last: ProducerBatch, header: BatchHeader) -> int:
+    """The sequence the producer's next batch must carry (see the module docstring)."""
+    if header.counts_records:
+        return (last.sequence + last.record_count) % KAFKA_SEQUENCE_MODULUS
+    return last.sequence + 1
 
 
 def _decode_snapshot(data: bytes, offset: int) -> Iterator[tuple[bytes, list[ProducerBatch]]]:

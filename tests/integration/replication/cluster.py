@@ -147,20 +147,24 @@ class ClusterBroker(BrokerProcess):
 
 class BrokerCluster:
     def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        """Every broker serves /metrics on its own port (`metrics_ports`)."""
+                 extra_args: tuple[str, ...] = (), kafka: bool = False) -> None:
+        """Every broker serves /metrics on its own port (`metrics_ports`); with `kafka` also
+        Kafka's protocol on another (`kafka_ports`), each told the others' (--kafka-peers)."""
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))
         # The brokers are given no --cluster-id: they derive this one from the voter ids.
         self.cluster_id = derived_cluster_id(self.ids)
         self.peer_via_proxy = peer_via_proxy
-        reserved = reserve_ports(2 * size)  # each broker's client port and metrics port
+        # Each broker's client port and metrics port (and Kafka port).
+        reserved = reserve_ports((3 if kafka else 2) * size)
         ports = {i: sock.getsockname()[1]
                  for i, sock in zip(self.ids, reserved[:size], strict=True)}
         # Held with the brokers' ports until the brokers start: nothing else can take them.
         self.metrics_ports = {i: sock.getsockname()[1]
-                              for i, sock in zip(self.ids, reserved[size:], strict=True)}
+                              for i, sock in zip(self.ids, reserved[size:2 * size], strict=True)}
+        self.kafka_ports = {i: sock.getsockname()[1]
+                            for i, sock in zip(self.ids, reserved[2 * size:], strict=True)}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:
@@ -173,10 +177,20 @@ class BrokerCluster:
             peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
                              for j in self.ids if j != i)
             self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
-                                            tuple(extra_args), self.metrics_ports[i],
-                                            tmp_path / "cluster_secret")
+                                            (*extra_args, *self._kafka_args(i)),
+                                            self.metrics_ports[i], tmp_path / "cluster_secret")
         for sock in reserved:
             sock.close()
+
+    def _kafka_args(self, i: int) -> tuple[str, ...]:
+        if not self.kafka_ports:
+            return ()
+        peers = ",".join(f"{j}@{self.kafka_address(j)}" for j in self.ids if j != i)
+        return ("--kafka-listen", self.kafka_address(i), "--kafka-peers", peers)
+
+    def kafka_address(self, i: int) -> str:
+        """Broker i's Kafka listener, "127.0.0.1:port" (a cluster made with `kafka=True`)."""
+        return f"127.0.0.1:{self.kafka_ports[i]}"
 
     def _peer_address(self, i: int, j: int, ports: dict[int, int]) -> str:
         if self.peer_via_proxy:

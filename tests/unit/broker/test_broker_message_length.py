@@ -5,6 +5,8 @@ import pytest
 from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
 from common.kaska.record_batch import encode_batch, stamp
 from services.broker.handlers.message_length import record_length_at
+from services.broker.kafka.records import kafka_to_kaska
+from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
 
 def _stamped(records, base_offset):
@@ -30,3 +32,10 @@ def test_record_running_past_the_batch_is_corrupt():
     batch[60:64] = (1000).to_bytes(4, "big")
     with pytest.raises(CorruptBatchError):
         record_length_at(bytes(batch), 0)
+
+
+def test_length_of_a_kafka_record_is_its_values():
+    batch = bytearray(kafka_to_kaska(kafka_batch([(b"key", b"value", [("h", b"x")]),
+                                                  (None, None, [])])))
+    stamp(batch, 10, 0)
+    assert [record_length_at(bytes(batch), o) for o in (10, 11)] == [5, 0]

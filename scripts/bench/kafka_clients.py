@@ -1,0 +1,124 @@
+"""The Kafka listener end to end: the broker's CPU per MB for the same records produced and
+consumed through Kafka's protocol (confluent-kafka: librdkafka, a fast native client) and
+through Kaska's own (the Python client), against one broker child process.
+
+Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
+acks=all, into a fresh topic; (b) Kafka consume -- those N from offset 0; (c) Kaska produce of
+the same values into another fresh topic; (d) Kaska consume. Reported per step: records per
+second (wall; dominated by the client and by whatever else runs on the machine) and the
+broker's CPU milliseconds per MB of record values (`server_cpu`, measured from /proc: the
+listener's real cost, transcoding included, and hardly moved by machine noise). Medians.
+
+Invariants: every round reads back exactly N records in each protocol (RuntimeError otherwise).
+Threads: none of its own (librdkafka runs its own).
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from common.kaska import Admin
+from common.kaska import Consumer as KaskaConsumer
+from common.kaska import Producer as KaskaProducer
+from scripts.bench.child import Child, measured
+
+MB = 1_000_000
+CLIENT_TIMEOUT_S = 300.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                producer.poll(0.01)
+    if producer.flush(CLIENT_TIMEOUT_S):
+        raise RuntimeError("Kafka produce did not finish")
+
+
+def kafka_consume(bootstrap: str, topic: str, count: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while got < count and time.monotonic() < deadline:
+        got += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)
+    consumer.close()
+    if got != count:
+        raise RuntimeError(f"Kafka consume read {got} of {count}")
+
+
+def kaska_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = KaskaProducer(bootstrap)
+    futures = [producer.send(topic, value) for value in values]
+    producer.flush()
+    futures[-1].result(CLIENT_TIMEOUT_S)
+    producer.close()
+
+
+def kaska_consume(bootstrap: str, topic: str, count: int) -> None:
+    consumer = KaskaConsumer(bootstrap)
+    consumer.seek(topic, 0)
+    got = 0
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while got < count and time.monotonic() < deadline:
+        got += consumer.poll(1.0) is not None
+    consumer.close()
+    if got != count:
+        raise RuntimeError(f"Kaska consume read {got} of {count}")
+
+
+def run(records: int, record_bytes: int, repeats: int) -> dict:
+    values = [bytes([i % 251]) * record_bytes for i in range(records)]
+    steps = ("kafka_produce", "kafka_consume", "kaska_produce", "kaska_consume")
+    rounds: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
+    with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
+        kafka_port = _free_port()
+        broker = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--listen",
+                        "127.0.0.1:0", "--data-dir", str(Path(tmp) / "data"), "--kafka-listen",
+                        f"127.0.0.1:{kafka_port}"], Path(tmp) / "broker.log")
+        kaska = f"{broker.address[0]}:{broker.address[1]}"
+        kafka = f"127.0.0.1:{kafka_port}"
+        try:
+            with Admin(kaska) as admin:
+                for index in range(repeats):
+                    admin.create_topic(f"kafka{index}")
+                    admin.create_topic(f"kaska{index}")
+            for index in range(repeats):
+                rounds["kafka_produce"].append(measured(broker, lambda i=index: kafka_produce(
+                    kafka, f"kafka{i}", values)))
+                rounds["kafka_consume"].append(measured(broker, lambda i=index: kafka_consume(
+                    kafka, f"kafka{i}", records)))
+                rounds["kaska_produce"].append(measured(broker, lambda i=index: kaska_produce(
+                    kaska, f"kaska{i}", values)))
+                rounds["kaska_consume"].append(measured(broker, lambda i=index: kaska_consume(
+                    kaska, f"kaska{i}", records)))
+        finally:
+            broker.stop()
+    volume_mb = records * record_bytes / MB
+    summary: dict[str, float | int] = {"records": records, "record_bytes": record_bytes,
+                                       "repeats": repeats}
+    for step, measurements in rounds.items():
+        summary[f"{step}_records_per_s"] = round(
+            records / statistics.median(wall for wall, _cpu in measurements))
+        summary[f"{step}_server_cpu_ms_per_mb"] = round(
+            statistics.median(cpu for _wall, cpu in measurements) * 1000 / volume_mb, 1)
+    return summary

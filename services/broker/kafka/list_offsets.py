@@ -1,0 +1,48 @@
+"""ListOffsets (api key 2, v1..7): the earliest (-2) and latest (-1) offsets of partitions this
+broker leads. Latest is the high watermark (and, without transactions, the last stable offset,
+so read_committed asks alike). Looking an offset up by timestamp (>= 0, or -3 for the largest
+timestamp) needs a time index Kaska does not keep yet: answered INVALID_REQUEST, never a guess.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import ListOffsetsResponse
+
+from common.kaska.errors import InvalidRequestError, KaskaError
+from services.broker.handlers.common import led_partition
+from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.errors import NONE, kafka_code
+
+LATEST = -1
+EARLIEST = -2
+NO_TIMESTAMP = -1
+NO_OFFSET = -1
+
+TopicAnswer = ListOffsetsResponse.ListOffsetsTopicResponse
+PartitionAnswer = TopicAnswer.ListOffsetsPartitionResponse
+
+
+def handle(kctx: KafkaContext, request) -> ListOffsetsResponse:
+    topics = [TopicAnswer(name=topic.name,
+                          partitions=[_answer(kctx, topic.name, p) for p in topic.partitions])
+              for topic in request.topics]
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _answer(kctx: KafkaContext, topic: str, wanted):
+    answer = PartitionAnswer(partition_index=wanted.partition_index, error_code=NONE,
+                             timestamp=NO_TIMESTAMP, offset=NO_OFFSET, leader_epoch=-1)
+    try:
+        role, partition_log = led_partition(kctx.broker, topic, wanted.partition_index)
+        answer.leader_epoch = role.leader_epoch
+        if wanted.timestamp == EARLIEST:
+            answer.offset = partition_log.log_start_offset
+        elif wanted.timestamp == LATEST:
+            answer.offset = kctx.broker.replicas.high_watermark(topic, wanted.partition_index,
+                                                                partition_log)
+        else:
+            raise InvalidRequestError(f"offset lookup by timestamp {wanted.timestamp} is not "
+                                      "supported")
+    except KaskaError as error:
+        answer.error_code = kafka_code(error)
+    return answer

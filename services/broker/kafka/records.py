@@ -1,0 +1,208 @@
+"""Transcoding between Kafka's RecordBatch v2 and Kaska's record batch, at the listener's edge.
+
+The log keeps Kaska's format (docs/kafka.md, "On-disk format"). Kafka's batch (big-endian):
+
+    0   8  baseOffset            i64   (stamped by the broker)
+    8   4  batchLength           i32   bytes after this field
+    12  4  partitionLeaderEpoch  i32
+    16  1  magic                 i8    2
+    17  4  crc                   u32   CRC32C of bytes [21, end)
+    21  2  attributes            i16   bits 0-2 compression, 3 timestamp type, 4 transactional,
+                                        5 control
+    23  4  lastOffsetDelta       i32
+    27  8  baseTimestamp         i64
+    35  8  maxTimestamp          i64
+    43  8  producerId            i64
+    51  2  producerEpoch         i16
+    53  4  baseSequence          i32
+    57  4  recordCount           i32
+    61  .. records               recordCount x (varint length | record body)
+
+Kafka -> Kaska (produce): one non-transactional batch per partition, CRC checked, gzip records
+inflated (at most `records_bytes_max` of them: a small batch must not inflate into gigabytes;
+the other codecs are refused), every record walked whole (kafka_record.check_record); stored,
+uncompressed, as a Kaska batch with
+ATTR_KAFKA_RECORDS whose records are the Kafka record bodies verbatim, timestamp_ms =
+baseTimestamp, producer id and sequence per producer_ids.py. Kaska -> Kafka (fetch): the header
+rebuilt (offsets, leader epoch and producer identity from the Kaska header, maxTimestamp from
+the records' deltas), the record bodies prefixed with varint lengths -- or, for a batch a Kaska
+producer wrote, one Kafka record per value (null key, no headers, timestamp delta 0).
+
+Pure; thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import crc32c
+
+from common.kaska.errors import CorruptBatchError, MessageTooLargeError
+from common.kaska.kafka_record import (
+    ATTR_KAFKA_RECORDS,
+    check_record,
+    encode_value_record,
+    encode_varint,
+    read_prefix,
+    read_varint,
+)
+from common.kaska.record_batch import (
+    CRC_COVERED_FROM,
+    FORMAT_VERSION,
+    HEADER_BYTES,
+    LENGTH_FIELD_END,
+    NO_SEQUENCE,
+    RECORD_LENGTH_BYTES,
+    BatchHeader,
+)
+from services.broker.kafka.errors import (
+    INVALID_RECORD,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    UnsupportedRecordsError,
+)
+from services.broker.kafka.producer_ids import kafka_producer, kaska_producer_id
+
+KAFKA_HEADER = struct.Struct(">qiibIhiqqqhii")
+KAFKA_HEADER_BYTES = 61
+KAFKA_LENGTH_FIELD_END = 12
+KAFKA_CRC_COVERED_FROM = 21
+MAGIC_V2 = 2
+COMPRESSION_MASK = 0x07
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+assert KAFKA_HEADER.size == KAFKA_HEADER_BYTES
+
+_KASKA_HEADER = struct.Struct(">qIiIHHI16sqq")
+_RECORD_LEN = struct.Struct(">I")
+_CRC = struct.Struct(">I")
+_KASKA_CRC_AT = 16
+_KAFKA_CRC_AT = 17
+
+
+def kafka_to_kaska(records, records_bytes_max: int = 1 << 30) -> bytes:
+    """One Kaska batch (unstamped) holding the one Kafka batch `records`; CorruptBatchError
+    (CORRUPT_MESSAGE), MessageTooLargeError (inflated past `records_bytes_max`) or
+    UnsupportedRecordsError when it cannot be stored."""
+    view = memoryview(records)
+    if len(view) < KAFKA_HEADER_BYTES:
+        raise CorruptBatchError(f"{len(view)} bytes cannot hold a record batch header")
+    (_base, batch_length, _epoch, magic, crc, attributes, last_delta, base_timestamp,
+     _max_timestamp, producer_id, producer_epoch, base_sequence,
+     count) = KAFKA_HEADER.unpack_from(view)
+    _check_kind(magic, attributes)
+    total = KAFKA_LENGTH_FIELD_END + batch_length
+    if total > len(view) or batch_length < KAFKA_HEADER_BYTES - KAFKA_LENGTH_FIELD_END:
+        raise CorruptBatchError(f"batch length {batch_length} does not fit {len(view)} bytes")
+    if total < len(view):
+        raise UnsupportedRecordsError("exactly one record batch per partition is allowed",
+                                      INVALID_RECORD)
+    if crc32c.crc32c(view[KAFKA_CRC_COVERED_FROM:]) != crc:
+        raise CorruptBatchError("record batch CRC32C mismatch")
+    if count < 1 or last_delta != count - 1:
+        raise CorruptBatchError(f"record count {count} with last offset delta {last_delta}")
+    if attributes & COMPRESSION_MASK == COMPRESSION_GZIP:
+        view = memoryview(view[:KAFKA_HEADER_BYTES].tobytes() + _gunzip(
+            view[KAFKA_HEADER_BYTES:], records_bytes_max))
+    body = _kaska_records(view, count)
+    pid = kaska_producer_id(producer_id, producer_epoch) if producer_id >= 0 else None
+    if pid is not None and base_sequence < 0:
+        raise CorruptBatchError(f"idempotent batch with base sequence {base_sequence}")
+    return _kaska_batch(body, count, pid, base_sequence, base_timestamp)
+
+
+def _check_kind(magic: int, attributes: int) -> None:
+    if magic != MAGIC_V2:
+        raise UnsupportedRecordsError(f"message format (magic) {magic}; only v2 is stored",
+                                      UNSUPPORTED_FOR_MESSAGE_FORMAT)
+    if attributes & COMPRESSION_MASK not in (COMPRESSION_NONE, COMPRESSION_GZIP):
+        raise UnsupportedRecordsError("only uncompressed and gzip record batches are "
+                                      "supported", UNSUPPORTED_COMPRESSION_TYPE)
+    if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
+        raise UnsupportedRecordsError("transactional and control batches are not supported",
+                                      INVALID_RECORD)
+
+
+def _gunzip(compressed, records_bytes_max: int) -> bytes:
+    """The inflated records, never more than records_bytes_max of them."""
+    inflater = zlib.decompressobj(GZIP_WBITS)
+    try:
+        out = inflater.decompress(compressed, records_bytes_max + 1)
+    except zlib.error as exc:
+        raise CorruptBatchError(f"gzip records do not inflate: {exc}") from exc
+    if len(out) > records_bytes_max:
+        raise MessageTooLargeError(f"gzip records inflate past {records_bytes_max} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise CorruptBatchError("gzip records are not exactly one whole gzip stream")
+    return out
+
+
+def _kaska_records(view: memoryview, count: int) -> bytearray:
+    """The Kafka records of a batch as Kaska records (u32 length | Kafka record body)."""
+    out = bytearray()
+    pos = KAFKA_HEADER_BYTES
+    end = len(view)
+    for index in range(count):
+        length, pos = read_varint(view, pos)
+        if length < 0 or pos + length > end:
+            raise CorruptBatchError(f"record {index} of length {length} runs past the batch")
+        record = view[pos:pos + length]
+        check_record(record, index)
+        out += _RECORD_LEN.pack(length)
+        out += record
+        pos += length
+    if pos != end:
+        raise CorruptBatchError(f"{end - pos} bytes after the last record")
+    return out
+
+
+def _kaska_batch(body: bytearray, count: int, producer_id: bytes | None, sequence: int,
+                 timestamp_ms: int) -> bytes:
+    batch_length = HEADER_BYTES - LENGTH_FIELD_END + len(body)
+    out = bytearray(_KASKA_HEADER.pack(
+        0, batch_length, 0, 0, FORMAT_VERSION, ATTR_KAFKA_RECORDS, count,
+        producer_id if producer_id is not None else bytes(16),
+        sequence if producer_id is not None else NO_SEQUENCE, timestamp_ms))
+    out += body
+    _CRC.pack_into(out, _KASKA_CRC_AT, crc32c.crc32c(memoryview(out)[CRC_COVERED_FROM:]))
+    return bytes(out)
+
+
+def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
+    """The Kafka batch a consumer gets for one stored (stamped, validated) Kaska batch."""
+    view = memoryview(batch)
+    kafka_records = bool(header.attributes & ATTR_KAFKA_RECORDS)
+    parts: list[bytes] = []
+    max_delta = 0
+    pos = HEADER_BYTES
+    end = header.total_bytes
+    for index in range(header.record_count):
+        if pos + RECORD_LENGTH_BYTES > end:
+            raise CorruptBatchError("record length runs past the batch")
+        (length,) = _RECORD_LEN.unpack_from(view, pos)
+        pos += RECORD_LENGTH_BYTES
+        if pos + length > end:
+            raise CorruptBatchError("record runs past the batch")
+        record = view[pos:pos + length]
+        pos += length
+        if kafka_records:
+            max_delta = max(max_delta, read_prefix(record).timestamp_delta)
+            body = bytes(record)
+        else:
+            body = encode_value_record(index, record)
+        parts.append(encode_varint(len(body)))
+        parts.append(body)
+    records = b"".join(parts)
+    producer_id, epoch, sequence = kafka_producer(header.producer_id, header.sequence)
+    count = header.record_count
+    out = bytearray(KAFKA_HEADER.pack(
+        header.base_offset, KAFKA_HEADER_BYTES - KAFKA_LENGTH_FIELD_END + len(records),
+        header.leader_epoch, MAGIC_V2, 0, 0, count - 1, header.timestamp_ms,
+        header.timestamp_ms + max_delta, producer_id, epoch, sequence, count))
+    out += records
+    _CRC.pack_into(out, _KAFKA_CRC_AT, crc32c.crc32c(memoryview(out)[KAFKA_CRC_COVERED_FROM:]))
+    return bytes(out)

@@ -1,0 +1,98 @@
+"""One request frame in, one answer frame (or none) out: the part of a Kafka connection that
+needs no socket, so that it is tested frame by frame.
+
+Order of checks: the fixed header (api key, version, correlation id); the api and version
+against api_versions.SUPPORTED (an ApiVersions request of a newer version gets the KIP-511 v0
+answer, anything else unsupported a lone UNSUPPORTED_VERSION); the header and body against
+the api's schema (garbage: a lone INVALID_REQUEST); then the handler. A handler's bug costs
+its request (UNKNOWN_SERVER_ERROR, logged), never the connection or the broker. A handler may
+answer later (DeferredResponse: a Produce waiting for acks): its frame is then a Deferred
+(answers.py) that the connection's answer thread waits for, in request order.
+
+Thread-safe (no state of its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from common.kaska.errors import KaskaError
+from services.broker.kafka import api_versions
+from services.broker.kafka.answers import Deferred, DeferredResponse
+from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.dispatch import API_SPECS
+from services.broker.kafka.errors import (
+    INVALID_REQUEST,
+    UNKNOWN_SERVER_ERROR,
+    UNSUPPORTED_VERSION,
+    kafka_code,
+)
+from services.broker.kafka.framing import (
+    FixedHeader,
+    encode_error_only,
+    encode_response,
+    parse_fixed_header,
+)
+
+log = logging.getLogger(__name__)
+
+# What kafka-python's schema decoders raise on bytes that are not the request they expect.
+DECODE_ERRORS = (struct.error, ValueError, IndexError, UnicodeDecodeError, EOFError,
+                 OverflowError, TypeError, KeyError, MemoryError)
+
+
+def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | Deferred | None:
+    """The whole response frame (size included) for one request frame (size excluded), or a
+    Deferred that returns it once ready (a Produce waiting for its acks), or None (acks=0)."""
+    fixed = parse_fixed_header(frame)
+    log.debug("kafka api %d v%d from %s", fixed.api_key, fixed.api_version, peer)
+    spec = API_SPECS.get(fixed.api_key)
+    if not api_versions.supports(fixed.api_key, fixed.api_version):
+        log.info("kafka request from %s: api %d version %d not supported", peer, fixed.api_key,
+                 fixed.api_version)
+        if fixed.api_key == api_versions.API_VERSIONS:
+            return encode_response(fixed.correlation_id, api_versions.unsupported_answer(),
+                                   flexible_header=False)
+        return encode_error_only(fixed.correlation_id, UNSUPPORTED_VERSION)
+    try:
+        request = spec.request_class.decode(frame, version=fixed.api_version, header=True)
+    except DECODE_ERRORS as exc:
+        log.info("kafka request from %s: api %d v%d does not parse: %r", peer, fixed.api_key,
+                 fixed.api_version, exc)
+        return encode_error_only(fixed.correlation_id, INVALID_REQUEST)
+    return _handle(kctx, spec, request, fixed, peer)
+
+
+def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
+            peer: str) -> bytes | Deferred | None:
+    try:
+        response = spec.handle(kctx, request)
+    except KaskaError as error:
+        log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
+        return encode_error_only(fixed.correlation_id, kafka_code(error))
+    except Exception:
+        # A handler bug: this request gets an error, the connection lives on.
+        log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
+        return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
+    if isinstance(response, DeferredResponse):
+        return Deferred(lambda: _encode(spec, response.wait, fixed, peer))
+    return _encode(spec, lambda: response, fixed, peer)
+
+
+def _encode(spec, response_of, fixed: FixedHeader, peer: str) -> bytes | None:
+    """The answer frame of `response_of()` (which may wait, and may raise like a handler)."""
+    try:
+        response = response_of()
+        if response is None:
+            return None
+        body = response.encode(version=fixed.api_version)
+    except KaskaError as error:
+        log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
+        return encode_error_only(fixed.correlation_id, kafka_code(error))
+    except Exception:
+        log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
+        return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
+    flexible = (spec.request_class.flexible_version_q(fixed.api_version)
+                and fixed.api_key != api_versions.API_VERSIONS)
+    return encode_response(fixed.correlation_id, bytes(body), flexible_header=flexible)

@@ -1,0 +1,71 @@
+"""CreateTopics (api key 19, v2..7) and DeleteTopics (api key 20, v1..5), through the same
+journaled path as Kaska's CREATE_TOPIC / DELETE_TOPIC (replica_manager.py): answered once a
+majority has the entry. Only the controller -- the cluster's leader, as Metadata names it --
+takes them; elsewhere NOT_CONTROLLER sends clients there. Every broker holds every partition,
+so the replication factor is the cluster's: -1 or any count up to the brokers' is accepted,
+more is INVALID_REPLICATION_FACTOR. Explicit replica assignments and topic configs are refused.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+
+from common.kaska.errors import InvalidRequestError, KaskaError, NotLeaderError
+from services.broker.handlers.common import client_writable_topic
+from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.errors import INVALID_REPLICATION_FACTOR, NONE, kafka_code
+
+NOT_CONTROLLER = 41
+DEFAULT_PARTITIONS = 1
+DEFAULT_REPLICATION = -1
+
+Created = CreateTopicsResponse.CreatableTopicResult
+Deleted = DeleteTopicsResponse.DeletableTopicResult
+
+
+def _code(error: KaskaError) -> int:
+    return NOT_CONTROLLER if isinstance(error, NotLeaderError) else kafka_code(error)
+
+
+def handle_create(kctx: KafkaContext, request) -> CreateTopicsResponse:
+    return CreateTopicsResponse(
+        throttle_time_ms=0,
+        topics=[_create(kctx, topic, request.validate_only) for topic in request.topics])
+
+
+def _create(kctx: KafkaContext, topic, validate_only: bool):
+    partitions = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
+    replication = topic.replication_factor
+    result = Created(name=topic.name, error_code=NONE, error_message=None,
+                     num_partitions=partitions, replication_factor=replication, configs=[])
+    try:
+        client_writable_topic(topic.name)
+        if topic.assignments or topic.configs:
+            raise InvalidRequestError("replica assignments and topic configs are not supported")
+        if replication != DEFAULT_REPLICATION and not 1 <= replication <= len(kctx.brokers):
+            result.error_code = INVALID_REPLICATION_FACTOR
+            result.error_message = (f"replication factor {replication}: every partition is on "
+                                    f"all {len(kctx.brokers)} brokers")
+            return result
+        if not validate_only:
+            kctx.broker.replicas.create_topic(topic.name, partitions)
+    except KaskaError as error:
+        result.error_code = _code(error)
+        result.error_message = str(error)
+    return result
+
+
+def handle_delete(kctx: KafkaContext, request) -> DeleteTopicsResponse:
+    return DeleteTopicsResponse(
+        throttle_time_ms=0, responses=[_delete(kctx, name) for name in request.topic_names])
+
+
+def _delete(kctx: KafkaContext, name: str):
+    result = Deleted(name=name, error_code=NONE, error_message=None)
+    try:
+        client_writable_topic(name)
+        kctx.broker.replicas.delete_topic(name, kctx.broker.offsets.forget_topic)
+    except KaskaError as error:
+        result.error_code = _code(error)
+        result.error_message = str(error)
+    return result

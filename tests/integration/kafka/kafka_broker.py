@@ -1,0 +1,71 @@
+"""Brokers with a Kafka listener for the Kafka-client tests, and a raw Kafka request helper."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.integration.broker.broker_process import BrokerProcess
+
+WAIT_S = 60.0
+
+
+class KafkaBroker(BrokerProcess):
+    """A one-broker cluster listening for Kafka clients too (any free port, read back)."""
+
+    def __init__(self, data_dir: Path, *extra_args: str) -> None:
+        super().__init__(data_dir, "--kafka-listen", "127.0.0.1:0", *extra_args)
+        self.kafka_port = 0
+
+    def start(self) -> KafkaBroker:
+        super().start()
+        # Printed right after the readiness line, which may have buffered it already (so no
+        # select on the pipe); a broker dying in between ends the pipe: "" below.
+        line = self.proc.stdout.readline().decode().strip()
+        assert line.startswith("kafka listener of broker"), line
+        self.kafka_port = int(line.rsplit(":", 1)[1])
+        return self
+
+    @property
+    def kafka_address(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S):
+    """condition()'s first truthy value, polled until the deadline (AssertionError then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def kafka_request(address: str, request, correlation_id: int = 1, timeout_s: float = 10.0):
+    """Send one kafka-python protocol request; its decoded response."""
+    host, port = address.rsplit(":", 1)
+    request.with_header(correlation_id=correlation_id, client_id="kaska-test")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+        frame = recv_exactly(sock, size)
+    response_class = request.header.get_response_class()
+    response = response_class.decode(frame, header=True)
+    assert response.header.correlation_id == correlation_id
+    return response
+
+
+def recv_exactly(sock: socket.socket, nbytes: int) -> bytes:
+    chunks, got = [], 0
+    while got < nbytes:
+        chunk = sock.recv(nbytes - got)
+        if not chunk:
+            raise ConnectionError(f"closed {nbytes - got} bytes short")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,118 @@
+"""Kafka clients against a three-broker cluster: followers answer NOT_LEADER_OR_FOLLOWER, clients
+find the leader through Metadata, and an idempotent producer rides out the leader's SIGKILL with
+every record stored exactly once."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from tests.integration.kafka.clients import (
+    consume,
+    consume_from_start,
+    create_topic,
+    high_watermarks,
+    kafka_consumer,
+    produce,
+)
+from tests.integration.kafka.kafka_broker import kafka_request, wait_for
+from tests.unit.broker.kafka.kafka_batches import kafka_batch
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name):
+    leader = kafka_cluster.leader_id()
+    follower = kafka_cluster.others(leader)[0]
+    follower_address = kafka_cluster.kafka_address(follower)
+    create_topic(follower_address, topic_name, 2)  # CreateTopics goes to the controller
+
+    metadata = kafka_request(follower_address, MetadataRequest[9](
+        topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert {(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers} == \
+        {(i, kafka_cluster.kafka_address(i)) for i in kafka_cluster.ids}
+    assert metadata.controller_id == leader
+    assert [p.leader_id for p in metadata.topics[0].partitions] == [leader, leader]
+
+    Topic = ProduceRequest.TopicProduceData
+    refused = kafka_request(follower_address, ProduceRequest[9](
+        transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[Topic(
+            name=topic_name, partition_data=[Topic.PartitionProduceData(
+                index=0, records=kafka_batch([(None, b"v", [])]))])]))
+    assert refused.responses[0].partition_responses[0].error_code == NOT_LEADER_OR_FOLLOWER
+
+    # A client that knows only the follower produces and consumes through the leader.
+    records = [(i % 2, None, f"r{i}".encode()) for i in range(1000)]
+    delivered = produce(follower_address, topic_name, records)
+    assert sorted(delivered) == sorted((p, o) for p in range(2) for o in range(500))
+    consumed = consume_from_start(follower_address, topic_name, 2, 1000)
+    assert sorted((p, o, v) for p, o, _k, v in consumed) == sorted(
+        (p, o, v) for (p, _k, v), (_p, o) in zip(records, delivered, strict=True))
+
+
+def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, topic_name):
+    bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
+    create_topic(bootstrap, topic_name, 1)
+    leader = kafka_cluster.leader_id()
+    count = 4000
+    records = [(0, None, f"r{i}".encode()) for i in range(count)]
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            # About 8 s of production (2 ms per record), so the kill lands in the middle.
+            result["delivered"] = produce(bootstrap, topic_name, records, pace_s=0.002,
+                                          **{"linger.ms": 20, "batch.num.messages": 100})
+        except (AssertionError, KafkaException) as exc:  # handed to the test thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    producer = threading.Thread(target=run)
+    producer.start()
+    wait_for(lambda: high_watermarks(bootstrap, topic_name, 1)[0] >= count // 4,
+             "a quarter of the records acknowledged")
+    assert high_watermarks(bootstrap, topic_name, 1)[0] < count and not done.is_set(), \
+        "production ended before the kill: the test would prove nothing"
+    kafka_cluster.kill(leader, signal.SIGKILL)
+    producer.join(120)
+    assert not producer.is_alive(), "producer still running after 120 s"
+    assert "error" not in result, result.get("error")
+    new_leader = kafka_cluster.leader_id()
+    assert new_leader != leader
+    # Exactly once: every record at one offset, nothing stored twice.
+    assert sorted(offset for _p, offset in result["delivered"]) == list(range(count))
+    assert high_watermarks(bootstrap, topic_name, 1) == [count]
+    consumed = consume_from_start(bootstrap, topic_name, 1, count)
+    assert [v for _p, _o, _k, v in consumed] == [v for _p, _k, v in records]
+
+
+def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, topic_name):
+    bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000)])
+    kafka_cluster.wait_caught_up(topic_name, [0])  # every broker holds them all
+    leader = kafka_cluster.leader_id()
+    consumer = kafka_consumer(bootstrap, **{"max.partition.fetch.bytes": 4096,
+                                            "queued.min.messages": 10})
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        head = consume(consumer, 500)
+        kafka_cluster.kill(leader, signal.SIGKILL)
+        # Only the new leader can serve these: the consumer must have found it.
+        produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000, 3000)])
+        rest = consume(consumer, 2500)
+    finally:
+        consumer.close()
+    assert kafka_cluster.leader_id() != leader
+    assert [(offset, value) for _p, offset, _k, value in head + rest] == \
+        [(i, f"c{i}".encode()) for i in range(3000)]

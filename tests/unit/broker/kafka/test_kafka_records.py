@@ -1,0 +1,167 @@
+"""Transcoding RecordBatch v2 <-> Kaska batches (services/broker/kafka/records.py), checked
+against kafka-python's record codec, and Kaska's consumer view of Kafka records."""
+
+import struct
+
+import pytest
+
+from common.kaska.errors import CorruptBatchError, MessageTooLargeError
+from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, encode_varint
+from common.kaska.record_batch import encode_batch, iter_records, parse_header, stamp, validate
+from services.broker.kafka.errors import (
+    INVALID_RECORD,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    UnsupportedRecordsError,
+)
+from services.broker.kafka.producer_ids import kaska_producer_id
+from services.broker.kafka.records import kafka_to_kaska, kaska_to_kafka
+
+from .kafka_batches import BASE_TIMESTAMP_MS, kafka_batch, read_kafka, recrc
+
+GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
+RECORDS = [(b"k0", b"v0", [("h", b"x")]), (None, b"v1", []), (b"k2", None, [("a", None)]),
+           (b"", b"v" * 300, [("h1", b"1"), ("h2", b"2")])]
+
+
+def stored(kaska: bytes, base_offset: int = 40, epoch: int = 3) -> bytearray:
+    """The batch as the leader stamps it into the log."""
+    out = bytearray(kaska)
+    stamp(out, base_offset, epoch)
+    return out
+
+
+def test_kafka_batch_survives_the_round_trip_through_the_log():
+    original = kafka_batch(RECORDS, producer_id=77, epoch=2, base_sequence=9)
+    kaska = stored(kafka_to_kaska(original))
+    header = validate(kaska)
+    assert header.attributes == ATTR_KAFKA_RECORDS
+    assert header.record_count == len(RECORDS)
+    assert header.producer_id == kaska_producer_id(77, 2) and header.sequence == 9
+    assert header.timestamp_ms == BASE_TIMESTAMP_MS
+
+    parsed, records = read_kafka(kaska_to_kafka(kaska, header))
+    assert (parsed.base_offset, parsed.producer_id, parsed.producer_epoch,
+            parsed.base_sequence) == (40, 77, 2, 9)
+    assert parsed.leader_epoch == 3
+    assert parsed.max_timestamp == BASE_TIMESTAMP_MS + 10 * (len(RECORDS) - 1)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records] == [
+        (40 + i, key, value, headers, BASE_TIMESTAMP_MS + 10 * i)
+        for i, (key, value, headers) in enumerate(RECORDS)]
+
+
+def test_kaska_consumer_reads_the_values_of_kafka_records():
+    kaska = stored(kafka_to_kaska(kafka_batch(RECORDS)))
+    assert list(iter_records(kaska)) == [(40, b"v0"), (41, b"v1"), (42, b""), (43, b"v" * 300)]
+
+
+def test_non_idempotent_kafka_batch_has_no_producer():
+    header = parse_header(kafka_to_kaska(kafka_batch(RECORDS[:1])))
+    assert not header.idempotent and header.sequence == -1
+
+
+def test_kaska_batch_reads_as_kafka_records_with_null_keys():
+    values = [b"a", b"", b"c" * 1000]
+    kaska = stored(encode_batch(values, producer_id=b"\x11" * 16, sequence=5,
+                                timestamp_ms=BASE_TIMESTAMP_MS))
+    parsed, records = read_kafka(kaska_to_kafka(kaska, parse_header(kaska)))
+    # A Kaska producer has no Kafka identity.
+    assert (parsed.producer_id, parsed.producer_epoch, parsed.base_sequence) == (-1, -1, -1)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records] == [
+        (40 + i, None, value, [], BASE_TIMESTAMP_MS) for i, value in enumerate(values)]
+
+
+def test_corrupt_crc_is_refused():
+    batch = bytearray(kafka_batch(RECORDS))
+    batch[-1] ^= 0xFF
+    with pytest.raises(CorruptBatchError, match="CRC"):
+        kafka_to_kaska(bytes(batch))
+
+
+@pytest.mark.parametrize("cut", [0, 10, 60, 70])
+def test_truncated_batch_is_refused(cut):
+    with pytest.raises(CorruptBatchError):
+        kafka_to_kaska(kafka_batch(RECORDS)[:cut])
+
+
+def test_two_batches_in_one_partition_are_refused():
+    with pytest.raises(UnsupportedRecordsError) as caught:
+        kafka_to_kaska(kafka_batch(RECORDS) + kafka_batch(RECORDS))
+    assert caught.value.kafka_code == INVALID_RECORD
+
+
+def test_gzip_batch_is_stored_inflated():
+    kaska = stored(kafka_to_kaska(kafka_batch(RECORDS, compression=GZIP)))
+    _parsed, records = read_kafka(kaska_to_kafka(kaska, parse_header(kaska)))
+    assert [(r.key, r.value, r.headers) for r in records] == RECORDS
+
+
+def test_gzip_records_inflating_past_the_bound_are_too_large():
+    bomb = kafka_batch([(None, bytes(100_000), [])], compression=GZIP)
+    assert len(bomb) < 1000
+    with pytest.raises(MessageTooLargeError):
+        kafka_to_kaska(bomb, records_bytes_max=50_000)
+
+
+def test_gzip_records_that_do_not_inflate_are_corrupt():
+    batch = bytearray(kafka_batch(RECORDS, compression=GZIP))
+    batch[80:90] = b"\xff" * 10  # inside the deflate stream
+    with pytest.raises(CorruptBatchError, match="gzip"):
+        kafka_to_kaska(recrc(batch))
+
+
+@pytest.mark.parametrize("codec", [SNAPPY, LZ4, ZSTD])
+def test_other_codecs_are_refused_with_their_code(codec):
+    batch = bytearray(kafka_batch(RECORDS))
+    struct.pack_into(">h", batch, 21, codec)  # attributes: just the codec bits
+    with pytest.raises(UnsupportedRecordsError) as caught:
+        kafka_to_kaska(recrc(batch))
+    assert caught.value.kafka_code == UNSUPPORTED_COMPRESSION_TYPE
+
+
+def test_transactional_batch_is_refused():
+    with pytest.raises(UnsupportedRecordsError) as caught:
+        kafka_to_kaska(kafka_batch(RECORDS, producer_id=1, epoch=0, base_sequence=0,
+                                   transactional=True))
+    assert caught.value.kafka_code == INVALID_RECORD
+
+
+def test_old_magic_is_refused():
+    batch = bytearray(kafka_batch(RECORDS))
+    batch[16] = 1
+    with pytest.raises(UnsupportedRecordsError) as caught:
+        kafka_to_kaska(bytes(batch))
+    assert caught.value.kafka_code == UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def test_record_offset_deltas_must_be_dense():
+    batch = bytearray(kafka_batch([(None, b"x", [])]))
+    # The one record: length varint at 61, attributes at 62, timestamp delta 0 at 63, then
+    # its offset delta at 64 (0); 1 is zigzag -1, a well-formed but wrong delta.
+    assert batch[64] == 0
+    batch[64] = 1
+    with pytest.raises(CorruptBatchError, match="offset delta"):
+        kafka_to_kaska(recrc(batch))
+
+
+def test_record_field_running_past_its_record_is_refused():
+    batch = bytearray(kafka_batch([(None, b"xyz", [])]))
+    value_length_at = 66  # after length, attributes, ts delta, offset delta, null key
+    assert batch[value_length_at] == encode_varint(3)[0]
+    batch[value_length_at] = encode_varint(40)[0]
+    with pytest.raises(CorruptBatchError):
+        kafka_to_kaska(recrc(batch))
+
+
+def test_record_count_must_match_the_last_offset_delta():
+    batch = bytearray(kafka_batch(RECORDS))
+    struct.pack_into(">i", batch, 57, len(RECORDS) + 1)
+    with pytest.raises(CorruptBatchError, match="record count"):
+        kafka_to_kaska(recrc(batch))
+
+
+def test_idempotent_batch_needs_a_sequence():
+    batch = bytearray(kafka_batch(RECORDS, producer_id=5, epoch=0, base_sequence=0))
+    struct.pack_into(">i", batch, 53, -1)
+    with pytest.raises(CorruptBatchError, match="sequence"):
+        kafka_to_kaska(recrc(batch))
