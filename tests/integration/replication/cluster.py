@@ -164,7 +164,8 @@ class BrokerCluster:
         self.metrics_ports = {i: sock.getsockname()[1]
                               for i, sock in zip(self.ids, reserved[size:2 * size], strict=True)}
         self.kafka_ports = {i: sock.getsockname()[1]
-                            for i, sock in zip(self.ids, reserved[2 * size:], strict=True)}
+                            for i, sock in zip(self.ids, reserved[2 * size:], strict=True)
+                            } if kafka else {}
         self.proxies: dict[tuple[int, int], PeerProxy] = {}
         if peer_via_proxy:
             for i in self.ids:
