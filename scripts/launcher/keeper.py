@@ -1,5 +1,6 @@
 """The keeper below the health checkers (scripts/deploy/checker_keeper.py) for run_local's
-processes: a checker whose process is gone without a clean exit (no `.done` mark) was killed;
+processes: a checker whose process is gone without a clean exit (no `.done` mark) was killed; one
+registered but never spawned is about to start (like Compose's `created`);
 `start` spawns it again from its registered command line, as the platform first did.
 Thread-safety: used from the keeper's thread only; the platform's spawn is safe beside the main
 thread's (appends under the GIL, files per service)."""
@@ -25,7 +26,11 @@ class LocalCheckers:
         for name in registry.names():
             if not name.startswith(CHECKER_PREFIX):
                 continue
-            if registry.live_pid(name) is not None:
+            if registry.read_pid(name) is None:
+                # Registered, not spawned yet: the platform is about to start it (as the
+                # process restarter's listing, never a stopped one).
+                states[name] = CheckerState(name, "created", 0)
+            elif registry.live_pid(name) is not None:
                 states[name] = CheckerState(name, "running", 0)
             else:
                 states[name] = CheckerState(name, "exited",

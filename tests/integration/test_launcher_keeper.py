@@ -48,6 +48,16 @@ def test_every_checker_killed_the_keeper_spawns_them_and_nothing_else(platform):
     assert keeper.poll_once() == []
 
 
+def test_a_checker_registered_but_not_spawned_yet_is_left_to_the_platform(tmp_path):
+    layout = RunLayout(tmp_path / "results", tmp_path / "data", keep_broker_data=False)
+    layout.prepare()
+    platform = LocalPlatform(layout, master="local[1]")
+    platform.register("healthchecker-1", SLEEPER)  # the platform spawns it next
+    keeper = CheckerKeeper(LocalCheckers(platform), say=lambda _text: None)
+    assert keeper.poll_once() == []
+    assert _live(platform, ["healthchecker-1"]) == []
+
+
 def test_checkers_that_exited_cleanly_are_not_started(platform):
     keeper = CheckerKeeper(LocalCheckers(platform), say=lambda _text: None)
     for name in CHECKERS:
