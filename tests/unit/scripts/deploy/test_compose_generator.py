@@ -222,5 +222,5 @@ def test_every_long_running_service_counts_an_early_sigterm_as_a_clean_stop():
 def test_the_checkers_give_the_jvms_the_compose_start_deadline():
     services = _services(render(DeploymentShape()))
     command = services["healthchecker-1"]["command"]
-    assert "--start-deadline=spark-*=120" in command
-    assert "--start-deadline=query-service*=120" in command
+    assert "--start-deadline=spark-*=240" in command
+    assert "--start-deadline=query-service*=240" in command
