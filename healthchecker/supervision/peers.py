@@ -87,8 +87,9 @@ def on_peer_state(state: SupervisionState, event: PeerState, now: float):
             continue
         merged = merge_record(ours, _from_shared(entry, now))
         records[entry.name] = merged
-        if ours is not None:
-            actions += transition(entry.name, ours, merged, f"told by node {event.sender}")
+        # A service first known by hearsay is logged too: its heartbeat may come next and
+        # change no phase, and this node would never have said what it holds.
+        actions += transition(entry.name, ours, merged, f"told by node {event.sender}")
     return replace(state, records=records), actions
 
 

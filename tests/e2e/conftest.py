@@ -67,14 +67,22 @@ def deployment(project_image, e2e_data, tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that take the shared deployment down run right after its last other user (not at
-    the end of the run: an idle deployment would load the machine under every later test)."""
+    """The shared deployment's users run one after the other, from where the first of them
+    stands, and the test that takes it down right after them: an idle deployment loads the
+    machine under every test that runs while it is up (in CI, a second deployment's JVMs took
+    over 200 s to start beside it during the start-up chaos test)."""
+    def uses_shared(item) -> bool:
+        return "shared_deployment" in getattr(item, "fixturenames", ())
+
     last = [item for item in items if item.get_closest_marker("takes_shared_deployment_down")]
-    rest = [item for item in items if item not in last]
-    users = [i for i, item in enumerate(rest)
-             if "shared_deployment" in getattr(item, "fixturenames", ())]
-    at = users[-1] + 1 if users else len(rest)
-    items[:] = rest[:at] + last + rest[at:]
+    users = [item for item in items if uses_shared(item) and item not in last]
+    rest = [item for item in items if item not in last and item not in users]
+    if not users:
+        items[:] = rest + last
+        return
+    at = next(i for i, item in enumerate(items) if uses_shared(item) and item not in last)
+    at = len([item for item in items[:at] if item in rest])
+    items[:] = rest[:at] + users + last + rest[at:]
 
 
 @pytest.fixture(scope="session")

@@ -586,3 +586,15 @@ def test_checkpoint_round_trip_across_clocks():
 def test_bad_checkpoint_raises_named_error(data):
     with pytest.raises(SupervisorCheckpointError):
         from_checkpoint(data, now=0.0, wall_now=0.0)
+
+
+def test_a_service_first_known_from_a_peer_is_logged_in_the_phase_the_peer_gave():
+    """A node that hears of a service from a peer before its first heartbeat logs that phase
+    then (seen in CI: the heartbeat that came next changed no phase, and this node never logged
+    the service up at all)."""
+    peer, node = Machine(), Machine(leader=False)
+    _up(peer, "marker")
+    actions = _handover(peer, node)
+    assert Transition("marker", None, Phase.UP, "told by node 3") in actions
+    assert node.phase("marker") is Phase.UP
+    assert [a for a in node.on(Seen("marker", "h:1")) if isinstance(a, Transition)] == []
