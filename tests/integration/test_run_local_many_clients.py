@@ -95,8 +95,15 @@ def test_eight_clients_joining_one_killed_and_resumed_all_exact_and_independent(
         summary = summary_of(results / name)
         assert summary["status"] == "completed"
         assert summary["resumed"] is (name == VICTIM), name
+        assert summary["rows_rejected"]["flights"]["wrong_field_count"] > 0, name  # short rows
+        assert sum(summary["rows_invalid_for_queries"]["q4"].values()) > 0, name
         client_ids.add(summary["client_id"])
     assert len(client_ids) == len(names)
+    # Different seeds, different data: a session answered with another's rows would differ.
+    answers = {(results / name / "q4.csv").read_text() for name in names}
+    assert len(answers) == len(names)
+    assert f"{len(names)} of {len(names)} sessions completed" in output
+    assert "stopping everything this run started" in output
     victim = summary_of(results / VICTIM)
     assert victim["upload"]["flights"]["messages_skipped"] >= VICTIM_ACKED_MIN
     checker_logs = "".join(p.read_text() for p in (results / "run" / "logs").glob("health*"))
