@@ -9,7 +9,8 @@ scrape's thread: the partitions' offsets and the Raft state are immutable snapsh
 reads, so a scrape never takes a partition lock or blocks a produce.
 
 Metric families (names: `kaska_` prefix, `_total` counters, base units):
-- traffic: `kaska_requests_total{api,code,error}`; in: `kaska_produced_bytes_total`,
+- traffic: `kaska_requests_total{api,code,error}`, `kaska_kafka_requests_total{api,outcome}`
+  (the Kafka listener's); in: `kaska_produced_bytes_total`,
   `kaska_produced_records_total` (client batches this broker appended as leader, retries that
   were dropped as duplicates not counted, internal topics not counted); out:
   `kaska_fetched_bytes_total{api}` and `kaska_fetched_records_total{api}` (record batches sent
@@ -93,6 +94,7 @@ class TrafficSnapshot:
     records_in: int
     bytes_out: dict[str, int]  # api -> record batch bytes sent
     records_out: dict[str, int]
+    kafka_requests: dict[tuple[str, str], int]  # (Kafka api name, outcome) -> answers
 
 
 class BrokerCounters:
@@ -107,6 +109,7 @@ class BrokerCounters:
         self._bytes_out: Counter[str] = Counter()
         self._records_out: Counter[str] = Counter()
         self._lease_refusals = 0
+        self._kafka_requests: Counter[tuple[str, str]] = Counter()
 
     def answered(self, api: int, error: KaskaError | None, reply=None) -> None:
         """One request answered: with `error`, or with `reply` (a services.broker.reply.Reply
@@ -121,6 +124,12 @@ class BrokerCounters:
             if sent_bytes:
                 self._bytes_out[name] += sent_bytes
                 self._records_out[name] += sent_records
+
+    def kafka_answered(self, api: str, outcome: str) -> None:
+        """One request of the Kafka listener answered (kafka/requests.py): `outcome` is ok,
+        unsupported_version, invalid_request, a refusal's KaskaError class, or internal_error."""
+        with self._lock:
+            self._kafka_requests[(api, outcome)] += 1
 
     def appended(self, batch_bytes: int, records: int) -> None:
         """A client batch appended by this broker as leader (not a dropped duplicate)."""
@@ -142,7 +151,8 @@ class BrokerCounters:
     def snapshot(self) -> TrafficSnapshot:
         with self._lock:
             return TrafficSnapshot(dict(self._requests), self._bytes_in, self._records_in,
-                                   dict(self._bytes_out), dict(self._records_out))
+                                   dict(self._bytes_out), dict(self._records_out),
+                                   dict(self._kafka_requests))
 
 
 class BrokerCollector(Collector):
@@ -188,6 +198,13 @@ class BrokerCollector(Collector):
         for (api, code, error), value in sorted(counts.requests.items()):
             requests.add_metric([api, code, error], value)
         yield requests
+        kafka = CounterMetricFamily(
+            "kaska_kafka_requests", "Requests of the Kafka listener answered, by api and outcome "
+            "(ok, unsupported_version, invalid_request, a refusal's error, internal_error).",
+            labels=["api", "outcome"])
+        for (api, outcome), value in sorted(counts.kafka_requests.items()):
+            kafka.add_metric([api, outcome], value)
+        yield kafka
         yield CounterMetricFamily(
             "kaska_produced_bytes", "Bytes of client record batches appended as leader (duplicates "
             "and internal topics not counted).", value=counts.bytes_in)

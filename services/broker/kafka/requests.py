@@ -7,7 +7,10 @@ answer, anything else unsupported a lone UNSUPPORTED_VERSION); the header and bo
 the api's schema (garbage: a lone INVALID_REQUEST); then the handler. A handler's bug costs
 its request (UNKNOWN_SERVER_ERROR, logged), never the connection or the broker. A handler may
 answer later (DeferredResponse: a Produce waiting for acks): its frame is then a Deferred
-(answers.py) that the connection's answer thread waits for, in request order.
+(answers.py) that the connection's answer thread waits for, in request order. Every request
+is counted once it is answered, by api and outcome (`kaska_kafka_requests_total`): ok, the
+lone error of a refused frame (unsupported_version, invalid_request), a handler's refusal (its
+KaskaError's class) or internal_error.
 
 Thread-safe (no state of its own).
 """
@@ -51,6 +54,7 @@ def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | Deferred
     if not api_versions.supports(fixed.api_key, fixed.api_version):
         log.info("kafka request from %s: api %d version %d not supported", peer, fixed.api_key,
                  fixed.api_version)
+        _count(kctx, fixed, "unsupported_version")
         if fixed.api_key == api_versions.API_VERSIONS:
             return encode_response(fixed.correlation_id, api_versions.unsupported_answer(),
                                    flexible_header=False)
@@ -60,8 +64,15 @@ def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | Deferred
     except DECODE_ERRORS as exc:
         log.info("kafka request from %s: api %d v%d does not parse: %r", peer, fixed.api_key,
                  fixed.api_version, exc)
+        _count(kctx, fixed, "invalid_request")
         return encode_error_only(fixed.correlation_id, INVALID_REQUEST)
     return _handle(kctx, spec, request, fixed, peer)
+
+
+def _count(kctx: KafkaContext, fixed: FixedHeader, outcome: str) -> None:
+    spec = API_SPECS.get(fixed.api_key)
+    api = spec.request_class.__name__.removesuffix("Request") if spec else "unknown"
+    kctx.broker.metrics.kafka_answered(api, outcome)
 
 
 def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
@@ -70,29 +81,35 @@ def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
         response = spec.handle(kctx, request)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
+        _count(kctx, fixed, type(error).__name__)
         return encode_error_only(fixed.correlation_id, kafka_code(error))
     except Exception:
         # A handler bug: this request gets an error, the connection lives on.
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
+        _count(kctx, fixed, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
     if isinstance(response, DeferredResponse):
-        return Deferred(lambda: _encode(spec, response.wait, fixed, peer))
-    return _encode(spec, lambda: response, fixed, peer)
+        return Deferred(lambda: _encode(kctx, spec, response.wait, fixed, peer))
+    return _encode(kctx, spec, lambda: response, fixed, peer)
 
 
-def _encode(spec, response_of, fixed: FixedHeader, peer: str) -> bytes | None:
+def _encode(kctx: KafkaContext, spec, response_of, fixed: FixedHeader,
+            peer: str) -> bytes | None:
     """The answer frame of `response_of()` (which may wait, and may raise like a handler)."""
     try:
         response = response_of()
-        if response is None:
-            return None
-        body = response.encode(version=fixed.api_version)
+        body = None if response is None else response.encode(version=fixed.api_version)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
+        _count(kctx, fixed, type(error).__name__)
         return encode_error_only(fixed.correlation_id, kafka_code(error))
     except Exception:
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
+        _count(kctx, fixed, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
+    _count(kctx, fixed, "ok")
+    if body is None:
+        return None  # acks=0: no answer
     flexible = (spec.request_class.flexible_version_q(fixed.api_version)
                 and fixed.api_key != api_versions.API_VERSIONS)
     return encode_response(fixed.correlation_id, bytes(body), flexible_header=flexible)

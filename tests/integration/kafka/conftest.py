@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests.integration.kafka.kafka_broker import KafkaBroker
-from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster, free_ports
 
 LOG_TAIL_BYTES = 6000
 _names = itertools.count()
@@ -26,7 +26,10 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory):
-    process = KafkaBroker(tmp_path_factory.mktemp("kafka") / "data").start()
+    (metrics_port,) = free_ports(1)
+    process = KafkaBroker(tmp_path_factory.mktemp("kafka") / "data",
+                          "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
+    process.metrics_port = metrics_port
     yield process
     process.kill()
 

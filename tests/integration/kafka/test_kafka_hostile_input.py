@@ -14,6 +14,7 @@ from kafka.protocol.producer import ProduceRequest
 from tests.integration.broker.broker_process import closed_by_peer
 from tests.integration.kafka.clients import create_topic
 from tests.integration.kafka.kafka_broker import kafka_request, recv_exactly
+from tests.integration.metrics_scrape import scrape
 from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,17 @@ def still_serves(broker) -> None:
     assert response.error_code == 0 and broker.alive()
 
 
+def kafka_answers(broker, api: str, outcome: str) -> float:
+    """kaska_kafka_requests_total{api, outcome} of the broker's /metrics (0 before any)."""
+    _text, samples = scrape(broker.metrics_port)
+    labels = (("api", api), ("outcome", outcome))
+    return samples.get(("kaska_kafka_requests_total", labels), 0.0)
+
+
 def test_garbage_unknown_apis_and_versions_get_errors_on_one_connection(kafka_broker):
+    counted = [("Metadata", "invalid_request"), ("unknown", "unsupported_version"),
+               ("Produce", "unsupported_version"), ("Metadata", "ok")]
+    before = {key: kafka_answers(kafka_broker, *key) for key in counted}
     with connect(kafka_broker) as sock:
         send_frame(sock, struct.pack(">hhi", 3, 9, 11) + b"\xff" * 40)  # Metadata v9, garbage
         assert read_answer(sock) == (11, struct.pack(">h", INVALID_REQUEST))
@@ -67,6 +78,9 @@ def test_garbage_unknown_apis_and_versions_get_errors_on_one_connection(kafka_br
         sock.sendall(request.encode(header=True, framed=True))
         correlation_id, _rest = read_answer(sock)
         assert correlation_id == 14
+    # Each answered, each counted under its api and outcome.
+    assert {key: kafka_answers(kafka_broker, *key) - before[key] for key in counted} == {
+        key: 1 for key in counted}
     still_serves(kafka_broker)
 
 

@@ -2,6 +2,7 @@
 negotiation, unsupported and garbage requests. No handler runs here that needs a broker."""
 
 import struct
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -10,8 +11,22 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 
 from services.broker.kafka import api_versions, requests
 from services.broker.kafka.dispatch import API_SPECS
-from services.broker.kafka.errors import INVALID_REQUEST, MalformedRequestError
+from services.broker.kafka.errors import (
+    INVALID_REQUEST,
+    UNKNOWN_SERVER_ERROR,
+    MalformedRequestError,
+)
 from services.broker.kafka.framing import encode_response, frame_size, parse_fixed_header
+from services.broker.metrics import BrokerCounters
+
+
+def counted(counters: BrokerCounters | None = None) -> SimpleNamespace:
+    """A KafkaContext stand-in for handlers that read nothing but the broker's counters."""
+    return SimpleNamespace(broker=SimpleNamespace(metrics=counters or BrokerCounters()))
+
+
+def kafka_counts(counters: BrokerCounters) -> dict[tuple[str, str], int]:
+    return counters.snapshot().kafka_requests
 
 
 def request_frame(request, correlation_id=7) -> bytes:
@@ -28,7 +43,7 @@ def split_answer(answer: bytes) -> tuple[int, bytes]:
 
 @pytest.mark.parametrize("version", range(5))
 def test_api_versions_answers_every_version_we_offer(version):
-    answer = requests.answer(None, request_frame(
+    answer = requests.answer(counted(), request_frame(
         ApiVersionsRequest[version](client_software_name="t", client_software_version="1")))
     correlation_id, body = split_answer(answer)
     response = ApiVersionsResponse.decode(body, version=version)
@@ -41,7 +56,7 @@ def test_newer_api_versions_gets_the_v0_list_and_unsupported_version():
     frame = bytearray(request_frame(ApiVersionsRequest[3](client_software_name="t",
                                                            client_software_version="1")))
     struct.pack_into(">h", frame, 2, 9)  # a version from the future
-    correlation_id, body = split_answer(requests.answer(None, bytes(frame)))
+    correlation_id, body = split_answer(requests.answer(counted(), bytes(frame)))
     response = ApiVersionsResponse.decode(body, version=0)
     assert correlation_id == 7 and response.error_code == 35
     assert {key.api_key for key in response.api_keys} == set(api_versions.SUPPORTED)
@@ -51,7 +66,7 @@ def test_newer_api_versions_gets_the_v0_list_and_unsupported_version():
                                               (0, 2), (1, 13)])
 def test_unsupported_api_or_version_answers_unsupported_version(api_key, version):
     frame = struct.pack(">hhi", api_key, version, 99) + b"\x00\x00rest"
-    correlation_id, body = split_answer(requests.answer(None, frame))
+    correlation_id, body = split_answer(requests.answer(counted(), frame))
     assert (correlation_id, body) == (99, struct.pack(">h", 35))
 
 
@@ -60,7 +75,7 @@ def test_garbage_body_answers_invalid_request():
                                              include_topic_authorized_operations=False))
     # Claim a topic array of 2^20 entries that the frame does not hold.
     garbled = frame[:-4] + b"\xff\xff\xff\x7f"
-    correlation_id, body = split_answer(requests.answer(None, garbled))
+    correlation_id, body = split_answer(requests.answer(counted(), garbled))
     assert (correlation_id, body) == (7, struct.pack(">h", INVALID_REQUEST))
 
 
@@ -89,3 +104,30 @@ def test_decoders_fail_only_with_the_errors_we_catch(pair, garbage):
         API_SPECS[api_key].request_class.decode(frame, version=version, header=True)
     except requests.DECODE_ERRORS:
         pass  # answered INVALID_REQUEST; anything else would escape to the blind handler
+
+
+def test_every_answer_is_counted_by_api_and_outcome():
+    counters = BrokerCounters()
+    ok = request_frame(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"))
+    requests.answer(counted(counters), ok)
+    requests.answer(counted(counters), struct.pack(">hhi", 1000, 0, 99) + b"rest")
+    garbled = request_frame(MetadataRequest[9](topics=None, allow_auto_topic_creation=False,
+                                               include_topic_authorized_operations=False))
+    requests.answer(counted(counters), garbled[:-4] + b"\xff\xff\xff\x7f")
+    assert kafka_counts(counters) == {("ApiVersions", "ok"): 1,
+                                      ("unknown", "unsupported_version"): 1,
+                                      ("Metadata", "invalid_request"): 1}
+
+
+def test_a_handler_bug_costs_its_request_and_is_counted(monkeypatch):
+    def broken(kctx, request):
+        raise RuntimeError("a bug")
+
+    spec = API_SPECS[api_versions.METADATA]
+    monkeypatch.setitem(API_SPECS, api_versions.METADATA, type(spec)(spec.request_class, broken))
+    counters = BrokerCounters()
+    frame = request_frame(MetadataRequest[9](topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+    correlation_id, body = split_answer(requests.answer(counted(counters), frame))
+    assert (correlation_id, body) == (7, struct.pack(">h", UNKNOWN_SERVER_ERROR))
+    assert kafka_counts(counters) == {("Metadata", "internal_error"): 1}
