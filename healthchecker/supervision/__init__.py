@@ -27,7 +27,10 @@ Phases of one service (every checker tracks them all the time, leader or not):
               restarter lists it as stopped (it ran and is gone)
     STARTING  (re)started at `since`; UP at its first heartbeat or answered probe; DEAD when it
               misses its start deadline (per service kind, `start_deadline_for`; every missed
-              deadline doubles the next one, up to `start_deadline_growth_max` times)
+              deadline doubles the next one, up to `start_deadline_growth_max` times).
+              With `hung_timeout_s` set, the leader inspects it every `hung_timeout_s / 2`
+              meanwhile: a frozen start (SIGSTOP, paused) is DEAD at once, not at a JVM's
+              deadline minutes later; running or not running yet, it waits on
     UP        seen; DEAD when silent for more than `heartbeat_timeout_s`, or at once when its
               heartbeat connection is closed without a goodbye (`Lost`: the process is gone).
               With `hung_timeout_s` set, silence past the heartbeat timeout makes the leader

@@ -133,6 +133,8 @@ def _on_lost(record: ServiceRecord | None, event: Lost, now: float):
 
 
 def _on_inspected(record: ServiceRecord | None, event: Inspected, now: float):
+    if record is not None and record.phase in (Phase.STARTING, Phase.UNKNOWN):
+        return _on_inspected_starting(record, event, now)
     if record is None or record.phase is not Phase.UP or (
         record.inspected_silence != event.silent_since
     ):
@@ -143,6 +145,20 @@ def _on_inspected(record: ServiceRecord | None, event: Inspected, now: float):
     what = "no heartbeat" + (f" from {record.instance}" if record.instance else "")
     state = "frozen" if event.frozen else "state unknown"
     cause = f"{what} for {silent_s:.1f}s, its process {state}: {event.detail}"
+    new = replace(record, phase=Phase.DEAD, since=now, cause=cause)
+    return new, transition(event.name, record, new, cause)
+
+
+def _on_inspected_starting(record: ServiceRecord, event: Inspected, now: float):
+    """Only a frozen start is dead here: not running yet (a container being created) or
+    unknown, the start deadline still decides; not a start miss (the deadline is not doubled)."""
+    if record.in_flight or record.inspected_silence != event.silent_since or (
+        event.frozen is not True
+    ):
+        return None, []  # another restart since, or not frozen
+    after = "its restart" if record.phase is Phase.STARTING else "this node learned of it"
+    cause = f"frozen {now - record.since:.1f}s after {after}, before its first sign of life: " \
+        f"{event.detail}"
     new = replace(record, phase=Phase.DEAD, since=now, cause=cause)
     return new, transition(event.name, record, new, cause)
 
@@ -257,6 +273,8 @@ def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: fl
             cause = (f"no sign of life {now - record.since:.1f}s after its restart "
                      f"(start deadline {deadline_s:g}s)")
             start_misses += 1
+        elif config.hung_timeout_s is not None and is_leader:
+            return _inspect_starting(config, name, record, now)
     elif record.phase is Phase.UP:
         assert record.last_seen_at is not None
         silent_s = now - record.last_seen_at
@@ -269,6 +287,8 @@ def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: fl
             cause = (f"never seen by this node for {now - record.since:.1f}s "
                      f"(start deadline {deadline_s:g}s)")
             start_misses += 1
+        elif config.hung_timeout_s is not None and is_leader:
+            return _inspect_starting(config, name, record, now)
     if cause is None:
         return record, []
     new = replace(record, phase=Phase.DEAD, since=now, cause=cause, start_misses=start_misses)
@@ -304,6 +324,25 @@ def _expire_silent(config: SupervisionConfig, name: str, record: ServiceRecord, 
         return record, []
     new = replace(record, phase=Phase.DEAD, since=now, cause=cause)
     return new, transition(name, record, new, cause)
+
+
+def _inspect_starting(config: SupervisionConfig, name: str, record: ServiceRecord, now: float):
+    """A STARTING service (or an expected UNKNOWN one: starting with the deployment, as far as
+    this node knows) before its deadline, inspection on: the leader asks now and then whether
+    its process is frozen, so that a start SIGSTOPped (or paused) is restarted
+    then, not at a JVM's start deadline minutes later. Running or unknown: it waits on. Asked
+    every half hung timeout (10 s by default), not every heartbeat timeout: a deployment
+    starts a dozen services at once, on a machine busy starting them."""
+    assert config.hung_timeout_s is not None
+    interval_s = config.hung_timeout_s / 2
+    if now - record.since <= interval_s:
+        return record, []
+    if record.inspected_silence == record.since and record.inspect_asked_at is not None and (
+        now - record.inspect_asked_at <= interval_s
+    ):
+        return record, []
+    asked = replace(record, inspected_silence=record.since, inspect_asked_at=now)
+    return asked, [Inspect(name, record.since)]
 
 
 def _restart(config: SupervisionConfig, name: str, record: ServiceRecord, now: float):

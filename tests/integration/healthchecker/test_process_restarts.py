@@ -69,6 +69,28 @@ def test_sigstopped_service_is_killed_and_replaced(cluster):
     assert f"its process frozen: pid {old_pid} stopped" in line, "told frozen, not slow"
 
 
+def test_a_start_stopped_before_its_first_heartbeat_is_replaced_long_before_its_deadline(
+        tmp_path):
+    """SIGSTOP lands while a slow starter is still starting (no heartbeat yet; its start
+    deadline is 120 s): the leader's inspection of the start finds it frozen and restarts it
+    then -- every half hung timeout, 3 s here -- not at the deadline."""
+    cluster = LocalCluster(tmp_path, checkers=3, timings={"--start-deadline": "slow-*=120"})
+    try:
+        cluster.add_dummy("slow-1", "--start-delay-s", "10")
+        cluster.start_checkers()
+        wait_until(lambda: cluster.leader() == 3, 15)
+        old_pid = cluster.start("slow-1")
+        os.kill(old_pid, signal.SIGSTOP)
+        new_pid = wait_until(lambda: cluster.new_pid("slow-1", old_pid), 60)
+        assert not cluster.heard_from("slow-1", old_pid), "stopped before its first heartbeat"
+        (line,) = cluster.all_restart_lines("slow-1")
+        assert "before its first sign of life" in line and f"pid {old_pid} stopped" in line, line
+        assert process_start_ticks(old_pid) is None, "the stopped instance must be gone"
+        wait_until(lambda: cluster.heard_from("slow-1", new_pid), 60)
+    finally:
+        cluster.shutdown()
+
+
 def test_a_busy_service_that_cannot_beat_is_left_alone_until_the_hung_timeout(cluster):
     """Silent but running (its heartbeat thread starved, as a JVM on a loaded machine): the
     leader inspects it, finds it running, and restarts it only once silent the hung timeout,

@@ -187,6 +187,77 @@ def test_a_connection_lost_is_dead_at_once_even_with_inspection():
     assert restart.name == "broker-1"
 
 
+def _restarted(machine: Machine, name: str = "spark-worker-1") -> float:
+    """`name` up, lost and restarted (its restart confirmed): returns when it began STARTING."""
+    _up(machine, name, "h:1")
+    machine.at(1.0).on(Lost(name, "h:1"))
+    (restart,) = machine.restarts(machine.on(Tick()))
+    machine.at(1.5).on(RestartDone(name, ok=True))
+    assert machine.phase(name) is Phase.STARTING
+    return 1.5
+
+
+def test_a_start_frozen_before_its_first_sign_of_life_is_restarted_at_the_inspection():
+    machine = Machine(INSPECTING)
+    since = _restarted(machine)
+    assert machine.tick_until(since + 10.0) == [], "inspected once half the hung timeout went by"
+    actions = machine.tick_until(since + 10.1)
+    assert actions == [Inspect("spark-worker-1", since)], actions
+    actions = machine.at(12.0).on(Inspected("spark-worker-1", since, True, "container paused"))
+    (transition,) = actions
+    assert (transition.previous, transition.phase) == (Phase.STARTING, Phase.DEAD)
+    assert "frozen 10.5s after its restart, before its first sign of life: container paused" \
+        in transition.reason
+    (restart,) = machine.restarts(machine.on(Tick()))  # 49 s before its 60 s start deadline
+    assert restart.attempt == 2
+    assert machine.state.records["spark-worker-1"].start_misses == 0, "not a slow start"
+
+
+def test_a_slow_start_that_runs_is_inspected_every_heartbeat_timeout_and_left_to_its_deadline():
+    machine = Machine(INSPECTING)
+    since = _restarted(machine)
+    asked = []
+    while machine.now < since + 60.0 - 1e-9:
+        for action in machine.tick_until(min(machine.now + 0.5, since + 60.0)):
+            assert isinstance(action, Inspect), action
+            asked.append(machine.now)
+            for frozen in (False, None):  # running, or not yet running: both wait on
+                assert machine.on(Inspected(action.name, action.silent_since, frozen, "")) == []
+    assert len(asked) == pytest.approx(5, abs=1), asked  # about one every 10 s
+    assert len(machine.restarts()) == 1, "only the restart of the loss"
+    (restart,) = machine.restarts(machine.tick_until(since + 60.2))
+    assert "start deadline 60s" in restart.cause
+
+
+def test_a_service_frozen_while_the_deployment_starts_is_restarted_at_the_inspection():
+    machine = Machine(INSPECTING)
+    machine.at(2.0).on(Expected(frozenset({"spark-master"}), observed_at=2.0))
+    assert machine.phase("spark-master") is Phase.UNKNOWN
+    actions = machine.tick_until(2.0 + 10.1)
+    assert actions == [Inspect("spark-master", 2.0)], actions
+    (transition,) = machine.at(12.5).on(Inspected("spark-master", 2.0, True, "stopped (T)"))
+    assert (transition.previous, transition.phase) == (Phase.UNKNOWN, Phase.DEAD)
+    assert "after this node learned of it" in transition.reason
+    assert len(machine.restarts(machine.on(Tick()))) == 1
+
+
+def test_an_answer_about_an_earlier_start_changes_nothing():
+    machine = Machine(INSPECTING)
+    since = _restarted(machine)
+    machine.tick_until(since + 10.1)
+    assert machine.at(12.0).on(Inspected("spark-worker-1", since - 1.0, True, "stale")) == []
+    assert machine.phase("spark-worker-1") is Phase.STARTING
+
+
+def test_a_follower_and_a_checker_without_inspection_never_inspect_a_start():
+    for machine in (Machine(INSPECTING, leader=False), Machine()):
+        _up(machine, "spark-worker-1", "h:1")
+        machine.at(1.0).on(Lost("spark-worker-1", "h:1"))
+        machine.on(Tick())
+        machine.at(1.5).on(RestartDone("spark-worker-1", ok=True))
+        assert [a for a in machine.tick_until(30.0) if isinstance(a, Inspect)] == []
+
+
 def test_hung_timeout_below_the_heartbeat_timeout_is_refused():
     from healthchecker.supervision import SupervisionConfigError
 
