@@ -70,10 +70,18 @@ def watch(driver, url: str, what: str, condition, timeout_s: float, seen: list[s
     still starting), which reloads nothing: the page is then asked for again, as a user would
     (seen once: the first load came before the service listened, and the test watched
     Chromium's error page for 300 s)."""
+    from selenium.common.exceptions import WebDriverException
+
     deadline = time.monotonic() + timeout_s
+    load_error = ""
     while time.monotonic() < deadline:
         if driver.title != PAGE_TITLE and NOT_READY not in driver.page_source:
-            driver.get(url)
+            try:
+                driver.get(url)
+            except WebDriverException as error:  # e.g. net::ERR_CONNECTION_REFUSED / _RESET
+                load_error = f"; the last load failed: {error.msg}"
+                time.sleep(POLL_S)
+                continue
         html = driver.page_source
         state = state_of(html, VICTIM)
         if state and (not seen or seen[-1] != state):
@@ -81,13 +89,13 @@ def watch(driver, url: str, what: str, condition, timeout_s: float, seen: list[s
         if condition(html):
             return html
         time.sleep(POLL_S)
-    raise AssertionError(f"the page did not show {what} in {timeout_s} s; states seen {seen}")
+    raise AssertionError(f"the page did not show {what} in {timeout_s} s; states seen "
+                         f"{seen}{load_error}")
 
 
 def test_the_page_shows_a_killed_broker_dead_then_healed(shared_deployment, browser, tmp_path):
     # The suite's running deployment: the kill heals, and kill() records it for the others.
-    deployment = shared_deployment
-    browser.get(deployment.status_url)
+    deployment = shared_deployment  # watch() loads the page (again, while it does not answer)
     seen: list[str] = []
     watch(browser, deployment.status_url, f"{VICTIM} up and a health-checker leader", lambda html: (
         state_of(html, VICTIM) == "up" and "health-checker leader:" in html
