@@ -29,16 +29,14 @@ start once the broker listens and stop first on shutdown.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
-import socket
-import struct
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from common.kaska.protocol.metadata import BrokerInfo
+from services.broker.acceptor import Acceptor
 from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
@@ -58,9 +56,6 @@ if TYPE_CHECKING:
     from services.broker.kafka.listener import KafkaListener
 
 log = logging.getLogger(__name__)
-
-ACCEPT_ERROR_PAUSE_S = 0.1
-FORCED_CLOSE_WAIT_S = 1.0
 
 
 class Companion(Protocol):
@@ -94,23 +89,17 @@ def replication_config(config: BrokerConfig) -> ReplicationConfig:
         journal_bytes_max=config.journal_bytes_max)
 
 
-def _timeval(seconds: float) -> bytes:
-    whole = int(seconds)
-    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
-
-
 class BrokerServer:
     def __init__(self, config: BrokerConfig, companions: Iterable[Companion] = ()) -> None:
         self.config = config
         self._companions = list(companions)
         self._lock = threading.Lock()
-        self._connections_changed = threading.Condition(self._lock)
-        self._connections: set[Connection] = set()
         self._stopping = False
-        self._stop_requested = threading.Event()
         self._stopped = threading.Event()
-        self._listener: socket.socket | None = None
-        self._accept_thread: threading.Thread | None = None
+        self._acceptor = Acceptor(config.host, config.port, name="kaska",
+                                  connections_max=config.connections_max,
+                                  read_timeout_s=config.read_timeout_s,
+                                  backlog=config.listen_backlog)
         self.address: tuple[str, int] | None = None
         self.kafka: KafkaListener | None = None
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
@@ -132,7 +121,7 @@ class BrokerServer:
     def _start_locked(self) -> None:
         config = self.config
         # Bind first (a taken port fails fast), listen only once recovery is done.
-        self._listener = self._bind()
+        self._acceptor.bind()
         self.kafka = self._bind_kafka()
         self.storage = Log(config.data_dir, log_config(config))
         notifier = DataNotifier()
@@ -147,8 +136,8 @@ class BrokerServer:
             on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify,
             peer_signer=signer)
         self.offsets.load()
-        self._listener.listen(config.listen_backlog)
-        self.address = self._listener.getsockname()[:2]
+        self._acceptor.listen()
+        self.address = self._acceptor.address
         advertised = (config.advertised_host or self.address[0],
                       config.advertised_port or self.address[1])
         self.replicas = ReplicaManager(self.node, advertised, self.storage,
@@ -169,16 +158,14 @@ class BrokerServer:
             companion.start()
         if self.kafka is not None:
             self.kafka.start(self._kafka_context())
-        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                               name="kaska-accept")
-        self._accept_thread.start()
+        self._acceptor.start(lambda sock, peer, forget: Connection(sock, peer, self.context,
+                                                                   forget))
 
     def stop(self) -> None:
         """Graceful stop; safe to call more than once and from any thread."""
         with self._lock:
             already = self._stopping
             self._stopping = True
-        self._stop_requested.set()
         if already:
             self._stopped.wait()
             return
@@ -225,16 +212,6 @@ class BrokerServer:
 
     # -- start helpers -----------------------------------------------------------------------
 
-    def _bind(self) -> socket.socket:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((self.config.host, self.config.port))
-        except OSError:
-            listener.close()
-            raise
-        return listener
-
     def _bind_kafka(self) -> KafkaListener | None:
         config = self.config
         if config.kafka_host is None:
@@ -269,8 +246,7 @@ class BrokerServer:
         retention = getattr(self, "_retention", None)
         if retention is not None:
             retention.stop()
-        if self._listener is not None:
-            self._listener.close()
+        self._acceptor.close_unstarted()
         node = getattr(self, "node", None)
         if node is not None:
             node.stop()
@@ -278,87 +254,24 @@ class BrokerServer:
         if storage is not None:
             storage.close()
 
-    # -- accepting ---------------------------------------------------------------------------
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                sock, peer = self._listener.accept()
-            except OSError as exc:
-                if self._stopping:
-                    return
-                # E.g. EMFILE: pause instead of spinning, the next accept may succeed.
-                log.warning("accept failed: %s", exc)
-                self._stop_requested.wait(ACCEPT_ERROR_PAUSE_S)
-                continue
-            self._admit(sock, f"{peer[0]}:{peer[1]}")
-
-    def _admit(self, sock: socket.socket, peer: str) -> None:
-        try:
-            timeout = _timeval(self.config.read_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
-        except OSError as exc:  # the client is already gone
-            log.info("dropping %s before serving it: %s", peer, exc)
-            sock.close()
-            return
-        with self._lock:
-            open_count = len(self._connections)
-            admitted = not self._stopping and open_count < self.config.connections_max
-            if admitted:
-                connection = Connection(sock, peer, self.context, self._forget)
-                self._connections.add(connection)
-        if not admitted:
-            log.warning("refusing %s: %d connections open (max %d) or stopping", peer,
-                        open_count, self.config.connections_max)
-            sock.close()
-            return
-        threading.Thread(target=connection.run, daemon=True, name=f"kaska-conn-{peer}").start()
-
-    def _forget(self, connection: Connection) -> None:
-        with self._lock:
-            self._connections.discard(connection)
-            self._connections_changed.notify_all()
-
     @property
     def connection_count(self) -> int:
-        with self._lock:
-            return len(self._connections)
+        return self._acceptor.connection_count
 
     # -- stop helpers ------------------------------------------------------------------------
 
     def _stop_accepting(self) -> None:
-        with contextlib.suppress(OSError):  # shutdown of a listener wakes accept(); may race
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._accept_thread.join()
+        self._acceptor.stop_accepting()
         if self.kafka is not None:
             self.kafka.stop_accepting()
 
     def _drain_connections(self) -> None:
-        if self.kafka is not None:  # both listeners' connections drain at the same time
-            self.kafka.interrupt_all()
-        with self._lock:
-            connections = list(self._connections)
-        for connection in connections:
-            connection.interrupt()
-        drained = self._wait_connections_gone(self.config.shutdown_grace_s)
-        if self.kafka is not None:
-            self.kafka.drain(self.config.shutdown_grace_s)
-        if drained:
-            return
-        with self._lock:
-            stuck = list(self._connections)
-        log.warning("forcing %d connections closed after the grace period", len(stuck))
-        for connection in stuck:
-            connection.force_close()
-        if not self._wait_connections_gone(FORCED_CLOSE_WAIT_S):
-            log.error("%d connections still running at close", self.connection_count)
-
-    def _wait_connections_gone(self, timeout_s: float) -> bool:
-        with self._lock:
-            return self._connections_changed.wait_for(lambda: not self._connections, timeout_s)
+        """Both listeners' connections drain at the same time, each within the grace period."""
+        acceptors = [self._acceptor] + ([self.kafka] if self.kafka is not None else [])
+        for acceptor in acceptors:
+            acceptor.interrupt_all()
+        for acceptor in acceptors:
+            acceptor.finish(self.config.shutdown_grace_s)
 
     def _close_storage(self) -> None:
         self.storage.flush()
