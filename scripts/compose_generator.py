@@ -16,11 +16,13 @@ failures, so an even N (one more broker, no more tolerance) is refused, as are N
 N > `BROKERS_MAX`.
 
 Published on the host (everything else stays inside the Compose network): the live status page
-(`services/status`), the Spark master's web UI and the query service's driver UI, bound to
-`--publish-host` (default 127.0.0.1: this machine only) on `--status-port` (8000),
-`--spark-master-ui-port` (8080) and `--spark-driver-ui-port` (4040). These are the defaults of
-the variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT, FLIGHTS_SPARK_MASTER_UI_PORT and
-FLIGHTS_SPARK_DRIVER_UI_PORT, so one rendering can also run beside another deployment.
+(`services/status`), the Spark master's web UI, the query service's driver UI and each broker's
+Kafka listener (docs/kafka.md), bound to `--publish-host` (default 127.0.0.1: this machine only)
+on `--status-port` (8000), `--spark-master-ui-port` (8080), `--spark-driver-ui-port` (4040) and
+`--kafka-port-base` + i - 1 for broker-i (19092, 19093, ...). These are the defaults of the
+variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT, FLIGHTS_SPARK_MASTER_UI_PORT,
+FLIGHTS_SPARK_DRIVER_UI_PORT and FLIGHTS_KAFKA_PORT_<i>, so one rendering can also run beside
+another deployment.
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--publish-host", default=defaults.host,
                         help=f"host address the status page and Spark UIs are published on "
                              f"(default {defaults.host}; 0.0.0.0: every interface)")
-    for name in ("status_port", "spark_master_ui_port", "spark_driver_ui_port"):
+    for name, what in (("status_port", "the status page"),
+                       ("spark_master_ui_port", "the Spark master's web UI"),
+                       ("spark_driver_ui_port", "the query service's Spark UI"),
+                       ("kafka_port_base", "broker-1's Kafka listener (broker-i: + i - 1)")):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             default=getattr(defaults, name),
-                            help=f"host port (default {getattr(defaults, name)})")
+                            help=f"host port of {what} (default {getattr(defaults, name)})")
     parser.add_argument("--defaults", action="store_true",
                         help="no questions: defaults for every count not given")
     parser.add_argument("--out", type=Path, default=OUT_DEFAULT,
@@ -78,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shape = shape_from_args(args, interactive=sys.stdin.isatty()).check()
         published = PublishedPorts(args.publish_host, args.status_port,
-                                   args.spark_master_ui_port, args.spark_driver_ui_port).check()
+                                   args.spark_master_ui_port, args.spark_driver_ui_port,
+                                   args.kafka_port_base).check()
         out = write(shape, args.out, published)
     except (DeploymentShapeError, PublishedPortsError, EOFError) as error:
         parser.error(str(error) or "no answer")
     print(f"wrote {out}: {shape.brokers} broker(s), {shape.healthcheckers} health checkers, "
           f"{shape.spark_workers} Spark worker(s), {shape.clients} client(s), {shape.rows} rows; "
-          f"status page on http://{published.browse_host}:{published.status_port}/")
+          f"status page on http://{published.browse_host}:{published.status_port}/, Kafka "
+          f"bootstrap {published.browse_host}:{published.kafka_port(1)}")
     return 0
 
 

@@ -53,6 +53,7 @@ PORTS = {
     "checker_status": 9101,  # the health checkers' signed status request (services/status)
     "status": 8000,  # the status page
     "spark_driver_ui": 4040,  # the query service's Spark UI
+    "kafka": 19092,  # each broker's Kafka listener (docs/kafka.md), published for host clients
 }
 PORT_MIN, PORT_MAX = 1, 65535
 # One core each: the reference machine has two. The executor takes the worker's whole memory.
@@ -84,12 +85,18 @@ class PublishedPortsError(ValueError):
 
 @dataclass(frozen=True)
 class PublishedPorts:
-    """Where the host reaches the status page and the Spark UIs (module doc)."""
+    """Where the host reaches the status page, the Spark UIs and the brokers' Kafka listeners
+    (module doc). Broker i's Kafka port is `kafka_port(i)`: host and container must agree on it,
+    because the broker advertises it in Kafka's Metadata and clients connect where it says."""
 
     host: str = "127.0.0.1"
     status_port: int = 8000
     spark_master_ui_port: int = 8080
     spark_driver_ui_port: int = 4040
+    kafka_port_base: int = 19092  # broker i: kafka_port_base + i - 1
+
+    def kafka_port(self, broker: int) -> int:
+        return self.kafka_port_base + broker - 1
 
     def check(self) -> PublishedPorts:
         try:
@@ -97,13 +104,19 @@ class PublishedPorts:
         except ValueError as error:
             raise PublishedPortsError(f"--publish-host must be an IP address, got "
                                       f"{self.host!r}") from error
-        ports = (self.status_port, self.spark_master_ui_port, self.spark_driver_ui_port)
+        kafka_ports = tuple(self.kafka_port(i) for i in range(1, BROKERS_MAX + 1))
+        ports = (self.status_port, self.spark_master_ui_port, self.spark_driver_ui_port,
+                 *kafka_ports)
         for port in ports:
             if not PORT_MIN <= port <= PORT_MAX:
                 raise PublishedPortsError(f"host ports must lie in [{PORT_MIN}, {PORT_MAX}], "
                                           f"got {port}")
         if len(set(ports)) != len(ports):
-            raise PublishedPortsError(f"the published host ports must differ, got {ports}")
+            raise PublishedPortsError(
+                f"the published host ports must differ (the Kafka ports take "
+                f"{kafka_ports[0]}..{kafka_ports[-1]}, one per possible broker), got status "
+                f"{self.status_port}, Spark UIs {self.spark_master_ui_port} and "
+                f"{self.spark_driver_ui_port}")
         return self
 
     @property

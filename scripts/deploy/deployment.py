@@ -60,6 +60,12 @@ class DeploymentError(Exception):
     evidence)."""
 
 
+def rendered_brokers(compose_file: Path) -> list[int]:
+    """The numbers of the brokers a rendering holds (its `broker-<i>:` services)."""
+    return sorted(int(number) for number in
+                  re.findall(r"^  broker-(\d+):$", compose_file.read_text(), re.MULTILINE))
+
+
 class ComposeDeployment:
     def __init__(self, data_dir: Path, results_dir: Path, project: str | None = None,
                  compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT,
@@ -78,15 +84,24 @@ class ComposeDeployment:
         # docker-compose in its environment, as `make docker-compose-up` does.
         self.cluster_secret = secrets.token_hex(32)
         self.docker = docker.from_env()
-        status, master_ui, driver_ui = free_ports(3)
+        self.brokers = rendered_brokers(compose_file)
+        status, master_ui, driver_ui, *kafka = free_ports(3 + len(self.brokers))
         self.published_ports = {"FLIGHTS_STATUS_PORT": status,
                                 "FLIGHTS_SPARK_MASTER_UI_PORT": master_ui,
-                                "FLIGHTS_SPARK_DRIVER_UI_PORT": driver_ui}
+                                "FLIGHTS_SPARK_DRIVER_UI_PORT": driver_ui,
+                                **{f"FLIGHTS_KAFKA_PORT_{broker}": port
+                                   for broker, port in zip(self.brokers, kafka, strict=True)}}
 
     @property
     def status_url(self) -> str:
         """The live status page, as published on this host."""
         return f"http://127.0.0.1:{self.published_ports['FLIGHTS_STATUS_PORT']}/"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every broker's Kafka listener, as published (and advertised) on this host."""
+        return ",".join(f"127.0.0.1:{self.published_ports[f'FLIGHTS_KAFKA_PORT_{broker}']}"
+                        for broker in self.brokers)
 
     # --- docker-compose ---------------------------------------------------------------------
     def env(self) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The Compose generator: the committed default rendering is current, and shapes render right."""
 
 import io
+import re
 
 import pytest
 import yaml
@@ -10,6 +11,8 @@ from scripts.deploy.compose_file import (
     DEV_FILE,
     DeploymentShape,
     DeploymentShapeError,
+    PublishedPorts,
+    PublishedPortsError,
     ask,
     render,
 )
@@ -224,3 +227,39 @@ def test_the_checkers_give_the_jvms_the_compose_start_deadline():
     command = services["healthchecker-1"]["command"]
     assert "--start-deadline=spark-*=240" in command
     assert "--start-deadline=query-service*=240" in command
+
+
+def _as_compose_reads(text: str, environment: dict[str, str]) -> str:
+    """`${NAME:-default}` substituted the way Compose does (the rendering uses no other form
+    in the lines these tests read)."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}",
+                  lambda match: environment.get(match[1], match[2]), text)
+
+
+@pytest.mark.parametrize("environment", [{}, {"FLIGHTS_KAFKA_PORT_2": "29001",
+                                              "FLIGHTS_KAFKA_ADVERTISE_HOST": "10.1.2.3",
+                                              "FLIGHTS_PUBLISH_HOST": "0.0.0.0"}])
+def test_each_brokers_kafka_listener_is_published_where_every_broker_advertises_it(environment):
+    published = PublishedPorts(kafka_port_base=30000).check()
+    text = render(DeploymentShape(brokers=5).check(), published=published)
+    services = _services(_as_compose_reads(text, environment))
+    advertise_host = environment.get("FLIGHTS_KAFKA_ADVERTISE_HOST", "127.0.0.1")
+    publish_host = environment.get("FLIGHTS_PUBLISH_HOST", "127.0.0.1")
+    host_port = {i: int(environment.get(f"FLIGHTS_KAFKA_PORT_{i}", 30000 + i - 1))
+                 for i in range(1, 6)}
+    for i in range(1, 6):
+        service = services[f"broker-{i}"]
+        command = service["command"]
+        assert _flag(command, "kafka-listen") == "0.0.0.0:19092"
+        assert _flag(command, "kafka-advertise") == f"{advertise_host}:{host_port[i]}"
+        assert _flag(command, "kafka-peers").split(",") == [
+            f"{j}@{advertise_host}:{host_port[j]}" for j in range(1, 6) if j != i]
+        assert service["ports"] == [f"{publish_host}:{host_port[i]}:19092"]
+
+
+def test_a_kafka_port_range_over_another_published_port_is_refused():
+    with pytest.raises(PublishedPortsError, match="Kafka ports take 7995..8003"):
+        PublishedPorts(kafka_port_base=7995).check()
+    with pytest.raises(PublishedPortsError, match=r"must lie in \[1, 65535\]"):
+        PublishedPorts(kafka_port_base=65530).check()
+    PublishedPorts(kafka_port_base=8001).check()  # 8001..8009 misses 8000, 8080 and 4040
