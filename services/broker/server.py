@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -266,12 +267,13 @@ class BrokerServer:
             self.kafka.stop_accepting()
 
     def _drain_connections(self) -> None:
-        """Both listeners' connections drain at the same time, each within the grace period."""
+        """Both listeners' connections drain at the same time, within one grace period."""
         acceptors = [self._acceptor] + ([self.kafka] if self.kafka is not None else [])
         for acceptor in acceptors:
             acceptor.interrupt_all()
+        deadline = time.monotonic() + self.config.shutdown_grace_s
         for acceptor in acceptors:
-            acceptor.finish(self.config.shutdown_grace_s)
+            acceptor.finish(max(0.0, deadline - time.monotonic()))
 
     def _close_storage(self) -> None:
         self.storage.flush()

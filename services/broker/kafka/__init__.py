@@ -4,7 +4,8 @@ One log, two protocols: a Kafka request goes through the same storage, replica m
 (leadership, high watermark, acks, journal) and producer table as a Kaska request; only the
 edge differs. Modules, one concept each:
 
-- listener.py, connection.py: accepting and serving connections (bounded, in-order answers);
+- listener.py, connection.py: accepting (../acceptor.py) and serving connections (in-order
+  answers);
 - framing.py, requests.py, dispatch.py: frames, version checks, decoding with kafka-python's
   `kafka.protocol` schemas, dispatch to the handlers;
 - api_versions.py: what is served (api keys and versions);
