@@ -12,7 +12,8 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: build test lint data docker-image clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the one C extension (services/broker/kafka/_record_walk.c) in place.
+$(STAMP): pyproject.toml setup.py services/broker/kafka/_record_walk.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

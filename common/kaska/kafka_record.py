@@ -35,7 +35,8 @@ NULL_LENGTH = -1
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
     """(signed value, next position) of the zigzag varint at buf[pos]; CorruptBatchError when
-    it runs past the buffer or past 10 bytes."""
+    it runs past the buffer, past 10 bytes or past 64 bits (as Kafka's own reader, and the C
+    walker of services/broker/kafka/_record_walk.c)."""
     if pos < len(buf):
         first = buf[pos]
         if first < 0x80:  # one byte: most lengths, deltas and counts (values in -64..63)
@@ -43,11 +44,15 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
     raw = 0
     shift = 0
     end = len(buf)
-    for _ in range(VARINT_BYTES_MAX):
+    for index in range(VARINT_BYTES_MAX):
         if pos >= end:
             raise CorruptBatchError("varint runs past the end of the record")
         byte = buf[pos]
         pos += 1
+        if index == VARINT_BYTES_MAX - 1 and byte > 1:
+            if byte & 0x80:
+                break
+            raise CorruptBatchError("varint exceeds 64 bits")
         raw |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return (raw >> 1) ^ -(raw & 1), pos

@@ -64,6 +64,11 @@ from services.broker.kafka.errors import (
 )
 from services.broker.kafka.producer_ids import kafka_producer, kaska_producer_id
 
+try:  # the per-record loops in C (_record_walk.c; built by `make build`, see setup.py)
+    from services.broker.kafka import _record_walk as native
+except ImportError:  # built without a C compiler: the Python loops below do the same, slower
+    native = None
+
 KAFKA_HEADER = struct.Struct(">qiibIhiqqqhii")
 KAFKA_HEADER_BYTES = 61
 KAFKA_LENGTH_FIELD_END = 12
@@ -141,8 +146,18 @@ def _gunzip(compressed, records_bytes_max: int) -> bytes:
     return out
 
 
-def _kaska_records(view: memoryview, count: int) -> bytearray:
+def _kaska_records(view: memoryview, count: int) -> bytes | bytearray:
     """The Kafka records of a batch as Kaska records (u32 length | Kafka record body)."""
+    if native is None:
+        return _kaska_records_py(view, count)
+    try:
+        return native.kaska_records(view, KAFKA_HEADER_BYTES, count)
+    except ValueError as exc:
+        raise CorruptBatchError(str(exc)) from None
+
+
+def _kaska_records_py(view: memoryview, count: int) -> bytearray:
+    """_kaska_records in Python: the fallback, and the tests' oracle for the C loop."""
     out = bytearray()
     pos = KAFKA_HEADER_BYTES
     end = len(view)
@@ -160,7 +175,7 @@ def _kaska_records(view: memoryview, count: int) -> bytearray:
     return out
 
 
-def _kaska_batch(body: bytearray, count: int, producer_id: bytes | None, sequence: int,
+def _kaska_batch(body: bytes | bytearray, count: int, producer_id: bytes | None, sequence: int,
                  timestamp_ms: int) -> bytes:
     batch_length = HEADER_BYTES - LENGTH_FIELD_END + len(body)
     out = bytearray(_KASKA_HEADER.pack(
@@ -174,8 +189,34 @@ def _kaska_batch(body: bytearray, count: int, producer_id: bytes | None, sequenc
 
 def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
     """The Kafka batch a consumer gets for one stored (stamped, validated) Kaska batch."""
-    view = memoryview(batch)
+    records, max_delta = _kafka_records(memoryview(batch), header)
+    producer_id, epoch, sequence = kafka_producer(header.producer_id, header.sequence)
+    count = header.record_count
+    out = bytearray(KAFKA_HEADER.pack(
+        header.base_offset, KAFKA_HEADER_BYTES - KAFKA_LENGTH_FIELD_END + len(records),
+        header.leader_epoch, MAGIC_V2, 0, 0, count - 1, header.timestamp_ms,
+        header.timestamp_ms + max_delta, producer_id, epoch, sequence, count))
+    out += records
+    _CRC.pack_into(out, _KAFKA_CRC_AT, crc32c.crc32c(memoryview(out)[KAFKA_CRC_COVERED_FROM:]))
+    return bytes(out)
+
+
+def _kafka_records(view: memoryview, header: BatchHeader) -> tuple[bytes, int]:
+    """The records of a stored batch as Kafka records (varint length | body), and the largest
+    timestamp delta among them."""
     kafka_records = bool(header.attributes & ATTR_KAFKA_RECORDS)
+    if native is None:
+        return _kafka_records_py(view, header, kafka_records)
+    try:
+        return native.kafka_records(view, HEADER_BYTES, header.total_bytes, header.record_count,
+                                    kafka_records)
+    except ValueError as exc:
+        raise CorruptBatchError(str(exc)) from None
+
+
+def _kafka_records_py(view: memoryview, header: BatchHeader,
+                      kafka_records: bool) -> tuple[bytes, int]:
+    """_kafka_records in Python: the fallback, and the tests' oracle for the C loop."""
     parts: list[bytes] = []
     max_delta = 0
     pos = HEADER_BYTES
@@ -196,13 +237,4 @@ def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
             body = encode_value_record(index, record)
         parts.append(encode_varint(len(body)))
         parts.append(body)
-    records = b"".join(parts)
-    producer_id, epoch, sequence = kafka_producer(header.producer_id, header.sequence)
-    count = header.record_count
-    out = bytearray(KAFKA_HEADER.pack(
-        header.base_offset, KAFKA_HEADER_BYTES - KAFKA_LENGTH_FIELD_END + len(records),
-        header.leader_epoch, MAGIC_V2, 0, 0, count - 1, header.timestamp_ms,
-        header.timestamp_ms + max_delta, producer_id, epoch, sequence, count))
-    out += records
-    _CRC.pack_into(out, _KAFKA_CRC_AT, crc32c.crc32c(memoryview(out)[KAFKA_CRC_COVERED_FROM:]))
-    return bytes(out)
+    return b"".join(parts), max_delta
