@@ -34,9 +34,16 @@ def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name)
     follower_address = kafka_cluster.kafka_address(follower)
     create_topic(follower_address, topic_name, 2)  # CreateTopics goes to the controller
 
-    metadata = kafka_request(follower_address, MetadataRequest[9](
-        topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    def follower_metadata():
+        """The follower's Metadata once it applied the topic: CreateTopics is answered when a
+        majority has it, which need not include this follower yet (Kafka's metadata is
+        eventually consistent across brokers too)."""
+        metadata = kafka_request(follower_address, MetadataRequest[9](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        return metadata if metadata.topics[0].partitions else None
+
+    metadata = wait_for(follower_metadata, "the follower knows the new topic")
     assert {(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers} == \
         {(i, kafka_cluster.kafka_address(i)) for i in kafka_cluster.ids}
     assert metadata.controller_id == leader
