@@ -2,7 +2,7 @@
 broker's CPU per MB end to end, Kafka's protocol against Kaska's.
 
     python -m scripts.bench_kafka [--record-bytes 100,1000] [--repeats 5]
-        [--end-to-end-records 200000]
+        [--end-to-end-records 200000] [--brokers 1,3]
 
 See scripts/bench/kafka_transcode.py and scripts/bench/kafka_clients.py for what each figure
 is; docs/kafka.md quotes a run. Prints one JSON line per record size and step kind
@@ -26,6 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--end-to-end-records", type=int, default=200_000,
                         help="records per end-to-end round (0: transcoding only)")
+    parser.add_argument("--brokers", default="1,3",
+                        help="comma-separated cluster sizes for the end-to-end rounds")
     return parser.parse_args(argv)
 
 
@@ -36,9 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"transcoding": True, "record_bytes": size,
                           **measure(size, args.repeats)}), flush=True)
     if args.end_to_end_records:
-        for size in sizes:
-            print(json.dumps({"end_to_end": True, **kafka_clients.run(
-                args.end_to_end_records, size, max(1, args.repeats // 2))}), flush=True)
+        for brokers in (int(text) for text in args.brokers.split(",")):
+            for size in sizes:
+                print(json.dumps({"end_to_end": True, **kafka_clients.run(
+                    args.end_to_end_records, size, max(1, args.repeats // 2), brokers)}),
+                    flush=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The Kafka listener end to end: the broker's CPU per MB for the same records produced and
 consumed through Kafka's protocol (confluent-kafka: librdkafka, a fast native client) and
-through Kaska's own (the Python client), against one broker child process.
+through Kaska's own (the Python client), against one broker child process or a cluster of
+them (`brokers`, LocalCluster of replication.py; the leader's CPU is the one measured).
 
 Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
 acks=all, into a fresh topic; (b) Kafka consume -- those N from offset 0; (c) Kaska produce of
@@ -15,9 +16,7 @@ Threads: none of its own (librdkafka runs its own).
 
 from __future__ import annotations
 
-import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,16 +26,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from common.kaska import Admin
 from common.kaska import Consumer as KaskaConsumer
 from common.kaska import Producer as KaskaProducer
-from scripts.bench.child import Child, measured
+from scripts.bench.child import measured
+from scripts.bench.replication import LocalCluster, create_topic
 
 MB = 1_000_000
 CLIENT_TIMEOUT_S = 300.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -86,18 +80,17 @@ def kaska_consume(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError(f"Kaska consume read {got} of {count}")
 
 
-def run(records: int, record_bytes: int, repeats: int) -> dict:
+def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict:
+    """`brokers`: 1, or an odd cluster size (the leader's CPU is the one measured)."""
     values = [bytes([i % 251]) * record_bytes for i in range(records)]
     steps = ("kafka_produce", "kafka_consume", "kaska_produce", "kaska_consume")
     rounds: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
-        kafka_port = _free_port()
-        broker = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--listen",
-                        "127.0.0.1:0", "--data-dir", str(Path(tmp) / "data"), "--kafka-listen",
-                        f"127.0.0.1:{kafka_port}"], Path(tmp) / "broker.log")
-        kaska = f"{broker.address[0]}:{broker.address[1]}"
-        kafka = f"127.0.0.1:{kafka_port}"
+        cluster = LocalCluster(Path(tmp), brokers, "kafka", kafka=True)
+        kaska, kafka = cluster.bootstrap, cluster.kafka_bootstrap
         try:
+            create_topic(cluster)  # and a leader elected
+            broker = cluster.children[cluster.agreed_leader()]
             with Admin(kaska) as admin:
                 for index in range(repeats):
                     admin.create_topic(f"kafka{index}")
@@ -112,10 +105,10 @@ def run(records: int, record_bytes: int, repeats: int) -> dict:
                 rounds["kaska_consume"].append(measured(broker, lambda i=index: kaska_consume(
                     kaska, f"kaska{i}", records)))
         finally:
-            broker.stop()
+            cluster.stop()
     volume_mb = records * record_bytes / MB
-    summary: dict[str, float | int] = {"records": records, "record_bytes": record_bytes,
-                                       "repeats": repeats}
+    summary: dict[str, float | int] = {"brokers": brokers, "records": records,
+                                       "record_bytes": record_bytes, "repeats": repeats}
     for step, measurements in rounds.items():
         summary[f"{step}_records_per_s"] = round(
             records / statistics.median(wall for wall, _cpu in measurements))

@@ -26,6 +26,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from common.kaska.kafka_record import check_record, read_varint
 from common.kaska.record_batch import encode_batch, parse_header, stamp
+from services.broker.kafka import records
 from services.broker.kafka.records import (
     KAFKA_CRC_COVERED_FROM,
     KAFKA_HEADER_BYTES,
@@ -50,9 +51,15 @@ def kafka_batch(record_bytes: int, total_bytes: int) -> tuple[bytes, int]:
 
 
 def validate_only(kafka: bytes, count: int) -> None:
-    """Design B's produce: the CRC and the walk of every record, nothing copied."""
+    """Design B's produce: the CRC and the walk of every record. With the C loop built
+    (records.native) that walk is the produce walk itself, whose copy of the records is then
+    included (an upper bound: a C walk without it would be a few percent cheaper); without
+    it, the Python walk with nothing copied."""
     view = memoryview(kafka)
     crc32c.crc32c(view[KAFKA_CRC_COVERED_FROM:])
+    if records.native is not None:
+        records.native.kaska_records(view, KAFKA_HEADER_BYTES, count)
+        return
     pos = KAFKA_HEADER_BYTES
     for index in range(count):
         length, pos = read_varint(view, pos)

@@ -56,8 +56,9 @@ class ReplicationSettings:
 class LocalCluster:
     """N brokers (child processes) that know each other; `size` 1 is a lone broker."""
 
-    def __init__(self, work: Path, size: int, name: str, extra_args: tuple[str, ...] = ()
-                 ) -> None:
+    def __init__(self, work: Path, size: int, name: str, extra_args: tuple[str, ...] = (),
+                 kafka: bool = False) -> None:
+        """`kafka`: each broker also listens for Kafka clients (`kafka_bootstrap`)."""
         self.work = work
         self.extra_args = extra_args  # passed to every broker (e.g. the fsync policy)
         # The brokers sign their peer frames with it (common/cluster_secret.py).
@@ -65,6 +66,8 @@ class LocalCluster:
         write_secret_file(self.secret_file)
         self.name = name
         self.ports = dict(zip(range(1, size + 1), free_ports(size), strict=True))
+        self.kafka_ports = dict(zip(range(1, size + 1), free_ports(size), strict=True)) \
+            if kafka else {}
         self.children: dict[int, Child] = {}
         for node in self.ports:
             self.start(node)
@@ -76,6 +79,11 @@ class LocalCluster:
                 f"127.0.0.1:{self.ports[node]}", "--data-dir",
                 str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING",
                 "--secret-file", str(self.secret_file)]
+        if self.kafka_ports:
+            argv += ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[node]}"]
+            kafka_peers = ",".join(f"{other}@127.0.0.1:{port}"
+                                   for other, port in self.kafka_ports.items() if other != node)
+            argv += ["--kafka-peers", kafka_peers] if kafka_peers else []
         return argv + list(self.extra_args) + (["--peers", peers] if peers else [])
 
     def start(self, node: int) -> None:
@@ -84,6 +92,10 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports.values())
 
     def agreed_leader(self, timeout_s: float = SETTLE_TIMEOUT_S) -> int:
         """The leader every running broker names (after a thaw or a restart, until the
