@@ -238,7 +238,9 @@ class ReplicationNode:
             self._thread.join()
         self._peer_requests.close_all("broker stopping")
         with self._lock:
-            self._persist_commit_locked(force=True)
+            due = self._commit_persist_due_locked(force=True)
+        if due is not None:
+            self._persist_commit(*due)
         self.journal.flush()
         self.journal.close()
 
@@ -324,7 +326,12 @@ class ReplicationNode:
     def tick(self) -> None:
         with self._lock:
             self._step_locked(raft.Tick())
-            self._persist_commit_locked()
+            due = self._commit_persist_due_locked()
+        if due is not None:
+            # Outside the node lock: the saves fsync (four times), and produces, acks and the
+            # followers' fetches all wait on that lock. The stores are monotonic and locked
+            # themselves, so a save that lands late only writes a lower bound later.
+            self._persist_commit(*due)
 
     # -- the peers' requests ---------------------------------------------------------------
 
@@ -509,21 +516,29 @@ class ReplicationNode:
         except StorageFullError:
             pass  # a restart applies from an older index: DELETEs are idempotent (topic ids)
 
-    def _persist_commit_locked(self, force: bool = False) -> None:
+    def _commit_persist_due_locked(self, force: bool = False) -> tuple[int, int] | None:
+        """(commit, applied) to persist now, or None: unchanged since the last save, or saved
+        less than `commit_persist_interval_s` ago (unless `force`)."""
         commit = self._state.commit
         now = self._clock()
         if commit == self._persisted_commit:
-            return
+            return None
         if not force and now - self._persisted_at_s < self.config.commit_persist_interval_s:
-            return
+            return None
         self._persisted_at_s = now
+        return commit, self._commits.applied
+
+    def _persist_commit(self, commit: int, applied: int) -> None:
+        """Save the commit and applied indexes (lower bounds a restart starts from); with or
+        without the node lock."""
         try:
             with self._space.writing(self._directory):
                 self._commit_store.save(commit)
-                self._applied_store.save(self._commits.applied)
+                self._applied_store.save(applied)
         except StorageFullError:
             return  # a restart then starts from an older commit, which is safe; tried again
-        self._persisted_commit = commit
+        with self._lock:
+            self._persisted_commit = max(self._persisted_commit, commit)
 
     def _view(self) -> raft.LogView:
         return raft.LogView(*self.journal.log_state())

@@ -36,6 +36,7 @@ from tests.unit.broker.replication.test_replication_safety import (
     elect,
     fetch_everything,
     follower_keeping_up,
+    leader_with_topic,
     produce_deferred,
     stamped,
 )
@@ -283,3 +284,30 @@ def test_the_command_line_refuses_an_unknown_policy(capsys):
     assert exited.value.code == 2
     assert "--replication-fsync: invalid choice: 'always'" in capsys.readouterr().err
     assert parse_args(["--node-id", "1", "--data-dir", "d"]).replication_fsync == "none"
+
+
+def test_the_commit_checkpoint_is_fsynced_outside_the_node_lock(log, monkeypatch):
+    """Every commit_persist_interval_s the loop saves the commit and applied indexes (four
+    fsyncs with their directories). Under the node lock, every produce, ack and follower fetch
+    waited for them: the saves run with the lock free (a py-spy profile of an acks=all Kafka
+    producer had the loop ~30 % of its time in these saves)."""
+    clock = Clock()
+    node, _manager = leader_with_topic(log, clock)
+    saves: list[tuple[str, bool]] = []  # (file, node lock free while it was fsynced)
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if Path(path).name.startswith(("commit", "applied")):
+            free = node._lock.acquire(blocking=False)
+            if free:
+                node._lock.release()
+            saves.append((Path(path).name, free))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    clock.now_s += node.config.commit_persist_interval_s + 1.0
+    node.tick()
+    assert {name.split(".")[0] for name, _free in saves} == {"commit", "applied"}
+    assert all(free for _name, free in saves), saves
+    assert node._persisted_commit == node.state.commit == 2
