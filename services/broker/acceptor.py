@@ -2,7 +2,8 @@
 Kaska's (server.py) and Kafka's (kafka/listener.py), which differ only in the connection they
 serve.
 
-Bounds: at most `connections_max` connections (beyond that a new one is closed at once);
+Bounds: at most `connections_max` connections (beyond that a new one is closed at once, and
+counted in `refusals` by reason: `full`, or `stopping` for one that arrived during shutdown);
 SO_RCVTIMEO/SO_SNDTIMEO = `read_timeout_s` on each, so a stalled peer cannot hold a thread
 forever; an accept error (e.g. EMFILE) pauses `ACCEPT_ERROR_PAUSE_S` instead of spinning.
 
@@ -12,7 +13,7 @@ then on shutdown `stop_accepting()`, `interrupt_all()` (idle connections close a
 ones after their request) and `finish(grace_s)` (wait for them; force-close what outlives the
 grace period). `close_unstarted()` releases a socket bound by a start that failed.
 
-Thread-safe: `_lock` guards the connection set and the stopping flag.
+Thread-safe: `_lock` guards the connection set, the refusal counts and the stopping flag.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 ACCEPT_ERROR_PAUSE_S = 0.1
+REFUSAL_REASONS = ("full", "stopping")
 FORCED_CLOSE_WAIT_S = 1.0
 
 
@@ -60,6 +62,7 @@ class Acceptor:
         self._lock = threading.Lock()
         self._connections_changed = threading.Condition(self._lock)
         self._connections: set[ServedConnection] = set()
+        self._refusals = dict.fromkeys(REFUSAL_REASONS, 0)
         self._stopping = False
         self._stop_requested = threading.Event()
         self._sock: socket.socket | None = None
@@ -102,6 +105,15 @@ class Acceptor:
         with self._lock:
             return len(self._connections)
 
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def refusals(self) -> dict[str, int]:
+        """Connections closed unserved since the start, by reason (REFUSAL_REASONS)."""
+        with self._lock:
+            return dict(self._refusals)
+
     # -- accepting ---------------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
@@ -128,13 +140,16 @@ class Acceptor:
             return
         with self._lock:
             open_count = len(self._connections)
-            admitted = not self._stopping and open_count < self._connections_max
-            if admitted:
+            refusal = "stopping" if self._stopping else \
+                "full" if open_count >= self._connections_max else None
+            if refusal is None:
                 connection = self._make(sock, peer, self._forget)
                 self._connections.add(connection)
-        if not admitted:
-            log.warning("refusing %s client %s: %d connections open (max %d) or stopping",
-                        self._name, peer, open_count, self._connections_max)
+            else:
+                self._refusals[refusal] += 1
+        if refusal is not None:
+            log.warning("refusing %s client %s (%s): %d connections open (max %d)",
+                        self._name, peer, refusal, open_count, self._connections_max)
             sock.close()
             return
         threading.Thread(target=connection.run, daemon=True,

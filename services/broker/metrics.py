@@ -15,6 +15,9 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   were dropped as duplicates not counted, internal topics not counted); out:
   `kaska_fetched_bytes_total{api}` and `kaska_fetched_records_total{api}` (record batches sent
   by FETCH to consumers and by REPLICA_FETCH to followers); `kaska_connections`;
+- listeners: `kaska_listener_connections{listener}` (open now: kaska, kafka) and
+  `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, acceptor.py:
+  `full` at `--connections-max`, `stopping` during shutdown);
 - partitions: `kaska_partition_log_start_offset`, `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
 - storage: `kaska_storage_full` (1 during a full-disk episode),
@@ -162,9 +165,12 @@ class BrokerCollector(Collector):
     def __init__(self, counters: BrokerCounters, log, replicas,
                  connections: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.monotonic,
-                 peer_refusals=None) -> None:
-        """`peer_refusals`: the PeerRefusals of peer_gate.py (absent: none counted)."""
+                 peer_refusals=None,
+                 listeners: Callable[[], Iterable] = tuple) -> None:
+        """`peer_refusals`: the PeerRefusals of peer_gate.py (absent: none counted);
+        `listeners`: the acceptors (acceptor.py: `name`, `connection_count`, `refusals()`)."""
         self._counters = counters
+        self._listeners = listeners
         self._peer_refusals = peer_refusals
         self._log = log
         self._replicas = replicas
@@ -223,6 +229,21 @@ class BrokerCollector(Collector):
         yield records_out
         yield GaugeMetricFamily("kaska_connections", "Client and peer connections open.",
                                 value=self._connections())
+        yield from self._listener_families()
+
+    def _listener_families(self) -> Iterator[Metric]:
+        open_now = GaugeMetricFamily("kaska_listener_connections", "Connections open, by "
+                                     "listener (kaska, kafka).", labels=["listener"])
+        refused = CounterMetricFamily(
+            "kaska_listener_connections_refused", "Connections closed unserved, by listener "
+            "and reason (full: --connections-max reached; stopping: shutdown under way).",
+            labels=["listener", "reason"])
+        for listener in self._listeners():
+            open_now.add_metric([listener.name], listener.connection_count)
+            for reason, value in sorted(listener.refusals().items()):
+                refused.add_metric([listener.name, reason], value)
+        yield open_now
+        yield refused
 
     # -- storage -------------------------------------------------------------------------------
 
@@ -347,5 +368,6 @@ def broker_registry(server) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(server.metrics, server.storage, server.replicas,
                                       connections=lambda: server.connection_count,
-                                      peer_refusals=server.peer_refusals))
+                                      peer_refusals=server.peer_refusals,
+                                      listeners=lambda: server.acceptors))
     return registry

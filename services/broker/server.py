@@ -259,6 +259,11 @@ class BrokerServer:
     def connection_count(self) -> int:
         return self._acceptor.connection_count
 
+    @property
+    def acceptors(self) -> list[Acceptor]:
+        """Both listeners (Kafka's when it is on), for the metrics."""
+        return [self._acceptor] + ([self.kafka] if self.kafka is not None else [])
+
     # -- stop helpers ------------------------------------------------------------------------
 
     def _stop_accepting(self) -> None:
@@ -268,7 +273,7 @@ class BrokerServer:
 
     def _drain_connections(self) -> None:
         """Both listeners' connections drain at the same time, within one grace period."""
-        acceptors = [self._acceptor] + ([self.kafka] if self.kafka is not None else [])
+        acceptors = self.acceptors
         for acceptor in acceptors:
             acceptor.interrupt_all()
         deadline = time.monotonic() + self.config.shutdown_grace_s

@@ -126,8 +126,12 @@ def fake_broker_registry(state: RaftState | None = None,
     replicas = FakeReplicas(state or leader_state(),
                             {("flights.c1", 0): 12, ("flights.c1", 1): 0})
     registry = CollectorRegistry(auto_describe=False)
+    listeners = [SimpleNamespace(name="kaska", connection_count=4,
+                                 refusals=lambda: {"full": 2, "stopping": 1}),
+                 SimpleNamespace(name="kafka", connection_count=1,
+                                 refusals=lambda: {"full": 0, "stopping": 0})]
     registry.register(BrokerCollector(counters, log, replicas, connections=lambda: 4,
-                                      clock=lambda: NOW_S))
+                                      clock=lambda: NOW_S, listeners=lambda: listeners))
     return registry
 
 

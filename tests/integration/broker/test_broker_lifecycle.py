@@ -4,6 +4,7 @@ import threading
 from socket import create_connection
 
 import pytest
+from prometheus_client import generate_latest
 
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import (
@@ -14,6 +15,7 @@ from common.kaska.errors import (
 )
 from common.kaska.protocol import Api, AuthenticateRequest, ListTopicsRequest
 from services.broker.config import BrokerConfig
+from services.broker.metrics import broker_registry
 from services.broker.server import BrokerServer
 from tests.integration.broker.broker_process import (
     CLIENT_OPTIONS,
@@ -120,6 +122,10 @@ def test_connections_over_the_limit_are_closed(tmp_path):
             assert read_answer(sock)[1] == 0
         refused = create_connection(server.address)
         assert closed_by_peer(refused)
+        scraped = generate_latest(broker_registry(server)).decode()
+        assert 'kaska_listener_connections_refused_total{listener="kaska",reason="full"} 1.0' \
+            in scraped
+        assert 'kaska_listener_connections{listener="kaska"} 2.0' in scraped
         for sock in held + [refused]:
             sock.close()
         with Admin(server.bootstrap, **CLIENT_OPTIONS) as admin:  # slots free again

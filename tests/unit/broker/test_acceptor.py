@@ -133,3 +133,33 @@ def test_a_taken_port_fails_at_bind_and_an_unstarted_socket_is_released():
     first.close_unstarted()
     with pytest.raises(OSError):
         connect(first)
+
+
+def test_refused_connections_are_counted_by_reason(served):
+    start, made = served
+    acceptor = start(connections_max=1)
+    assert acceptor.refusals() == {"full": 0, "stopping": 0}
+    client = connect(acceptor)
+    wait_until(lambda: acceptor.connection_count == 1)
+    refused = [connect(acceptor) for _ in range(2)]
+    for sock in refused:
+        assert sock.recv(1) == b""  # closed unserved
+    wait_until(lambda: acceptor.refusals()["full"] == 2)
+    assert acceptor.refusals() == {"full": 2, "stopping": 0} and len(made) == 1
+    for sock in [client, *refused]:
+        sock.close()
+
+
+def test_a_connection_accepted_during_shutdown_is_refused_as_stopping(served):
+    # The race the listening socket's close cannot rule out: accept() returned just before
+    # stop_accepting(); that connection is closed unserved, and counted apart from `full`.
+    start, made = served
+    acceptor = start()
+    acceptor.stop_accepting()
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a TCP pair: _admit sets TCP options
+        theirs = socket.create_connection(server.getsockname(), timeout=WAIT_S)
+        ours, _ = server.accept()
+    acceptor._admit(ours, "late-peer")
+    assert theirs.recv(1) == b""
+    assert acceptor.refusals() == {"full": 0, "stopping": 1} and made == []
+    theirs.close()

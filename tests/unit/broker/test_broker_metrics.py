@@ -48,6 +48,19 @@ def test_traffic_families():
     assert found["kaska_connections"].type == "gauge"
 
 
+def test_listener_families_count_open_and_refused_connections_per_listener():
+    found = families(fake_broker_registry())
+    assert found["kaska_listener_connections"].type == "gauge"
+    assert sample_values(found["kaska_listener_connections"]) == {
+        ("kaska_listener_connections", (("listener", "kaska"),)): 4,
+        ("kaska_listener_connections", (("listener", "kafka"),)): 1}
+    refused = sample_values(found["kaska_listener_connections_refused"])
+    name = "kaska_listener_connections_refused_total"
+    assert refused[(name, (("listener", "kaska"), ("reason", "full")))] == 2
+    assert refused[(name, (("listener", "kaska"), ("reason", "stopping")))] == 1
+    assert refused[(name, (("listener", "kafka"), ("reason", "full")))] == 0
+
+
 def test_partition_families_skip_a_topic_deleted_mid_scrape():
     found = families(fake_broker_registry())
     p0 = (("partition", "0"), ("topic", "flights.c1"))
