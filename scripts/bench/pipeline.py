@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from scripts.bench.errors import BenchError
-from scripts.bench.process_stats import TreeStats, disk_bytes, tree_stats
+from scripts.bench.process_stats import PeakRssWatch, TreeStats, disk_bytes, tree_stats
 from scripts.bench.profile import RATE_HZ_DEFAULT, SessionProfiler, format_summary
 from scripts.bench.result_gate import GateReport, gate
 from scripts.bench.spark_stages import StageCost, format_stage_costs, session_stage_costs
@@ -85,8 +85,12 @@ def _run_client(argv: list[str], log_path: Path,
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(argv, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
                                    env={**os.environ, "PYTHONPATH": str(REPO)})
+        watch = PeakRssWatch(process.pid)
         if on_start is not None:
             on_start(process.pid)
+        # WNOWAIT: the child stays a zombie, its /proc entry readable, until the watch stopped.
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        peak_bytes = watch.stop()
         _pid, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     results_dir = Path(argv[argv.index("--results-dir") + 1])
@@ -95,7 +99,7 @@ def _run_client(argv: list[str], log_path: Path,
         raise BenchError(f"client exited {process.returncode} ({summary.get('status')}: "
                          f"{summary.get('error')}); log {log_path}")
     summary["client_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
-    summary["client_peak_rss_bytes"] = usage.ru_maxrss * 1024
+    summary["client_peak_rss_bytes"] = peak_bytes  # not ru_maxrss: process_stats.PeakRssWatch
     return summary
 
 

@@ -6,12 +6,13 @@ the largest resident set the kernel saw for it. A process that ended before the 
 was not reaped by a member is missed: read while the processes of interest still run.
 
 Pure reads of /proc; thread-safe. Raises nothing for a process that ends mid-reading (it is
-left out).
+left out). `PeakRssWatch` follows one child's peak while it runs (why not `ru_maxrss`: there).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +110,35 @@ def disk_bytes(directory: Path) -> int:
         if path.is_file():
             total += stat.st_blocks * 512
     return total
+
+
+class PeakRssWatch:
+    """A child's own peak RSS, read from its `VmHWM` every `interval_s` until it ends.
+
+    Not `wait4`'s `ru_maxrss`: Linux carries the parent's high-water mark into a child over
+    fork (or vfork) and exec, so a child of a large benchmark process reports the benchmark's
+    peak, not its own (a 13 MB `python -c pass` reports 813 MB under a parent that once held
+    800 MB). `VmHWM` belongs to the address space exec made. The last reading before the
+    child ends is kept: growth in its final `interval_s` is missed. Runs a daemon thread."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        self._pid = pid
+        self._interval_s = interval_s
+        self._ended = threading.Event()
+        self.peak_bytes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"rss-{pid}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._ended.is_set():
+            peak = peak_rss_bytes(self._pid)
+            if peak is None:
+                return
+            self.peak_bytes = max(self.peak_bytes, peak)
+            self._ended.wait(self._interval_s)
+
+    def stop(self) -> int:
+        """Stop watching (the child has ended or is about to be reaped); its peak."""
+        self._ended.set()
+        self._thread.join()
+        return self.peak_bytes

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from common.result_csv import csv_text, format_row
 from scripts import bench_pipeline
 from scripts.bench.pipeline import BenchError, _check_counts, check_results, ratios
-from scripts.bench.process_stats import descendants, disk_bytes, tree_stats
+from scripts.bench.process_stats import PeakRssWatch, descendants, disk_bytes, tree_stats
 from scripts.bench.result_gate import ResultMismatchError
 
 COUNTS = {"q1": 3, "q2": 5, "q3": 2, "q4": 1}
@@ -54,6 +55,35 @@ def test_a_tree_holds_its_children_and_adds_their_cpu():
     finally:
         child.kill()
         child.wait()
+
+
+CHILD_HOLDING_40_MB = (
+    "import sys; held = bytearray(40 << 20)\n"
+    "for i in range(0, len(held), 4096): held[i] = 1\n"
+    "print('held', flush=True); sys.stdin.readline()")
+
+
+def test_the_watch_reports_the_childs_own_peak_where_ru_maxrss_reports_the_parents():
+    # This process holds 300 MB; Linux carries that high-water mark into a child's ru_maxrss.
+    ballast = bytearray(300 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    child = subprocess.Popen([sys.executable, "-c", CHILD_HOLDING_40_MB], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    watch = PeakRssWatch(child.pid, interval_s=0.01)
+    assert child.stdout.readline() == "held\n"
+    deadline = time.monotonic() + 30
+    while watch.peak_bytes < 40 << 20 and time.monotonic() < deadline:
+        time.sleep(0.01)  # polls a condition (the watch saw the 40 MB), bounded
+    child.stdin.write("\n")
+    child.stdin.close()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    peak = watch.stop()
+    _pid, _status, usage = os.wait4(child.pid, 0)
+    child.stdout.close()
+    assert 40 << 20 <= peak < 200 << 20  # the child's 40 MB and its interpreter
+    assert usage.ru_maxrss * 1024 >= 300 << 20  # the parent's ballast: why it is not used
+    del ballast
 
 
 def test_disk_bytes_counts_allocated_blocks_not_sizes(tmp_path):
