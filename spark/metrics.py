@@ -106,6 +106,9 @@ class QueryServiceCollector(Collector):
             ("records_malformed", "records_malformed", "Records of `sessions` that do not parse."),
             ("sessions_acked", "sessions_acked",
              "ResultsAcked records read: clients that saved their results."),
+            ("sessions_acked_before_start", "sessions_acked_before_start",
+             "SessionEnded records that started no job: their client had acknowledged the "
+             "results before this service started (a predecessor did the job)."),
             ("sessions_cleaned", "sessions_cleaned",
              "Acknowledged sessions whose topics are deleted."),
             ("session_topics_deleted", "session_topics_deleted",

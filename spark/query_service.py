@@ -8,7 +8,9 @@ groups' names. The rules it follows are spark/service.py's module doc; the jobs 
 spark/session_workers.py, the deletion rules are spark/session_cleanup.py's.
 
 Invariants: a position is committed only when every session before it is finished
-(`SessionProgress`); records below the job cursor (read again for the cleanup) start no job;
+(`SessionProgress`); records below the job cursor (read again for the cleanup) start no job,
+nor does a SessionEnded its client acknowledged later in what was written before the start
+(spark/acks_ahead.py);
 the loop stops reading while `sessions_pending_max` sessions are picked up but unfinished; a
 session's topics are never deleted while its job runs nor before its SessionEnded is
 committed; nothing on the topic crashes the loop (malformed records are counted and skipped).
@@ -36,6 +38,7 @@ from common.kaska.errors import (
     UnknownTopicOrPartitionError,
 )
 from common.kaska.patience import BrokerRefusedError, StoppedWhileWaitingError, persist
+from common.kaska.range_reader import RangeReader
 from common.kaska.retry import RetryPolicy
 from common.kaska.topic_name import validate_topic_name
 from common.session_records import (
@@ -47,6 +50,7 @@ from common.session_records import (
     decode,
     session_topics,
 )
+from spark.acks_ahead import AcksAhead, read_acks_ahead
 from spark.metrics import JobMetrics
 from spark.progress_store import (
     PROGRESS_STORE_NAME,
@@ -87,7 +91,7 @@ class QueryService:
         self.counts = {"sessions_done": 0, "sessions_given_up": 0, "records_skipped": 0,
                        "records_malformed": 0, "sessions_started": 0, "sessions_picked_up": 0,
                        "sessions_acked": 0, "sessions_cleaned": 0, "session_topics_deleted": 0,
-                       "sessions_malformed_payload": 0}
+                       "sessions_malformed_payload": 0, "sessions_acked_before_start": 0}
         self._counts_lock = threading.Lock()
         self.metrics = JobMetrics()  # read by spark.metrics at scrape time
         self._clock = clock
@@ -95,6 +99,7 @@ class QueryService:
         self._progress = SessionProgress()
         self._committed: dict[int, int] = {}
         self._jobs_from: dict[int, int] = {}  # partition -> first offset that may start a job
+        self._acks_ahead = AcksAhead()  # acknowledged sessions the job cursor has not passed
         # Topic deletion of acknowledged sessions (None: kept) and its own cursor.
         self._cleanup = SessionCleanup(settings.finished_session_retention_s) \
             if settings.deletes_finished_sessions else None
@@ -148,6 +153,7 @@ class QueryService:
         that ended before the service's first start must not be missed); with topic deletion
         on, at the cleanup cursor when that one is lower (module doc)."""
         partitions = self._until_broker_answers(lambda: self._sessions_partitions())
+        ahead: dict[int, tuple[int, int]] = {}
         for partition in range(partitions):
             committed = self._until_broker_answers(lambda p=partition: store.load(p))
             position = committed if committed is not None else self._until_broker_answers(
@@ -156,6 +162,9 @@ class QueryService:
             if cleanup_store is not None:
                 cleanup_position = self._until_broker_answers(
                     lambda p=partition: cleanup_store.load(p))
+            end = self._until_broker_answers(
+                lambda p=partition: consumer.end_offset(SESSIONS_TOPIC, p))
+            ahead[partition] = (position, max(position, end))
             self.assign_partition(partition, position, cleanup_position)
             start = min(position, self._cleanup_from.get(partition, position))
             consumer.seek(SESSIONS_TOPIC, start, partition)
@@ -163,6 +172,16 @@ class QueryService:
                      SESSIONS_TOPIC, partition, start,
                      "checkpoint" if committed is not None else "log start, no checkpoint",
                      self._cleanup_from.get(partition, "-"))
+        reader = RangeReader(self.settings.brokers, token=self.settings.token)
+        try:
+            self.note_acks_ahead(read_acks_ahead(reader, ahead))
+        finally:
+            reader.close()
+
+    def note_acks_ahead(self, ahead: AcksAhead) -> None:
+        """Sessions acknowledged above the job cursor at start: their SessionEnded below the
+        ack starts no job (spark/acks_ahead.py)."""
+        self._acks_ahead = ahead
 
     def assign_partition(self, partition: int, position: int,
                          cleanup_position: int | None = None) -> None:
@@ -287,6 +306,13 @@ class QueryService:
             self._progress.finished(message.partition, message.offset)
             return
         where = f"{SESSIONS_TOPIC}/{message.partition}@{message.offset}"
+        if self._acks_ahead.acknowledged_later(message.partition, message.offset,
+                                               record.client_id):
+            log.info("session %s at %s: its client acknowledged the results before this "
+                     "start; no job", record.client_id, where)
+            self._count("sessions_acked_before_start")
+            self._progress.finished(message.partition, message.offset)
+            return
         log.info("session %s picked up at %s: end offsets %s", record.client_id, where,
                  record.end_offsets)
         self._count("sessions_picked_up")

@@ -28,7 +28,8 @@ and never before its SessionEnded is committed (rules: spark/session_cleanup.py)
 places are tracked by a second cursor, group `query-service-cleanup` (or store
 `sessions-cleanup` with `--checkpoint-dir`), committed once the topics are gone, so a service
 killed after an ack deletes them after its restart. Reading starts at the lower cursor; records
-below the job cursor start no job.
+below the job cursor start no job, nor does a SessionEnded whose client acknowledged its
+results in what `sessions` held at the start (read once then: spark/acks_ahead.py).
 
 A failed job (broker unreachable past the read deadline, executor lost...) is retried with
 backoff up to `--session-attempts-max` times, then logged as given up and skipped.

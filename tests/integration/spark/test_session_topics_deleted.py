@@ -215,3 +215,7 @@ def test_a_service_killed_after_the_ack_deletes_the_topics_after_its_restart(clu
     assert live_session_topics(cluster, client_id) == set()
     assert not any(session_dirs(cluster, client_id).values())
     assert (tmp_path / "results" / "q1.csv").is_file()
+    # The ack was committed before the kill, so the restart found it ahead of its job cursor:
+    # the session's SessionEnded, if read again, starts no job (spark/acks_ahead.py).
+    after_restart = restarted.log_path.read_text().splitlines()[killed_log_lines:]
+    assert not [line for line in after_restart if f"session {client_id} picked up" in line]
