@@ -88,7 +88,8 @@ def _run_client(argv: list[str], log_path: Path,
         watch = PeakRssWatch(process.pid)
         if on_start is not None:
             on_start(process.pid)
-        # WNOWAIT: the child stays a zombie, its /proc entry readable, until the watch stopped.
+        # WNOWAIT: the child stays an unreaped zombie until the watch has stopped, so its pid
+        # cannot be reused by another process the watch would read.
         os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         peak_bytes = watch.stop()
         _pid, status, usage = os.wait4(process.pid, 0)
