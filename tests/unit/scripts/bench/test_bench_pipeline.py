@@ -57,6 +57,13 @@ def test_a_tree_holds_its_children_and_adds_their_cpu():
         child.wait()
 
 
+def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
 CHILD_HOLDING_40_MB = (
     "import sys; held = bytearray(40 << 20)\n"
     "for i in range(0, len(held), 4096): held[i] = 1\n"
@@ -72,9 +79,8 @@ def test_the_watch_reports_the_childs_own_peak_where_ru_maxrss_reports_the_paren
                              stdout=subprocess.PIPE, text=True)
     watch = PeakRssWatch(child.pid, interval_s=0.01)
     assert child.stdout.readline() == "held\n"
-    deadline = time.monotonic() + 30
-    while watch.peak_bytes < 40 << 20 and time.monotonic() < deadline:
-        time.sleep(0.01)  # polls a condition (the watch saw the 40 MB), bounded
+    # The scenario before the outcome: the watch saw the child hold its 40 MB before it exits.
+    wait_for(lambda: watch.peak_bytes >= 40 << 20, "the watch saw the child's 40 MB")
     child.stdin.write("\n")
     child.stdin.close()
     os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
