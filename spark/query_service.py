@@ -73,6 +73,9 @@ CLEANUP_STORE_NAME = "sessions-cleanup"
 # Deletions run in the main loop: a broker that does not answer costs seconds, not minutes.
 CLEANUP_ADMIN_OPTIONS = {"request_timeout_s": 5.0, "retry": RetryPolicy(retries_max=3)}
 POLL_TIMEOUT_S = 0.5
+# The start-up read of acks ahead (spark/acks_ahead.py) is an optimisation: a broker that does
+# not answer within this bound costs a redone job, not a slow start or a slow SIGTERM.
+ACKS_SCAN_DEADLINE_S = 5.0
 BROKER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)
 
 
@@ -172,7 +175,8 @@ class QueryService:
                      SESSIONS_TOPIC, partition, start,
                      "checkpoint" if committed is not None else "log start, no checkpoint",
                      self._cleanup_from.get(partition, "-"))
-        reader = RangeReader(self.settings.brokers, token=self.settings.token)
+        reader = RangeReader(self.settings.brokers, token=self.settings.token,
+                             retry_deadline_s=ACKS_SCAN_DEADLINE_S)
         try:
             self.note_acks_ahead(read_acks_ahead(reader, ahead))
         finally:
