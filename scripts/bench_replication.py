@@ -13,12 +13,13 @@ that matter are `cluster_acks_all_vs_single` = single round time / cluster round
 `fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
 cluster (the share of throughput the fsync policy keeps), medians over rounds.
 
-Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, or frozen
-with SIGSTOP, between two small batches (acks=all) of a client with the default settings (30 s
-request timeout, default retries) that knows the bootstrap list; the time from the fault to
-the next batch acknowledged (necessarily by a new leader) is one trial -- the longest stall a
-produce sees. The killed broker is restarted, the frozen one thawed, and the cluster settles
-before the next trial. Median and max reported per fault.
+Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, frozen
+with SIGSTOP, or stopped with SIGTERM (it hands leadership over first: issue 24), between two
+small batches (acks=all) of a client with the default settings (30 s request timeout, default
+retries) that knows the bootstrap list; the time from the fault to the next batch acknowledged
+(necessarily by a new leader) is one trial -- the longest stall a produce sees. The killed or
+stopped broker is restarted, the frozen one thawed, and the cluster settles before the next
+trial. Median and max reported per fault.
 
 Prints one JSON line. Every broker is a child process on 127.0.0.1 with a temporary data dir.
 """

@@ -222,12 +222,13 @@ def throughput(work: Path, args: ReplicationSettings) -> dict:
 
 
 def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals) -> float:
-    """Freeze (SIGSTOP) or kill (SIGKILL) the leader between two produces of a client with the
-    default settings (30 s request timeout, default retries); seconds from the fault to the
-    next acknowledged produce, necessarily on a new leader. A frozen leader still accepts the
-    connection, so the produce waits there until the client's leader probe hears of the
-    successor (common/kaska/cluster.py). The broker is thawed, or restarted, and the cluster
-    settled, before the next trial."""
+    """Freeze (SIGSTOP), kill (SIGKILL) or stop (SIGTERM) the leader between two produces of a
+    client with the default settings (30 s request timeout, default retries); seconds from the
+    fault to the next acknowledged produce, necessarily on a new leader. A frozen leader still
+    accepts the connection, so the produce waits there until the client's leader probe hears
+    of the successor (common/kaska/cluster.py); a stopped one hands leadership over first
+    (`--shutdown-handover-ms`). The broker is thawed, or restarted, and the cluster settled,
+    before the next trial."""
     leader = cluster.agreed_leader()
     client = Cluster(cluster.bootstrap)
     sequence = 0
@@ -250,7 +251,7 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
         client.close()
         if fault == signal.SIGSTOP:
             proc.send_signal(signal.SIGCONT)
-    if fault == signal.SIGKILL:
+    if fault in (signal.SIGKILL, signal.SIGTERM):
         proc.wait()
         proc.stdout.close()
         cluster.start(leader)
@@ -258,7 +259,8 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
     return took_s
 
 
-FAULTS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP}
+# "stop": SIGTERM, a graceful stop: the leader hands leadership over first (issue 24).
+FAULTS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGTERM}
 
 
 def failover(work: Path, trials: int, brokers: int) -> dict:

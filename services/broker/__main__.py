@@ -110,6 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "broker at once), entry = after fsyncing the journal and the "
                              "data (Raft's, Redpanda's; survives that power cut too, costs "
                              "throughput; docs/replication.md)")
+    parser.add_argument("--shutdown-handover-ms", type=int,
+                        default=_default("shutdown_handover_ms"),
+                        help="on SIGTERM, a leader first hands leadership to its best caught-up "
+                             "voter, waiting at most this long (0: it does not)")
     parser.add_argument("--fetch-wait-ms-max", type=int, default=_default("fetch_wait_ms_max"),
                         help="longest a caught-up FETCH long-polls, whatever it asks for")
     parser.add_argument("--replica-fetch-bytes-max", type=int,
@@ -154,6 +158,7 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         election_timeout_ms_min=args.election_timeout_ms_min,
         election_timeout_ms_max=args.election_timeout_ms_max,
         quorum_timeout_ms=args.quorum_timeout_ms,
+        shutdown_handover_ms=args.shutdown_handover_ms,
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
         replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
         journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max,

@@ -52,6 +52,10 @@ class BrokerConfig:
     read_timeout_s: float = 30.0  # a started frame must keep arriving; also bounds each send
     fetch_wait_ms_max: int = 30_000
     shutdown_grace_s: float = 3.0
+    # A leader stopped gracefully (SIGTERM) first hands leadership to its best caught-up voter
+    # (Raft's leadership transfer, Kafka's controlled shutdown), waiting at most this long:
+    # the cluster then elects at once instead of after an election timeout. 0: no hand-over.
+    shutdown_handover_ms: int = 2000
     retention_check_interval_ms: int = 60_000
     listen_backlog: int = 128
     segment_bytes_max: int = 64 * MIB
@@ -111,6 +115,8 @@ class BrokerConfig:
         if self.quorum_timeout_ms < self.election_timeout_ms_min or self.ack_timeout_s <= 0:
             raise ValueError("quorum_timeout_ms must be >= election_timeout_ms_min and "
                              "ack_timeout_s > 0")
+        if self.shutdown_handover_ms < 0:
+            raise ValueError("shutdown_handover_ms must be >= 0 (0: no hand-over)")
         if self.replica_fetch_bytes_max < 1024:
             raise ValueError("replica_fetch_bytes_max below 1 KiB")
         if self.journal_entries_max < 2 or self.journal_bytes_max < 1:

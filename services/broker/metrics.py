@@ -29,7 +29,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
   `_stale_divergences_total` (a leader's DIVERGING answer below this broker's commit index:
-  nothing truncated; logged too), `_requests_refused_total{reason}`, and
+  nothing truncated; logged too), `_requests_refused_total{reason}`,
+  `_leadership_transfers_total{outcome}` (handed_over, abandoned, stood), and
   `kaska_leader_lease_refusals_total` (requests refused as leader for lack of a lease);
 - peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
@@ -357,6 +358,16 @@ class BrokerCollector(Collector):
         refused.add_metric(["unknown_replica"], counters.unknown_replica_requests)
         refused.add_metric(["stale_epoch"], counters.stale_epoch_requests)
         yield refused
+        transfers = CounterMetricFamily(
+            "kaska_replication_leadership_transfers",
+            "Leadership transfers (a SIGTERMed leader's hand-over): handed_over (this leader "
+            "told its target to stand and stepped down), abandoned (its target stayed silent "
+            "or behind: it led on), stood (this broker stood on a TIMEOUT_NOW).",
+            labels=["outcome"])
+        transfers.add_metric(["handed_over"], counters.transfers_handed_over)
+        transfers.add_metric(["abandoned"], counters.transfers_abandoned)
+        transfers.add_metric(["stood"], counters.transfer_candidacies)
+        yield transfers
         yield CounterMetricFamily("kaska_replication_peer_incarnation_changes",
                                   "Followers that came back with another data directory "
                                   "(their match index reset).",

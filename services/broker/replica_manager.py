@@ -100,7 +100,8 @@ class ReplicaManager:
     @staticmethod
     def _not_leader(what: str, role: PartitionRole) -> NotLeaderError:
         if role.lease_expired:
-            error = NotLeaderError(f"{what}: this broker's leader lease expired (epoch "
+            error = NotLeaderError(f"{what}: this broker holds no leader lease (lease expired, or "
+                                   f"handing leadership over; epoch "
                                    f"{role.leader_epoch}); ask the others")
         elif role.leader_id == NO_LEADER:
             error = NotLeaderError(f"{what}: no leader elected yet (epoch {role.leader_epoch})")

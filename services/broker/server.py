@@ -13,7 +13,8 @@ Concurrency model — one thread per connection, at most `connections_max` of th
 - Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`), a request body
   trickling in by the same bound on the whole body (body.py), idle peers by `idle_timeout_s`.
 
-Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, stop replication (which wakes
+Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, hand leadership over if this broker
+leads (`shutdown_handover_ms`; raft.py's leadership transfer), stop replication (which wakes
 produce requests waiting for acks), wake long-polls, let every request in flight finish (idle
 connections close at once), force-close what outlives `shutdown_grace_s`, then flush and close
 the log. Startable in-process:
@@ -173,6 +174,7 @@ class BrokerServer:
         self._stop_accepting()
         for companion in self._companions:
             companion.stop()
+        self._hand_over()
         # Replication first: it wakes every produce waiting for acks (answered with a retriable
         # error; the client retries on the next leader), so connections drain at once instead
         # of waiting for acks that followers, drained too, would never send.
@@ -183,6 +185,20 @@ class BrokerServer:
         self._close_storage()
         self._stopped.set()
         log.info("broker %d stopped", self.config.node_id)
+
+    def _hand_over(self) -> None:
+        """A leader hands leadership to its best caught-up voter before it stops (Kafka's
+        controlled shutdown): the followers' connections are still open, so the target's next
+        fetch is told to stand, and the cluster elects at once rather than after an election
+        timeout. Produces meanwhile get NOT_LEADER (retriable); acknowledged ones are
+        committed on the target too."""
+        timeout_s = self.config.shutdown_handover_ms / 1000
+        if timeout_s <= 0:
+            return
+        started = time.monotonic()
+        if self.node.transfer_leadership(timeout_s):
+            log.info("broker %d handed leadership over in %.3f s", self.config.node_id,
+                     time.monotonic() - started)
 
     def status(self) -> str:
         """What the heartbeats report: "" when healthy, else why writes are refused (a full

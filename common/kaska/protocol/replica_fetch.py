@@ -8,6 +8,8 @@ Response: i32 epoch | i32 leader_id | i64 commit | u8 outcome, then
           NOT_LEADER: nothing
           SNAPSHOT:   the snapshot table (snapshot_fetch.py): fetch_end lies below the leader's
                       compacted prefix; the follower installs it and fetches on from its end
+          TIMEOUT_NOW: nothing; the leader hands leadership to this follower, which holds its
+                      whole journal, and stepped down: stand for election now (issue 24)
 Entry header: i64 index | i32 epoch | u8 kind | str topic | u32 partition | i64 base_offset
               | u32 record_count | u32 partitions | u32 data_bytes
 
@@ -47,6 +49,7 @@ class FetchOutcome(IntEnum):
     DIVERGING = 1  # the follower's journal diverges: truncate, then fetch again
     NOT_LEADER = 2  # the receiver does not lead `epoch`; epoch and leader_id say who might
     SNAPSHOT = 3  # fetch_end is below the leader's compacted prefix: install its snapshot
+    TIMEOUT_NOW = 4  # the leader hands over to this follower and stepped down: stand now
 
 
 @dataclass(frozen=True, slots=True)

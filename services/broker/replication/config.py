@@ -77,6 +77,9 @@ class ReplicationConfig:
     vote_timeout_s: float = 0.5
     commit_persist_interval_s: float = 0.2
     storage_full_pause_s: float = 1.0  # a round refused for lack of disk space: wait this long
+    # A leader handing over gives up once its target has not fetched for this long (a live
+    # target fetches at once: its long-poll is woken when the hand-over begins).
+    transfer_silence_s: float = 0.5
     token: str | None = None
     fsync: ReplicationFsync = ReplicationFsync.NONE  # see ReplicationFsync
     cluster_id: str | None = None  # None: derived from the voter ids (identity.py)
@@ -120,3 +123,6 @@ class ReplicationCounters:
     peer_incarnation_changes: int = 0  # a follower came back with another data directory
     compactions: int = 0  # journal prefixes folded into the snapshot
     snapshots_installed: int = 0  # leader snapshots installed by this follower
+    transfers_handed_over: int = 0  # TIMEOUT_NOW sent: this leader handed over and stepped down
+    transfers_abandoned: int = 0  # hand-overs that found no caught-up voter in time
+    transfer_candidacies: int = 0  # elections this broker stood in on a TIMEOUT_NOW

@@ -62,6 +62,9 @@ def refusal(answer: raft.AnswerFetch) -> ReplicaFetchResponse:
                                     WireOutcome.DIVERGING,
                                     diverging_epoch=answer.diverging_epoch,
                                     diverging_end=answer.diverging_end)
+    if answer.outcome is raft.Outcome.TIMEOUT_NOW:
+        return ReplicaFetchResponse(answer.epoch, leader, answer.commit,
+                                    WireOutcome.TIMEOUT_NOW)
     return ReplicaFetchResponse(answer.epoch, leader, answer.commit, WireOutcome.NOT_LEADER)
 
 

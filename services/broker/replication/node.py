@@ -136,6 +136,7 @@ _OUTCOME_FROM_WIRE = {
     WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
     WireOutcome.NOT_LEADER: raft.Outcome.NOT_LEADER,
     WireOutcome.SNAPSHOT: raft.Outcome.SNAPSHOT,
+    WireOutcome.TIMEOUT_NOW: raft.Outcome.TIMEOUT_NOW,
 }
 
 
@@ -323,6 +324,47 @@ class ReplicationNode:
                 self._step_locked(raft.LogChanged(self._view(), synced_end=self._synced_end))
                 self._changed.notify_all()
 
+    def transfer_leadership(self, timeout_s: float, target: int | None = None) -> bool:
+        """Hand leadership to `target` (None: the voter best caught up) and wait until this
+        broker stepped down, at most `timeout_s` (raft.py, "leadership transfer"): from now on
+        it answers and takes nothing as leader; the target is told to stand on its first fetch
+        that holds the whole journal. Given up (it leads on) when the target has not fetched
+        for `transfer_silence_s` since the hand-over began: a live target fetches at once
+        (its long-poll is woken), so a silent one is stopping too, or gone -- as when a whole
+        cluster is stopped at once. True once this broker no longer leads; False when it did not
+        lead (or has no peers) or gave up."""
+        started = self._clock()
+        with self._lock:
+            state = self._state
+            if state.role is not raft.Role.LEADER or not self._peers:
+                return False
+            self._step_locked(raft.TransferLeadership(target, started + timeout_s))
+            target = self._state.transfer_to
+            if target is None:
+                return False  # no voter to hand over to (all learners)
+            log.info("broker %d: handing leadership of epoch %d to broker %d",
+                     self.config.node_id, state.epoch, target)
+            self._changed.notify_all()  # a long-polling target asks again, and is told
+        silence_s = self.config.transfer_silence_s
+        while True:
+            self.wait_changed(lambda: self._state.role is not raft.Role.LEADER
+                              or self._state.transfer_to is None, silence_s / 4)
+            with self._lock:
+                state = self._state
+                if state.role is not raft.Role.LEADER:
+                    return True
+                now = self._clock()
+                heard_s = max(started, state.last_fetch_s.get(target, float("-inf")))
+                if state.transfer_to is None or now - heard_s >= silence_s \
+                        or now - started >= timeout_s:
+                    self._step_locked(raft.AbandonTransfer())
+                    break
+        self.counters.transfers_abandoned += 1
+        log.warning("broker %d: broker %d did not take leadership over (silent for %.1f s or "
+                    "not caught up within %.1f s); this broker leads on", self.config.node_id,
+                    target, silence_s, timeout_s)
+        return False
+
     def tick(self) -> None:
         with self._lock:
             self._step_locked(raft.Tick())
@@ -344,7 +386,7 @@ class ReplicationNode:
     def answer_vote(self, request: WireVoteRequest) -> WireVoteResponse:
         self.check_peer(request.candidate)
         event = raft.VoteRequest(request.candidate, request.epoch, request.last_epoch,
-                                 request.end, request.pre_vote)
+                                 request.end, request.pre_vote, request.transfer)
         with self._lock:
             if request.epoch < self._state.epoch:
                 self.counters.stale_epoch_requests += 1
@@ -399,11 +441,21 @@ class ReplicationNode:
         if answer.outcome is not raft.Outcome.ENTRIES:
             if answer.outcome is raft.Outcome.DIVERGING:
                 session.answered = (answer.epoch, self._clock())
+            elif answer.outcome is raft.Outcome.TIMEOUT_NOW:
+                self.counters.transfers_handed_over += 1
+                log.warning("broker %d: handed leadership of epoch %d to broker %d and "
+                            "stepped down", self.config.node_id, answer.epoch,
+                            request.follower)
             return refusal(answer), []
         epoch = answer.epoch
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
+            # Also woken by a hand-over (the target asks again at once and is told to stand)
+            # and by a step-down (the follower must look for the next leader, not wait).
             self.wait_changed(lambda: self.journal.end > request.fetch_end
-                              or self._state.epoch != epoch, request.max_wait_ms / 1000)
+                              or self._state.epoch != epoch
+                              or self._state.role is not raft.Role.LEADER
+                              or self._state.transfer_to is not None,
+                              request.max_wait_ms / 1000)
         with self._lock:
             # Still the leader of that epoch? (Between the step and now it may have stepped
             # down and taken another leader's entries: never send those as its own.)
@@ -624,7 +676,11 @@ class ReplicationNode:
         """Ask every peer at once; stop listening as soon as the round is decided, so a paused
         peer costs nothing when the others answer."""
         wire = WireVoteRequest(self.config.node_id, request.epoch, request.last_epoch,
-                               request.end, request.pre_vote)
+                               request.end, request.pre_vote, request.transfer)
+        if request.transfer:
+            self.counters.transfer_candidacies += 1
+            log.warning("broker %d: told to stand by the leader; asking for votes in epoch %d",
+                        self.config.node_id, request.epoch)
         futures = self._peer_requests.send_to_each(request.to, wire)
         try:
             for future in as_completed(futures, timeout=self.config.vote_timeout_s):

@@ -43,6 +43,15 @@ Rules (docs/replication.md has the why):
   snapshot and fetches on from its end, where its commit index may move up to;
 - a divergence the follower cannot act on (it lies below its commit index) is reported
   (`StaleDivergence`: logged and counted by the node), never dropped silently;
+- leadership transfer (Raft thesis §3.10; issue 24): a leader told to hand over
+  (`TransferLeadership`, e.g. on SIGTERM) stops holding its lease at once (it answers and
+  takes nothing as leader from then on), keeps replicating, and answers the chosen voter's
+  first fetch that holds its whole journal `TIMEOUT_NOW`, stepping down in the same step. The
+  voter starts an election at once (no pre-vote) and its vote requests say `transfer`: voters
+  grant them even while they hear from the leader, since that leader gave up its lease before
+  any such request could exist. A transfer that found no caught-up voter by
+  `transfer_deadline_s` is abandoned and the leader serves on (no TIMEOUT_NOW was sent, so no
+  transfer vote can exist); once TIMEOUT_NOW is sent it never leads that epoch again;
 - learners (issue 20, finding 8): a broker whose data directory is new (it may have lost its
   state: voted in an epoch it forgot, held entries a leader counted) fetches like a follower
   but grants no vote, starts no pre-vote or election, and the leader counts neither its match
@@ -202,6 +211,10 @@ class RaftState:
     # Leader: each peer's broker incarnation as last seen, and the peers fetching as learners.
     incarnations: MappingProxyType = field(default_factory=lambda: _frozen({}))
     learners: frozenset[int] = frozenset()
+    # Leader handing over (TransferLeadership): to whom, and until when it tries. While set, it
+    # holds no lease.
+    transfer_to: int | None = None
+    transfer_deadline_s: float = float("-inf")
 
     @property
     def learner(self) -> bool:
@@ -218,13 +231,16 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
-    """`pre_vote`: "would you vote for me in `epoch`?" -- answered without any state change."""
+    """`pre_vote`: "would you vote for me in `epoch`?" -- answered without any state change.
+    `transfer`: the candidate stands because its leader handed over (TIMEOUT_NOW): granted even
+    by a voter that hears from that leader."""
 
     candidate: int
     epoch: int
     last_epoch: int
     end: int
     pre_vote: bool = False
+    transfer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +275,23 @@ class Outcome(Enum):
     DIVERGING = "diverging"
     NOT_LEADER = "not_leader"
     SNAPSHOT = "snapshot"  # fetch_end lies below the leader's snapshot
+    TIMEOUT_NOW = "timeout_now"  # the leader handed over to the fetcher: stand at once
     FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class TransferLeadership:
+    """At a leader: hand leadership to `target` (None: the voter with the longest match) by
+    `deadline_s`. Ignored by a non-leader or a cluster of one."""
+
+    target: int | None = None
+    deadline_s: float = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonTransfer:
+    """At a leader handing over: give up now (the target went silent) and serve on. Safe for
+    the reason the deadline is: no TIMEOUT_NOW went out, or it would not lead any more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +336,7 @@ class SendVotes:
     end: int
     to: frozenset[int]
     pre_vote: bool = False
+    transfer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +397,7 @@ class AnswerVote:
 
 @dataclass(frozen=True, slots=True)
 class AnswerFetch:
-    outcome: Outcome  # ENTRIES, DIVERGING, NOT_LEADER or SNAPSHOT
+    outcome: Outcome  # ENTRIES, DIVERGING, NOT_LEADER, SNAPSHOT or TIMEOUT_NOW
     epoch: int
     leader_id: int | None
     commit: int
@@ -373,7 +406,8 @@ class AnswerFetch:
     diverging_end: int = 0
 
 
-Event = Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
+Event = (Tick | VoteRequest | VoteResponse | FetchRequest | FetchAnswered | LogChanged
+         | TransferLeadership | AbandonTransfer)
 Action = (PersistQuorum | SendVotes | AppendNoop | ApplyEntries | InstallSnapshot | Truncate
           | CommitAdvanced | StaleDivergence | RoleChanged | AnswerVote | AnswerFetch
           | BecomeVoter)
@@ -399,7 +433,8 @@ def initial_state(config: RaftConfig, epoch: int, voted_for: int | None, log: Lo
 def lease_end_s(config: RaftConfig, state: RaftState) -> float:
     """Until when (this broker's clock) no other leader can exist and this one's commit index
     is current: -inf when it does not lead or its NOOP is not committed yet."""
-    if state.role is not Role.LEADER or state.commit <= state.epoch_start:
+    if (state.role is not Role.LEADER or state.commit <= state.epoch_start
+            or state.transfer_to is not None):
         return float("-inf")
     if config.majority == 1:
         return float("inf")
@@ -484,6 +519,10 @@ def _timeout(config: RaftConfig, rng: random.Random) -> float:
 
 def _on_tick(config, state, _event, now, rng, actions):
     if state.role is Role.LEADER:
+        if state.transfer_to is not None and now >= state.transfer_deadline_s:
+            # No voter caught up in time; none was told TIMEOUT_NOW, so none can stand on
+            # it: serve on.
+            state = replace(state, transfer_to=None, transfer_deadline_s=float("-inf"))
         return _check_quorum(config, state, now, rng, actions)
     if state.rejoin is not None:
         if now >= state.election_deadline_s:  # never stands; only looks for a leader anew
@@ -511,11 +550,16 @@ def _check_quorum(config, state, now, rng, actions):
                      <= config.quorum_timeout_s)
     if recent >= config.majority:
         return state
+    return _step_down(config, state, now, rng)
+
+
+def _step_down(config, state, now, rng):
     return replace(state, role=Role.FOLLOWER, leader_id=None, votes=frozenset(),
-                   pre_voting=False, election_deadline_s=now + _timeout(config, rng))
+                   pre_voting=False, transfer_to=None, transfer_deadline_s=float("-inf"),
+                   election_deadline_s=now + _timeout(config, rng))
 
 
-def _start_election(config, state, now, rng, actions):
+def _start_election(config, state, now, rng, actions, transfer: bool = False):
     epoch = state.epoch + 1
     state = replace(state, role=Role.CANDIDATE, epoch=epoch, voted_for=config.node_id,
                     leader_id=None, votes=frozenset({config.node_id}), pre_voting=False,
@@ -523,7 +567,8 @@ def _start_election(config, state, now, rng, actions):
     actions.append(PersistQuorum(epoch, config.node_id))
     if len(state.votes) >= config.majority:
         return _become_leader(config, state, now, actions)
-    actions.append(SendVotes(epoch, state.log.last_epoch, state.log.end, config.peers))
+    actions.append(SendVotes(epoch, state.log.last_epoch, state.log.end, config.peers,
+                             transfer=transfer))
     return state
 
 
@@ -531,11 +576,14 @@ def _become_leader(config, state, now, actions):
     epoch_start = state.log.end
     log = state.log.appended(state.epoch)
     actions.append(AppendNoop(state.epoch))
+    # Learner flags are learned afresh from this term's fetches: one noted in an earlier term
+    # may be stale (that broker was promoted meanwhile). A learner's match stays 0 until its
+    # first fetch, which flags it before anything counts it.
     state = replace(state, role=Role.LEADER, leader_id=config.node_id, log=log,
                     votes=frozenset(), pre_voting=False, epoch_start=epoch_start,
                     match=_frozen({peer: 0 for peer in config.peers}),
                     last_fetch_s=_frozen({peer: now for peer in config.peers}),
-                    heard_s=_frozen({}))
+                    heard_s=_frozen({}), learners=frozenset())
     return _advance_leader_commit(config, state, actions)
 
 
@@ -545,7 +593,8 @@ def _adopt_epoch(state: RaftState, epoch: int, leader_id: int | None, now: float
     assert epoch > state.epoch
     actions.append(PersistQuorum(epoch, None))
     return replace(state, role=Role.FOLLOWER, epoch=epoch, voted_for=None, leader_id=leader_id,
-                   votes=frozenset(), pre_voting=False,
+                   votes=frozenset(), pre_voting=False, transfer_to=None,
+                   transfer_deadline_s=float("-inf"),
                    election_deadline_s=now + _timeout(config, rng))
 
 
@@ -559,7 +608,9 @@ def _hears_from_leader(config, state, now) -> bool:
 def _on_vote_request(config, state, event: VoteRequest, now, rng, actions):
     if event.pre_vote:
         return _on_pre_vote_request(config, state, event, now, actions)
-    if event.epoch < state.epoch or (event.epoch > state.epoch
+    # A transfer's candidate stands because the leader handed over and gave up its lease, so
+    # the refusal that protects the lease does not apply to it.
+    if event.epoch < state.epoch or (event.epoch > state.epoch and not event.transfer
                                      and _hears_from_leader(config, state, now)):
         actions.append(AnswerVote(state.epoch, False, state.leader_id))
         return state
@@ -640,6 +691,13 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     # lower than before (a wiped disk), so match follows it down rather than up only.
     state = replace(state, match=_frozen({**state.match, event.follower: event.fetch_end}))
     state = _advance_leader_commit(config, state, actions)
+    if (state.transfer_to == event.follower and event.fetch_end >= state.log.end
+            and event.follower not in state.learners):
+        # The chosen voter holds the whole journal: it stands now, and this leader never
+        # leads this epoch again (its TIMEOUT_NOW may be lost: then an election timeout).
+        actions.append(AnswerFetch(Outcome.TIMEOUT_NOW, state.epoch, config.node_id,
+                                   state.commit, event.fetch_end))
+        return _step_down(config, state, now, rng)
     # Entries below our snapshot are gone: the follower takes the snapshot instead.
     outcome = Outcome.SNAPSHOT if event.fetch_end < state.log.start else Outcome.ENTRIES
     actions.append(AnswerFetch(outcome, state.epoch, config.node_id, state.commit,
@@ -672,6 +730,8 @@ def _held_end(state: RaftState) -> int:
 def _advance_leader_commit(config, state, actions):
     ends = sorted([_held_end(state), *(state.match.get(p, 0) for p in config.peers
                                        if p not in state.learners)], reverse=True)
+    if len(ends) < config.majority:
+        return state  # too many learners: no majority of voters holds anything yet
     candidate = ends[config.majority - 1]
     if candidate > state.commit and candidate > state.epoch_start:
         actions.append(CommitAdvanced(candidate))
@@ -682,6 +742,8 @@ def _advance_leader_commit(config, state, actions):
 def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
     if event.outcome is Outcome.FAILED or event.epoch < state.epoch:
         return state
+    if event.outcome is Outcome.TIMEOUT_NOW:
+        return _on_timeout_now(config, state, event, now, rng, actions)
     if event.outcome is Outcome.NOT_LEADER:
         return _on_leader_hint(config, state, event, now, rng, actions)
     if event.epoch > state.epoch:
@@ -703,6 +765,35 @@ def _on_fetch_answered(config, state, event: FetchAnswered, now, rng, actions):
         else:  # a stale answer (committed entries never diverge), or a broken rule: say so
             actions.append(StaleDivergence(end, state.commit, event.sender))
     return state
+
+
+def _on_timeout_now(config, state, event: FetchAnswered, now, rng, actions):
+    """The leader of this very epoch handed over to this broker: stand at once, without a
+    pre-vote (the leader stepped down; waiting out an election timeout is what a transfer
+    avoids). A learner cannot stand, and an answer of an older epoch is stale."""
+    if (event.epoch != state.epoch or state.role is Role.LEADER or state.rejoin is not None
+            or state.leader_id not in (None, event.sender)):
+        return state
+    return _start_election(config, state, now, rng, actions, transfer=True)
+
+
+def _on_transfer(config, state, event: TransferLeadership, now, rng, actions):
+    """Start handing over (module docstring): pick the voter, stop holding the lease."""
+    voters = config.peers - state.learners
+    if state.role is not Role.LEADER or not voters:
+        return state
+    target = event.target
+    if target is None:
+        target = max(sorted(voters), key=lambda peer: state.match.get(peer, 0))
+    elif target not in voters:
+        return state
+    return replace(state, transfer_to=target, transfer_deadline_s=event.deadline_s)
+
+
+def _on_abandon_transfer(config, state, event: AbandonTransfer, now, rng, actions):
+    if state.transfer_to is None:
+        return state
+    return replace(state, transfer_to=None, transfer_deadline_s=float("-inf"))
 
 
 def _on_leader_hint(config, state, event: FetchAnswered, now, rng, actions):
@@ -758,4 +849,6 @@ _HANDLERS = {
     FetchRequest: _on_fetch_request,
     FetchAnswered: _on_fetch_answered,
     LogChanged: _on_log_changed,
+    TransferLeadership: _on_transfer,
+    AbandonTransfer: _on_abandon_transfer,
 }

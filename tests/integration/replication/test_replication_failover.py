@@ -2,9 +2,10 @@
 `replication_test`: real broker processes, a three-broker cluster, five rounds of the same
 fault on whoever leads, then the reckoning.
 
-Faults on the leader (one test each): SIGKILL, SIGTERM, and SIGSTOP...SIGCONT (the paused
-leader: the others elect a successor and take writes while it sleeps; resumed, it must not
-acknowledge what it can no longer commit, and must follow). A killed broker is restarted on
+Faults on the leader (one test each): SIGKILL, SIGTERM (the leader hands leadership to a
+caught-up voter before it stops: that voter leads the next epoch), and SIGSTOP...SIGCONT (the
+paused leader: the others elect a successor and take writes while it sleeps; resumed, it must
+not acknowledge what it can no longer commit, and must follow). A killed broker is restarted on
 its data directory and port before the next round, so two brokers are always up.
 
 And a follower SIGKILLed again and again within a second of each restart, while it catches up.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -124,6 +126,8 @@ def test_leader_fault_rounds_lose_and_double_nothing(make_cluster, fault):
                     assert code == 0, f"round {round_}: SIGTERM exit code {code}"
             others = cluster.others(old.leader_id)
             new = cluster.leader(among=others, min_epoch=old.epoch + 1)
+            if fault == "sigterm":
+                check_handed_over(cluster, old, new, round_)
             if fault == "sigstop":
                 # The majority takes writes while the old leader sleeps.
                 probe = AckedWriter(f"probe{round_}", cluster.bootstrap_of(others), TOPIC,
@@ -172,6 +176,20 @@ def test_leader_fault_rounds_lose_and_double_nothing(make_cluster, fault):
           f"(leader, epoch) before each: {leaders}; {paused}journal/data cut or truncation "
           f"log lines per broker {recovered}; {counters}; {time.monotonic() - started:.1f} s")
     assert len(leaders) == ROUNDS
+
+
+def check_handed_over(cluster, old, new, round_: int) -> None:
+    """A SIGTERMed leader hands leadership to a caught-up voter before it stops (issue 24):
+    it says so in its log, and that voter leads the very next epoch -- no election timeout,
+    no other candidate in between. The stopped broker has exited, so its log is complete."""
+    handed = cluster.log_lines(old.leader_id, rf"handed leadership of epoch {old.epoch} to "
+                                              rf"broker (\d+)")
+    assert len(handed) == 1, \
+        f"round {round_}: leader {old.leader_id} (epoch {old.epoch}) stopped without handing " \
+        f"leadership over: {cluster.log_lines(old.leader_id, 'leadership|caught up')}"
+    target = int(re.search(r"to broker (\d+)", handed[0]).group(1))
+    assert (new.leader_id, new.epoch) == (target, old.epoch + 1), \
+        f"round {round_}: handed to {target}, but epoch {new.epoch} is led by {new.leader_id}"
 
 
 def wait_queued_at(server_port: int, queued) -> None:

@@ -109,6 +109,10 @@ def test_leader_reports_role_epoch_commit_and_follower_lag():
     refused = sample_values(found["kaska_replication_requests_refused"])
     assert refused[("kaska_replication_requests_refused_total",
                     (("reason", "stale_epoch"),))] == 2
+    transfers = {s.labels["outcome"]: s.value
+                 for s in found["kaska_replication_leadership_transfers"].samples
+                 if s.name.endswith("_total")}
+    assert transfers == {"handed_over": 7, "abandoned": 8, "stood": 9}
 
 
 def test_follower_reports_no_follower_lag_and_no_leader_id():

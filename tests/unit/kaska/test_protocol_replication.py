@@ -47,6 +47,7 @@ WITH_ENTRIES = ReplicaFetchResponse(2, 1, 3, FetchOutcome.ENTRIES, ENTRIES, BATC
 REQUESTS = [
     VoteRequest(2, 7, 6, 12345678901),
     VoteRequest(3, 8, 6, 0, pre_vote=True),
+    VoteRequest(3, 9, 8, 40, transfer=True),
     ReplicaFetchRequest(3, 7, 42, 6, 1 << 20, 500),
 ]
 
@@ -59,6 +60,7 @@ RESPONSES = [
     ReplicaFetchResponse(3, 2, 9, FetchOutcome.DIVERGING, diverging_epoch=1,
                          diverging_end=17),
     ReplicaFetchResponse(4, NO_LEADER, -1, FetchOutcome.NOT_LEADER),
+    ReplicaFetchResponse(5, 1, 12, FetchOutcome.TIMEOUT_NOW),
 ]
 
 

@@ -45,6 +45,11 @@ of `(epoch, payload)` entries:
   compacted entries as ghost state for the checkers, and fails if the node's side ever reads
   one: an ENTRIES answer or a truncation below the start.
 
+Leadership transfer (issue 24; `Faults.transfer`): a leader is told now and then to hand over
+to a random voter or its best caught-up one, by a random deadline; it answers that voter's
+caught-up fetch TIMEOUT_NOW (dropped, doubled and delayed like any answer) and the voter stands
+with `transfer` vote requests. Every check below holds through it, the lease ones included.
+
 After every single `step` the invariants are checked (`SafetyViolation` on the first breach),
 and a commit as soon as its `CommitAdvanced` is carried out (a crash later in that step keeps
 its effects: the applied index a restart takes as its commit index):
@@ -88,6 +93,7 @@ from services.broker.replication.raft import (
     RoleChanged,
     SendVotes,
     Tick,
+    TransferLeadership,
     Truncate,
     VoteRequest,
     VoteResponse,
@@ -138,12 +144,16 @@ class Faults:
     leader_pause: float = 0.0
     leader_pause_max_s: float = 4.0
     compact: float = 0.0  # per node and round: fold the applied prefix into the snapshot
+    # Per round and leader: tell it to hand leadership over (TransferLeadership: a random
+    # voter or the best caught-up one) within up to transfer_deadline_max_s. 0 draws nothing.
+    transfer: float = 0.0
+    transfer_deadline_max_s: float = 3.0
 
     def calm(self) -> Faults:
         return Faults(drop=0.0, duplicate=0.0, delay_max_s=0.05, long_delay=0.0, crash=0.0,
                       leader_crash=0.0, crash_mid_step=0.0, partition=0.0, client_append=0.0,
                       tick_skip=self.tick_skip, dt_max_s=self.dt_max_s, unannounced=0.0,
-                      compact=self.compact)
+                      compact=self.compact, transfer=self.transfer)
 
 
 # Leaders die often with a busy client: uncommitted tails diverge, Figure 8 lurks.
@@ -257,6 +267,10 @@ class Stats:
     compactions: int = 0
     snapshot_answers: int = 0
     snapshot_installs: int = 0  # a follower behind a leader's snapshot caught up through it
+    transfers: int = 0  # TransferLeadership told to a leader
+    timeout_nows: int = 0  # TIMEOUT_NOW answers sent (the leader stepped down)
+    transfer_candidacies: int = 0  # elections started on a TIMEOUT_NOW
+    transfer_wins: int = 0  # of them, won by the target in that very epoch
 
     def add(self, other: Stats) -> None:
         for name in self.__dataclass_fields__:
@@ -294,6 +308,7 @@ class SimNode:
     learner: bool = False  # persisted (identity.py's `voter`, negated)
     wipe_pending: bool = False  # crashed, and restarts with an empty directory
     start: int = 0  # durable: entries below it are compacted (ghosts for the checkers only)
+    transfer_epoch: int | None = None  # the epoch it last stood for on a TIMEOUT_NOW
 
     @property
     def node_id(self) -> int:
@@ -488,6 +503,11 @@ class Simulation:
                     node.paused_until = self.now + rng.uniform(0.0, faults.leader_pause_max_s)
                     self.stats.leader_pauses += 1
                     self._log(f"{node.node_id} paused until {node.paused_until:.3f}")
+        if faults.transfer:
+            for node in self._running_nodes():
+                if (node.state.role is Role.LEADER and node.state.transfer_to is None
+                        and rng.random() < faults.transfer):
+                    self.transfer(node.node_id)
         if self.cut and self.now >= self.cut_until:
             self.cut.clear()
         if rng.random() < faults.partition:
@@ -581,10 +601,25 @@ class Simulation:
         self._log(f"{node.node_id} compacts below {node.start}")
         self._step(node, LogChanged(node.view()))
 
-    def client_append(self, node_id: int) -> str | None:
-        """A client's write at a node that believes it leads (a stale leader may, too)."""
+    def transfer(self, node_id: int, target: int | None = None,
+                 deadline_s: float | None = None) -> None:
+        """Tell a leader to hand over (as `ReplicationNode.transfer_leadership`), to `target`
+        or (None) half the time a random voter, else the one it finds best caught up; by
+        `deadline_s` (None: a random one within `Faults.transfer_deadline_max_s`)."""
         node = self.nodes[node_id]
-        if not node.up or node.state.role is not Role.LEADER:
+        if target is None and self.rng.random() < 0.5:
+            target = self.rng.choice(sorted(node.config.peers))
+        if deadline_s is None:
+            deadline_s = self.now + self.rng.uniform(0.0, self.faults.transfer_deadline_max_s)
+        self.stats.transfers += 1
+        self._step(node, TransferLeadership(target, deadline_s))
+
+    def client_append(self, node_id: int) -> str | None:
+        """A client's write at a node that believes it leads (a stale leader may, too). A
+        leader handing over takes none (replica_manager.py: it holds no lease); a produce that
+        passed its lease check just before is an append landing late (`Faults.unannounced`)."""
+        node = self.nodes[node_id]
+        if not node.up or node.state.role is not Role.LEADER or node.state.transfer_to is not None:
             return None
         if node.landing is not None:
             return None  # one at a time
@@ -722,6 +757,8 @@ class Simulation:
         elif answer.outcome is Outcome.SNAPSHOT:
             self.stats.snapshot_answers += 1
             snapshot = tuple(node.journal[:node.start])
+        elif answer.outcome is Outcome.TIMEOUT_NOW:
+            self.stats.timeout_nows += 1
         self._send(node.node_id, sender, FetchAnswerMessage(answer, body.request_id, entries,
                                                             self.now, snapshot))
 
@@ -866,8 +903,11 @@ class Simulation:
                 if (node.epoch, node.voted_for) != (action.epoch, node_id):
                     raise SafetyViolation(f"{node_id} asks for votes in epoch {action.epoch} "
                                           "before persisting its own vote")
+            if action.transfer:
+                self.stats.transfer_candidacies += 1
+                node.transfer_epoch = action.epoch
             request = VoteRequest(node_id, action.epoch, action.last_epoch, action.end,
-                                  action.pre_vote)
+                                  action.pre_vote, action.transfer)
             for peer in sorted(action.to):
                 self._send(node_id, peer, request)
         elif isinstance(action, AppendNoop):
@@ -902,6 +942,8 @@ class Simulation:
         elif isinstance(action, RoleChanged):
             if action.role is Role.LEADER:
                 self.stats.elections += 1
+                if node.transfer_epoch == action.epoch:
+                    self.stats.transfer_wins += 1
                 node.outstanding = None  # a leader does not fetch
                 self._log(f"{node_id} LEADS epoch {action.epoch}")
             elif action.role is Role.CANDIDATE:

@@ -143,7 +143,7 @@ def test_the_poison_epoch_is_refused_everywhere():
 
 def test_the_bounds_leave_room_for_a_pre_vote():
     assert check_vote_request(VoteRequest(2, EPOCH_MAX, EPOCH_MAX, INDEX_MAX))
-    assert len(VoteRequest(2, EPOCH_MAX + 1, EPOCH_MAX, INDEX_MAX).encode()) == 21
+    assert len(VoteRequest(2, EPOCH_MAX + 1, EPOCH_MAX, INDEX_MAX).encode()) == 22
 
 
 @pytest.mark.parametrize("request_", [

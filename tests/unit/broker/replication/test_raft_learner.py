@@ -177,3 +177,33 @@ def test_a_changed_incarnation_resets_the_match_even_on_a_diverging_fetch():
     assert leader.state.match[2] == 0
     actions = leader(LogChanged(leader.state.log), at=0.7)
     assert not _has(actions, CommitAdvanced)
+
+
+def test_a_leader_whose_peers_all_fetch_as_learners_commits_nothing_and_survives():
+    """Soak seed 40046 (transfers amid wiped directories): a leader held a stale learner flag
+    for a broker promoted since, and the other broker was a learner: no voter but itself to
+    count, and the commit count indexed past its list (the loop thread would have died)."""
+    from tests.unit.broker.replication.test_raft_steps import _leader
+
+    leader = _leader(1)
+    leader(FetchRequest(2, 1, 1, 1, learner=True), at=1.0)
+    actions = leader(FetchRequest(3, 1, 1, 1, learner=True), at=1.1)
+    assert leader.state.learners == {2, 3}
+    assert leader.state.commit == 0 and not [a for a in actions if isinstance(a, CommitAdvanced)]
+
+
+def test_learner_flags_are_learned_afresh_in_every_term():
+    """A flag noted while leading an earlier term may be stale (that broker was promoted since
+    and has not fetched from this one): a new term starts with none."""
+    node = Node(1)
+    node.timeout()
+    node(VoteResponse(2, 1, True, pre_vote=True))
+    node(VoteResponse(2, 1, True))
+    node(FetchRequest(3, 1, 0, 0, learner=True), at=0.5)
+    assert node.state.learners == {3}
+    node(FetchRequest(2, 2, 1, 1), at=0.6)  # deposed: broker 2 speaks for epoch 2
+    assert node.state.role is Role.FOLLOWER
+    node.timeout()
+    node(VoteResponse(2, 3, True, pre_vote=True))
+    node(VoteResponse(2, 3, True))
+    assert node.state.role is Role.LEADER and node.state.learners == frozenset()

@@ -221,6 +221,100 @@ def test_lease_mutants_are_caught(monkeypatch, mutant):
         _paused_campaign()
 
 
+# Leaders told to hand over (issue 24) while clients write, leaders are paused, nodes crash
+# and the network splits: TIMEOUT_NOW answers are lost, doubled and late, targets die or are
+# cut off before they stand, and transfer votes reach voters that still hear from the leader.
+TRANSFERS = Faults(transfer=0.03, transfer_deadline_max_s=6.0, leader_pause=0.005,
+                   leader_pause_max_s=3.0, crash=0.003, partition=0.01, partition_max_s=3.0,
+                   client_append=0.6, topic_ops=0.1)
+
+# Hand-overs among wiped directories, compaction, paused leaders and topic churn (the soak).
+TRANSFERS_AMID_EVERYTHING = dataclasses.replace(WIPES_COMPACTING, transfer=0.02,
+                                                topic_ops=0.1, unannounced=0.2)
+
+
+def _transfer_campaign(seeds=range(12), faults: Faults = TRANSFERS) -> Stats:
+    total = Stats()
+    started = time.perf_counter()
+    for seed in seeds:
+        total.add(_play((1, 2, 3), seed, faults).stats)
+    for seed in range(2):
+        total.add(_play((1, 2, 3, 4, 5), 300 + seed, faults).stats)
+    print(_summary("leadership transfers", total, len(seeds) + 2, time.perf_counter() - started)
+          + f"; {total.transfers} transfers told, {total.timeout_nows} TIMEOUT_NOW sent, "
+          f"{total.transfer_candidacies} transfer candidacies, {total.transfer_wins} won")
+    return total
+
+
+def test_leadership_transfers_keep_every_check_and_mostly_elect_the_target():
+    stats = _transfer_campaign()
+    # Many tells are abandoned at their deadline: a target one entry per fetch behind a busy
+    # leader, down or cut off. Those that reach TIMEOUT_NOW mostly elect the target (the rest:
+    # the answer lost, the target crashed or cut off before its votes came back).
+    assert stats.transfers >= 200 and stats.timeout_nows >= 80
+    assert stats.transfer_wins >= 0.75 * stats.timeout_nows
+    assert stats.leader_pauses >= 10 and stats.crashes >= 20 and stats.partitions >= 10
+    assert stats.lease_rounds >= stats.rounds // 8 and stats.acks >= 1_000
+
+
+def _transfer_with_the_old_leader_cut_off() -> Simulation:
+    """A calm cluster whose leader L holds its lease hands over to T; as T stands, L is cut off
+    from both others, so nothing of the new epoch reaches it (T's vote request, F's fetches).
+    T wins with the third voter F and takes its lease. Returns the simulation after that."""
+    sim = Simulation((1, 2, 3), seed=4, faults=dataclasses.replace(NO_FAULTS,
+                                                                  client_append=0.3))
+    sim.run_for(5.0)
+    old = sim.current_leader()
+    assert old is not None and raft.holds_lease(sim.nodes[old].config, sim.nodes[old].state,
+                                                sim.now)
+    target = min(set(sim.ids) - {old})
+    sim.transfer(old, target, deadline_s=sim.now + 5.0)
+    epoch = sim.nodes[old].state.epoch
+    while sim.nodes[target].state.epoch == epoch:
+        assert sim.now < 20.0, "the target never stood"
+        sim.round()
+    assert sim.stats.timeout_nows == 1 and sim.stats.transfer_candidacies == 1
+    sim.cut.update(frozenset((old, peer)) for peer in set(sim.ids) - {old})
+    sim.cut_until = float("inf")
+    new = sim.nodes[target]
+    while not raft.holds_lease(new.config, new.state, sim.now):
+        assert sim.now < 30.0, "the target never held a lease"
+        sim.round()
+    assert new.state.role is raft.Role.LEADER and new.state.epoch == epoch + 1
+    sim.run_for(2.0)
+    return sim
+
+
+def test_a_transfer_whose_old_leader_hears_nothing_of_it_leaves_one_lease():
+    sim = _transfer_with_the_old_leader_cut_off()
+    assert sim.stats.transfer_wins == 1 and sim.stats.lease_rounds > 0
+
+
+def test_a_leader_that_keeps_its_lease_and_leads_on_after_timeout_now_is_caught(monkeypatch):
+    """The checks have teeth for transfers. Two rules keep a handing-over leader from answering
+    beside its successor: it gives up its lease when told, and it steps down when it sends
+    TIMEOUT_NOW. With both left out, the old leader -- cut off, so nothing of the new epoch
+    deposes it -- still holds the lease its followers' last confirmations gave it when the
+    target, elected on a transfer vote that the third voter granted while it heard from the
+    old leader, takes its own."""
+    stepped_down, lease_end = raft._step_down, raft.lease_end_s
+
+    def no_step_down(config, state, now, rng):
+        if state.transfer_to is not None:
+            return state
+        return stepped_down(config, state, now, rng)
+
+    def lease_kept(config, state):
+        return lease_end(config, dataclasses.replace(state, transfer_to=None))
+
+    monkeypatch.setattr(raft, "_step_down", no_step_down)
+    monkeypatch.setattr(raft, "lease_end_s", lease_kept)
+    monkeypatch.setattr(raft_sim, "holds_lease",
+                        lambda config, state, now: now < lease_kept(config, state))
+    with pytest.raises(SafetyViolation, match="two leases"):
+        _transfer_with_the_old_leader_cut_off()
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_three_nodes_stay_safe_and_recover(profile):
     stats = _campaign((1, 2, 3), range(14), profile)
@@ -429,7 +523,8 @@ def test_soak():
     runs = 0
     # Every profile a finding of issue 20 added, beside the generic ones.
     rotation = [PROFILES[name] for name in sorted(PROFILES)] + [
-        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS, WIPES_COMPACTING]
+        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS, WIPES_COMPACTING, TRANSFERS,
+        TRANSFERS_AMID_EVERYTHING]
     while total.rounds < budget:
         ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)
         total.add(_play(ids, seed, rotation[seed % len(rotation)], rounds=5000).stats)
