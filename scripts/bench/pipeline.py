@@ -143,6 +143,18 @@ def _session_dirs(directory: Path, client_id: str) -> list[Path]:
     return [path for path in directory.rglob(f"*{client_id}*")]
 
 
+def _journal_bytes(directory: Path) -> dict[str, int]:
+    """Each broker's replication journal file size (`<broker>/@replication/journal.log`),
+    by broker directory: what compaction keeps bounded over many sessions (issue 24)."""
+    sizes = {}
+    for path in sorted(directory.glob("*/@replication/journal.log")):
+        try:
+            sizes[path.parent.parent.name] = path.stat().st_size
+        except FileNotFoundError:
+            continue  # rewritten by a compaction as we looked (temp file, rename)
+    return sizes
+
+
 def _wait_for_cleanup(directory: Path, client_id: str, timeout_s: float) -> tuple[int, float]:
     """Until no broker holds anything of the session (or the timeout): (bytes left, seconds)."""
     started = time.monotonic()
@@ -211,6 +223,7 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
                               "cleanup_wait_s": round(waited, 1),
                               "session_files_left": len(_session_dirs(layout.brokers_data_dir,
                                                                       summary["client_id"]))},
+        "journal_bytes": _journal_bytes(layout.brokers_data_dir),
         **({"profile": {name: profile.as_json() for name, profile in profiler.profiles.items()}}
            if profiler else {}),
     }

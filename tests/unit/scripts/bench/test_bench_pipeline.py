@@ -11,7 +11,13 @@ import pytest
 
 from common.result_csv import csv_text, format_row
 from scripts import bench_pipeline
-from scripts.bench.pipeline import BenchError, _check_counts, check_results, ratios
+from scripts.bench.pipeline import (
+    BenchError,
+    _check_counts,
+    _journal_bytes,
+    check_results,
+    ratios,
+)
 from scripts.bench.process_stats import PeakRssWatch, descendants, disk_bytes, tree_stats
 from scripts.bench.result_gate import ResultMismatchError
 
@@ -112,6 +118,16 @@ def _session_files(directory, rows):
         (directory / f"{query}.csv").write_text(
             csv_text(query, (format_row(query, row) for row in query_rows)))
     return str(directory)
+
+
+def test_journal_bytes_are_read_per_broker_and_nothing_else(tmp_path):
+    for broker, size in (("broker-1", 120), ("broker-2", 4096)):
+        (tmp_path / broker / "@replication").mkdir(parents=True)
+        (tmp_path / broker / "@replication" / "journal.log").write_bytes(b"j" * size)
+    (tmp_path / "broker-3" / "@replication").mkdir(parents=True)  # no journal yet
+    (tmp_path / "broker-1" / "flights.c1").mkdir()
+    (tmp_path / "broker-1" / "flights.c1" / "journal.log").write_bytes(b"x" * 9)
+    assert _journal_bytes(tmp_path) == {"broker-1": 120, "broker-2": 4096}
 
 
 def test_the_gate_reads_every_session_of_the_result(tmp_path):
