@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
+from common.essential_threads import exit_on_essential_thread_death
 from common.heartbeat import parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
@@ -274,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level, fmt=LOG_FORMAT, datefmt="%H:%M:%S")
+    # A checker whose election, supervision, restarter or heartbeat server died of a bug would
+    # answer its peers and restart nothing: exit instead, and be restarted by them.
+    exit_on_essential_thread_death(("election", "supervision", "restarter", "heartbeat-server"))
     secret = read_secret(args, parser)
     try:
         config = build_config(args, secret)

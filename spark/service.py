@@ -60,6 +60,7 @@ import threading
 from pathlib import Path
 
 from common.cluster_secret import ClusterSecretError
+from common.essential_threads import exit_on_essential_thread_death
 from common.heartbeat import HeartbeatConfigError, heartbeat_secret
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
@@ -128,6 +129,10 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    # A session worker that died of a bug takes its share of the sessions with it, silently:
+    # exit instead, and be restarted (jobs are redone from the checkpoint; writes are
+    # idempotent).
+    exit_on_essential_thread_death(("session-worker-",))
     for name in ("sessions_concurrent_max", "sessions_pending_max", "session_attempts_max",
                  "shuffle_partitions", "result_rows_per_slice"):
         if getattr(args, name) < 1:

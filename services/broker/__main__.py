@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
+from common.essential_threads import exit_on_essential_thread_death
 from common.heartbeat import HeartbeatSender
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
@@ -31,6 +32,10 @@ from services.broker.replication.node import ReplicationFsync
 from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
+# Threads whose death of an unexpected exception ends the process (common/essential_threads.py):
+# the replication loop, both listeners' accept loops, retention and the storage reaper.
+ESSENTIAL_THREADS = ("kaska-replication-", "kaska-accept", "kafka-accept", "kaska-retention",
+                     "reaper-")
 SIGNAL_POLL_S = 0.2
 
 
@@ -182,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    # A bug that kills one of these leaves a zombie broker (heartbeats on, nothing replicated
+    # or accepted): exit instead, and be restarted.
+    exit_on_essential_thread_death(ESSENTIAL_THREADS)
     stop_requested = threading.Event()
     handle_stop_signals(stop_requested.set)
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
