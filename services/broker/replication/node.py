@@ -449,12 +449,13 @@ class ReplicationNode:
             return refusal(answer), []
         epoch = answer.epoch
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
-            # Also woken by a hand-over (the target asks again at once and is told to stand)
-            # and by a step-down (the follower must look for the next leader, not wait).
+            # Also woken by a hand-over to this follower (it asks again at once and is told
+            # to stand; the others' long-polls wait on: woken, they would spin) and by a
+            # step-down (the follower must look for the next leader, not wait).
             self.wait_changed(lambda: self.journal.end > request.fetch_end
                               or self._state.epoch != epoch
                               or self._state.role is not raft.Role.LEADER
-                              or self._state.transfer_to is not None,
+                              or self._state.transfer_to == request.follower,
                               request.max_wait_ms / 1000)
         with self._lock:
             # Still the leader of that epoch? (Between the step and now it may have stepped

@@ -122,3 +122,31 @@ def test_a_voter_hearing_from_its_leader_grants_only_the_transfer_vote(log):
     transfer = voter.answer_vote(WireVoteRequest(2, 2, 0, 0, transfer=True))
     assert transfer.granted and transfer.epoch == 2
     assert voter.state.voted_for == 2
+
+
+def test_only_the_targets_long_poll_is_woken_by_the_hand_over(log):
+    """The others' long-polls wait out their time as before: woken by the hand-over, which
+    lasts until the target fetches, they would ask again and again at once."""
+    clock = Clock()
+    node, _manager = leader_with_topic(log, clock)
+    long_poll_ms = 1500
+    answered_after_s: dict[int, float] = {}
+
+    def long_poll(follower: int) -> None:
+        started = time.monotonic()
+        node.answer_fetch(ReplicaFetchRequest(follower, 1, node.journal.end,
+                                              node.journal.last_epoch, 1 << 20, long_poll_ms))
+        answered_after_s[follower] = time.monotonic() - started
+
+    polls = [threading.Thread(target=long_poll, args=(follower,)) for follower in (2, 3)]
+    for poll in polls:
+        poll.start()
+    _until(lambda: len(node._changed._waiters) >= 2, "both long-polls waiting")
+    hand_over = HandOver(node, target=3)
+    hand_over.start()
+    for poll in polls:
+        poll.join(WAIT_S)
+    assert answered_after_s[3] < long_poll_ms / 1000, "the target's wait ends at the hand-over"
+    assert answered_after_s[2] >= 0.9 * long_poll_ms / 1000, "broker 2's wait is not cut short"
+    assert _fetch(node, 3).outcome is FetchOutcome.TIMEOUT_NOW
+    assert hand_over.outcome() is True
