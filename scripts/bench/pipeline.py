@@ -140,7 +140,9 @@ def _platform_stats(platform: LocalPlatform) -> dict[str, TreeStats]:
 def _session_dirs(directory: Path, client_id: str) -> list[Path]:
     """What the brokers still hold of a session: its topics' directories, or their deleted
     remains (a topic directory is named by the topic; deletion renames it first)."""
-    return [path for path in directory.rglob(f"*{client_id}*")]
+    # os.walk, not rglob: a directory the brokers delete while this walks is skipped.
+    return [Path(root) / name for root, dirs, files in os.walk(directory)
+            for name in (*dirs, *files) if client_id in name]
 
 
 def _journal_bytes(directory: Path) -> dict[str, int]:

@@ -100,14 +100,16 @@ def tree_stats(root_pid: int) -> TreeStats:
 
 def disk_bytes(directory: Path) -> int:
     """Bytes the files under `directory` occupy on disk (allocated blocks, not sizes: broker
-    segments are sparse until written)."""
+    segments are sparse until written). The brokers delete topics while this walks: a file or
+    a directory gone meanwhile counts nothing (os.walk skips a directory it cannot list; a
+    50-session run died of pathlib's rglob, which does not)."""
     total = 0
-    for path in directory.rglob("*"):
-        try:
-            stat = path.lstat()
-        except FileNotFoundError:
-            continue  # deleted while we walked
-        if path.is_file():
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                stat = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue  # deleted while we walked
             total += stat.st_blocks * 512
     return total
 

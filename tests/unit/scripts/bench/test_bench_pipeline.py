@@ -15,6 +15,7 @@ from scripts.bench.pipeline import (
     BenchError,
     _check_counts,
     _journal_bytes,
+    _session_dirs,
     check_results,
     ratios,
 )
@@ -106,6 +107,27 @@ def test_disk_bytes_counts_allocated_blocks_not_sizes(tmp_path):
     written.parent.mkdir()
     written.write_bytes(b"x" * 1024 * 1024)
     assert 1024 * 1024 <= disk_bytes(tmp_path) < 2 * 1024 * 1024
+
+
+def test_disk_bytes_and_session_dirs_skip_a_directory_deleted_while_they_walk(tmp_path,
+                                                                               monkeypatch):
+    """A broker renames a topic into @deleted and removes it while the benchmark walks: a
+    50-session run died there (pathlib's rglob raised FileNotFoundError)."""
+    kept = tmp_path / "broker-1" / "flights.keep" / "0"
+    gone = tmp_path / "broker-1" / "@deleted" / "flights.c1.17" / "2"
+    for directory in (kept, gone):
+        directory.mkdir(parents=True)
+        (directory / "00000000000000000000.log").write_bytes(b"x" * 8192)
+    scandir = os.scandir
+
+    def vanishing(path):
+        if str(path).endswith("flights.c1.17"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    assert 8192 <= disk_bytes(tmp_path) < 2 * 8192
+    assert [path.name for path in _session_dirs(tmp_path, "c1")] == ["flights.c1.17"]
 
 
 ROWS = {"q1": [("a", "ATL-BOS", 100.0, "X||Y||Z")], "q2": [("a", "ATL-BOS", 4000.5)],
