@@ -65,7 +65,9 @@ def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name)
         (p, o, v) for (p, _k, v), (_p, o) in zip(records, delivered, strict=True))
 
 
-def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, topic_name):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, topic_name, sig):
+    """Killed, or stopped (SIGTERM: it hands leadership over first, issue 24)."""
     bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
     create_topic(bootstrap, topic_name, 1)
     leader = kafka_cluster.leader_id()
@@ -90,7 +92,10 @@ def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, top
              "a quarter of the records acknowledged")
     assert high_watermarks(bootstrap, topic_name, 1)[0] < count and not done.is_set(), \
         "production ended before the kill: the test would prove nothing"
-    kafka_cluster.kill(leader, signal.SIGKILL)
+    assert kafka_cluster.kill(leader, sig) == (0 if sig == signal.SIGTERM else -sig)
+    if sig == signal.SIGTERM:  # the scenario: it handed over, it did not just go away
+        assert kafka_cluster.log_lines(leader, "handed leadership of epoch"), \
+            kafka_cluster.log_lines(leader, "leadership")
     producer.join(120)
     assert not producer.is_alive(), "producer still running after 120 s"
     assert "error" not in result, result.get("error")
