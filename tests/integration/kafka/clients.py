@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.kaska import Consumer as KaskaConsumer
 
 CLIENT_TIMEOUT_S = 60.0
+WATERMARK_RETRY_PAUSE_S = 0.1
+# What librdkafka's watermark query raises while leadership moves (it does not flag all of
+# them retriable itself).
+LEADER_MOVING_CODES = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -83,12 +95,24 @@ def consume_from_start(bootstrap: str, topic: str, partitions: int, count: int):
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
-    consumer = kafka_consumer(bootstrap)
-    try:
-        return [consumer.get_watermark_offsets(TopicPartition(topic, p), CLIENT_TIMEOUT_S)[1]
-                for p in range(partitions)]
-    finally:
-        consumer.close()
+    """Each partition's high watermark. A retriable error (NOT_LEADER_FOR_PARTITION: the
+    leader moved, or lost its lease on a loaded machine) is asked again until
+    CLIENT_TIMEOUT_S, as a Kafka user's code would; it failed a polling test once at load 13."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        consumer = kafka_consumer(bootstrap)
+        try:
+            return [consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                   CLIENT_TIMEOUT_S)[1]
+                    for p in range(partitions)]
+        except KafkaException as exc:
+            error = exc.args[0]
+            moving = error.retriable() or error.code() in LEADER_MOVING_CODES
+            if not moving or time.monotonic() > deadline:
+                raise
+        finally:
+            consumer.close()
+        time.sleep(WATERMARK_RETRY_PAUSE_S)
 
 
 def kaska_read(bootstrap: str, topic: str, partitions: int, count: int):
