@@ -93,7 +93,9 @@ def _summary(title: str, stats: Stats, runs: int, seconds: float) -> str:
             f"creates, {stats.topic_deletes} deletes ({stats.deletes_of_older_incarnations} "
             f"of an older incarnation); a lease held in {stats.lease_rounds} rounds; "
             f"{stats.wipes} wipes ({stats.promotions} promotions), {stats.leader_pauses} leader "
-            f"pauses, {stats.compactions} compactions ({stats.snapshot_installs} installs)")
+            f"pauses, {stats.compactions} compactions ({stats.snapshot_installs} installs), "
+            f"{stats.transfers} transfers told ({stats.timeout_nows} TIMEOUT_NOW sent, "
+            f"{stats.transfer_wins} won by their target)")
 
 
 def _campaign(ids, seeds, profile: str, rounds: int = ROUNDS) -> Stats:
@@ -241,8 +243,7 @@ def _transfer_campaign(seeds=range(12), faults: Faults = TRANSFERS) -> Stats:
     for seed in range(2):
         total.add(_play((1, 2, 3, 4, 5), 300 + seed, faults).stats)
     print(_summary("leadership transfers", total, len(seeds) + 2, time.perf_counter() - started)
-          + f"; {total.transfers} transfers told, {total.timeout_nows} TIMEOUT_NOW sent, "
-          f"{total.transfer_candidacies} transfer candidacies, {total.transfer_wins} won")
+          + f"; {total.transfer_candidacies} transfer candidacies")
     return total
 
 
