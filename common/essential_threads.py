@@ -29,15 +29,22 @@ log = logging.getLogger(__name__)
 
 
 def exit_on_essential_thread_death(prefixes: tuple[str, ...],
+                                   stopping: Callable[[], bool] = lambda: False,
                                    exit_process: Callable[[int], None] = os._exit) -> None:
     """Install the hook for threads named `prefixes[i]...` (process-wide; the last call wins).
-    `exit_process`: os._exit, or a test's stand-in."""
+    `stopping`: whether the service is shutting down gracefully; a thread that dies then (a
+    query service's job cancelled by the stop raises in its worker) is logged, and the
+    shutdown goes on to its own exit code. `exit_process`: os._exit, or a test's stand-in."""
     previous = threading.excepthook
 
     def hook(args: threading.ExceptHookArgs) -> None:
         name = args.thread.name if args.thread is not None else ""
         if args.exc_type is SystemExit or not name.startswith(prefixes):
             previous(args)
+            return
+        if stopping():
+            log.warning("thread %s ended during shutdown: %s: %s", name, args.exc_type.__name__,
+                        args.exc_value)
             return
         log.critical("essential thread %s died: %s: %s; exiting with code %d so that the "
                      "health checkers restart this service", name, args.exc_type.__name__,

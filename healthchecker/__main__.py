@@ -275,9 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level, fmt=LOG_FORMAT, datefmt="%H:%M:%S")
-    # A checker whose election, supervision, restarter or heartbeat server died of a bug would
-    # answer its peers and restart nothing: exit instead, and be restarted by them.
-    exit_on_essential_thread_death(("election", "supervision", "restarter", "heartbeat-server"))
     secret = read_secret(args, parser)
     try:
         config = build_config(args, secret)
@@ -292,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     except HealthCheckerConfigError as error:
         parser.error(f"{type(error).__name__}: {error}")
     handle_stop_signals(node.request_stop)
+    # A checker whose election, supervision, restarter or heartbeat server died of a bug would
+    # answer its peers and restart nothing: exit instead, and be restarted by them.
+    exit_on_essential_thread_death(("election", "supervision", "restarter", "heartbeat-server"),
+                                   stopping=node.stop_requested)
     try:
         metrics = MetricsEndpoint.start_optional(args.metrics_listen,
                                                  lambda: healthchecker_registry(node))

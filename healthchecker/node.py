@@ -194,6 +194,9 @@ class HealthCheckerNode:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
     @property
     def is_leader(self) -> bool:
         return self.election_state.is_leader

@@ -129,10 +129,6 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    # A session worker that died of a bug takes its share of the sessions with it, silently:
-    # exit instead, and be restarted (jobs are redone from the checkpoint; writes are
-    # idempotent).
-    exit_on_essential_thread_death(("session-worker-",))
     for name in ("sessions_concurrent_max", "sessions_pending_max", "session_attempts_max",
                  "shuffle_partitions", "result_rows_per_slice"):
         if getattr(args, name) < 1:
@@ -164,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     stop_requested = threading.Event()
     # Before Spark starts (it takes seconds): a SIGTERM meanwhile still ends in a clean exit.
     handle_stop_signals(stop_requested.set, log)
+    # A session worker that died of a bug takes its share of the sessions with it, silently:
+    # exit instead, and be restarted (jobs are redone from the checkpoint; writes are
+    # idempotent). Not during a stop: jobs cancelled then may raise in their workers.
+    exit_on_essential_thread_death(("session-worker-",), stopping=stop_requested.is_set)
     try:
         secret = heartbeat_secret(settings.heartbeat_targets, settings.secret_file)
     except (ClusterSecretError, HeartbeatConfigError) as error:

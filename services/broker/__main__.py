@@ -187,11 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
-    # A bug that kills one of these leaves a zombie broker (heartbeats on, nothing replicated
-    # or accepted): exit instead, and be restarted.
-    exit_on_essential_thread_death(ESSENTIAL_THREADS)
     stop_requested = threading.Event()
     handle_stop_signals(stop_requested.set)
+    # A bug that kills one of these leaves a zombie broker (heartbeats on, nothing replicated
+    # or accepted): exit instead, and be restarted.
+    exit_on_essential_thread_death(ESSENTIAL_THREADS, stopping=stop_requested.is_set)
     # Companions (heartbeats) start once the broker listens and stop first on shutdown, so a
     # SIGTERM says "stopping" to the health checkers before the port closes.
     try:
