@@ -4,13 +4,16 @@ through Kaska's own (the Python client), against one broker child process or a c
 them (`brokers`, LocalCluster of replication.py; the leader's CPU is the one measured).
 
 Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
-acks=all, into a fresh topic; (b) Kafka consume -- those N from offset 0; (c) Kaska produce of
-the same values into another fresh topic; (d) Kaska consume. Reported per step: records per
+acks=all, into a fresh topic, one `produce()` call per record; (b) Kafka consume -- those N
+from offset 0; (c) Kafka produce of the same records through `produce_batch` (10,000 a call)
+into a third topic; (d) Kaska produce of the same values into another fresh topic; (e) Kaska
+consume. Reported per step: records per
 second (wall; dominated by the client and by whatever else runs on the machine) and the
 broker's CPU milliseconds per MB of record values (`server_cpu`, measured from /proc: the
 listener's real cost, transcoding included, and hardly moved by machine noise). Medians.
 
-Invariants: every round reads back exactly N records in each protocol (RuntimeError otherwise).
+Invariants: every round reads back exactly N records in each protocol, and the produce_batch
+topic holds exactly N (its high watermark; RuntimeError otherwise).
 Threads: none of its own (librdkafka runs its own).
 """
 
@@ -31,6 +34,7 @@ from scripts.bench.replication import LocalCluster, create_topic
 
 MB = 1_000_000
 CLIENT_TIMEOUT_S = 300.0
+PRODUCE_BATCH_RECORDS = 10_000  # librdkafka's batch.num.messages default
 
 
 def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -45,6 +49,30 @@ def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
                 producer.poll(0.01)
     if producer.flush(CLIENT_TIMEOUT_S):
         raise RuntimeError("Kafka produce did not finish")
+
+
+def kafka_produce_batches(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """The same records through `produce_batch` (PRODUCE_BATCH_RECORDS per call): one Python
+    call per batch instead of per record, so the client's own loop costs less than the
+    broker's work (per-record `produce()` costs the client ~1 us a record in Python alone)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5})
+    for start in range(0, len(values), PRODUCE_BATCH_RECORDS):
+        pending = [{"value": value} for value in values[start:start + PRODUCE_BATCH_RECORDS]]
+        while pending:
+            producer.produce_batch(topic, pending, partition=0)
+            # Refused ones (the client's queue is full) carry "_error": let it drain, resend.
+            pending = [{"value": message["value"]} for message in pending
+                       if "_error" in message]
+            if pending:
+                producer.poll(0.05)
+    if producer.flush(CLIENT_TIMEOUT_S):
+        raise RuntimeError("Kafka produce did not finish")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
+    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), CLIENT_TIMEOUT_S)
+    consumer.close()
+    if high != len(values):
+        raise RuntimeError(f"Kafka produce_batch: {high} records stored, not {len(values)}")
 
 
 def kafka_consume(bootstrap: str, topic: str, count: int) -> None:
@@ -83,7 +111,8 @@ def kaska_consume(bootstrap: str, topic: str, count: int) -> None:
 def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict:
     """`brokers`: 1, or an odd cluster size (the leader's CPU is the one measured)."""
     values = [bytes([i % 251]) * record_bytes for i in range(records)]
-    steps = ("kafka_produce", "kafka_consume", "kaska_produce", "kaska_consume")
+    steps = ("kafka_produce", "kafka_consume", "kafka_produce_batch", "kaska_produce",
+             "kaska_consume")
     rounds: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         cluster = LocalCluster(Path(tmp), brokers, "kafka", kafka=True)
@@ -94,12 +123,16 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
             with Admin(kaska) as admin:
                 for index in range(repeats):
                     admin.create_topic(f"kafka{index}")
+                    admin.create_topic(f"kafkabatch{index}")
                     admin.create_topic(f"kaska{index}")
             for index in range(repeats):
                 rounds["kafka_produce"].append(measured(broker, lambda i=index: kafka_produce(
                     kafka, f"kafka{i}", values)))
                 rounds["kafka_consume"].append(measured(broker, lambda i=index: kafka_consume(
                     kafka, f"kafka{i}", records)))
+                rounds["kafka_produce_batch"].append(measured(
+                    broker, lambda i=index: kafka_produce_batches(kafka, f"kafkabatch{i}",
+                                                                  values)))
                 rounds["kaska_produce"].append(measured(broker, lambda i=index: kaska_produce(
                     kaska, f"kaska{i}", values)))
                 rounds["kaska_consume"].append(measured(broker, lambda i=index: kaska_consume(

@@ -33,7 +33,7 @@ from common.kaska.record_batch import LENGTH_FIELD_END, parse_header, peek_total
 from services.broker.handlers.common import led_partition
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, NONE, kafka_code
-from services.broker.kafka.records import kaska_to_kafka
+from services.broker.kafka.records import kaska_to_kafka_parts
 
 MULTI_WAIT_SLICE_S = 0.05
 NO_SESSION = 0
@@ -118,7 +118,7 @@ def _transcode(stored: bytes) -> bytes:
         if pos + total > len(stored):
             break
         batch = memoryview(stored)[pos:pos + total]
-        out.append(kaska_to_kafka(batch, parse_header(batch)))
+        out.extend(kaska_to_kafka_parts(batch, parse_header(batch)))
         pos += total
     return b"".join(out)
 

@@ -34,7 +34,7 @@ from services.broker.kafka.errors import (
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     kafka_code,
 )
-from services.broker.kafka.records import kafka_to_kaska
+from services.broker.kafka.records import kafka_to_kaska_parts
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +106,15 @@ def _append(kctx: KafkaContext, topic: str, data, acks: int,
     _role, partition_log = led_partition(ctx, topic, data.index)
     if data.records is None:
         raise CorruptBatchError("no records")
-    batch = kafka_to_kaska(data.records, partition_log.config.batch_bytes_max)
+    header, records = kafka_to_kaska_parts(data.records, partition_log.config.batch_bytes_max)
+    split = len(header)
 
     def fill(region: memoryview) -> None:
-        region[:] = batch
+        region[:split] = header
+        region[split:] = records
 
     result, await_acks = ctx.replicas.append_deferred(
-        topic, data.index, partition_log, len(batch), fill,
+        topic, data.index, partition_log, split + len(records), fill,
         ACKS_ALL if acks == ACKS_ALL else ACKS_LEADER)
     answer.base_offset = result.base_offset
     answer.log_start_offset = partition_log.log_start_offset

@@ -28,6 +28,11 @@ rebuilt (offsets, leader epoch and producer identity from the Kaska header, maxT
 the records' deltas), the record bodies prefixed with varint lengths -- or, for a batch a Kaska
 producer wrote, one Kafka record per value (null key, no headers, timestamp delta 0).
 
+Both directions also come as two parts, (header, records), for the broker's own paths: a batch
+is ~1 MB, and joining the parts would copy it twice more (the header into a buffer with the
+records, then the buffer into bytes) before the storage or the socket copies it again. The
+CRC runs over the parts in order (crc32c continues from a running value).
+
 Pure; thread-safe.
 """
 
@@ -93,6 +98,12 @@ def kafka_to_kaska(records, records_bytes_max: int = 1 << 30) -> bytes:
     """One Kaska batch (unstamped) holding the one Kafka batch `records`; CorruptBatchError
     (CORRUPT_MESSAGE), MessageTooLargeError (inflated past `records_bytes_max`) or
     UnsupportedRecordsError when it cannot be stored."""
+    return b"".join(kafka_to_kaska_parts(records, records_bytes_max))
+
+
+def kafka_to_kaska_parts(records, records_bytes_max: int = 1 << 30
+                         ) -> tuple[bytes, bytes | bytearray]:
+    """kafka_to_kaska as (the Kaska header, its records): the batch is their concatenation."""
     view = memoryview(records)
     if len(view) < KAFKA_HEADER_BYTES:
         raise CorruptBatchError(f"{len(view)} bytes cannot hold a record batch header")
@@ -117,7 +128,7 @@ def kafka_to_kaska(records, records_bytes_max: int = 1 << 30) -> bytes:
     pid = kaska_producer_id(producer_id, producer_epoch) if producer_id >= 0 else None
     if pid is not None and base_sequence < 0:
         raise CorruptBatchError(f"idempotent batch with base sequence {base_sequence}")
-    return _kaska_batch(body, count, pid, base_sequence, base_timestamp)
+    return _kaska_batch_parts(body, count, pid, base_sequence, base_timestamp)
 
 
 def _check_kind(magic: int, attributes: int) -> None:
@@ -175,20 +186,24 @@ def _kaska_records_py(view: memoryview, count: int) -> bytearray:
     return out
 
 
-def _kaska_batch(body: bytes | bytearray, count: int, producer_id: bytes | None, sequence: int,
-                 timestamp_ms: int) -> bytes:
+def _kaska_batch_parts(body: bytes | bytearray, count: int, producer_id: bytes | None,
+                       sequence: int, timestamp_ms: int) -> tuple[bytes, bytes | bytearray]:
     batch_length = HEADER_BYTES - LENGTH_FIELD_END + len(body)
-    out = bytearray(_KASKA_HEADER.pack(
+    header = bytearray(_KASKA_HEADER.pack(
         0, batch_length, 0, 0, FORMAT_VERSION, ATTR_KAFKA_RECORDS, count,
         producer_id if producer_id is not None else bytes(16),
         sequence if producer_id is not None else NO_SEQUENCE, timestamp_ms))
-    out += body
-    _CRC.pack_into(out, _KASKA_CRC_AT, crc32c.crc32c(memoryview(out)[CRC_COVERED_FROM:]))
-    return bytes(out)
+    _CRC.pack_into(header, _KASKA_CRC_AT, _crc_of_parts(header, CRC_COVERED_FROM, body))
+    return bytes(header), body
 
 
 def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
     """The Kafka batch a consumer gets for one stored (stamped, validated) Kaska batch."""
+    return b"".join(kaska_to_kafka_parts(batch, header))
+
+
+def kaska_to_kafka_parts(batch, header: BatchHeader) -> tuple[bytes, bytes]:
+    """kaska_to_kafka as (the Kafka header, its records)."""
     records, max_delta = _kafka_records(memoryview(batch), header)
     producer_id, epoch, sequence = kafka_producer(header.producer_id, header.sequence)
     count = header.record_count
@@ -196,9 +211,14 @@ def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
         header.base_offset, KAFKA_HEADER_BYTES - KAFKA_LENGTH_FIELD_END + len(records),
         header.leader_epoch, MAGIC_V2, 0, 0, count - 1, header.timestamp_ms,
         header.timestamp_ms + max_delta, producer_id, epoch, sequence, count))
-    out += records
-    _CRC.pack_into(out, _KAFKA_CRC_AT, crc32c.crc32c(memoryview(out)[KAFKA_CRC_COVERED_FROM:]))
-    return bytes(out)
+    _CRC.pack_into(out, _KAFKA_CRC_AT, _crc_of_parts(out, KAFKA_CRC_COVERED_FROM, records))
+    return bytes(out), records
+
+
+def _crc_of_parts(header: bytearray, covered_from: int, body) -> int:
+    """CRC32C of header[covered_from:] followed by body (the CRC field itself lies before
+    covered_from in both formats, so its placeholder does not count)."""
+    return crc32c.crc32c(body, crc32c.crc32c(memoryview(header)[covered_from:]))
 
 
 def _kafka_records(view: memoryview, header: BatchHeader) -> tuple[bytes, int]:

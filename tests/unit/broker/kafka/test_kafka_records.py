@@ -8,6 +8,7 @@ import pytest
 from common.kaska.errors import CorruptBatchError, MessageTooLargeError
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, encode_varint
 from common.kaska.record_batch import encode_batch, iter_records, parse_header, stamp, validate
+from services.broker.kafka import records as records_module
 from services.broker.kafka.errors import (
     INVALID_RECORD,
     UNSUPPORTED_COMPRESSION_TYPE,
@@ -15,7 +16,12 @@ from services.broker.kafka.errors import (
     UnsupportedRecordsError,
 )
 from services.broker.kafka.producer_ids import kaska_producer_id
-from services.broker.kafka.records import kafka_to_kaska, kaska_to_kafka
+from services.broker.kafka.records import (
+    kafka_to_kaska,
+    kafka_to_kaska_parts,
+    kaska_to_kafka,
+    kaska_to_kafka_parts,
+)
 
 from .kafka_batches import BASE_TIMESTAMP_MS, kafka_batch, read_kafka, recrc
 
@@ -48,6 +54,31 @@ def test_kafka_batch_survives_the_round_trip_through_the_log():
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records] == [
         (40 + i, key, value, headers, BASE_TIMESTAMP_MS + 10 * i)
         for i, (key, value, headers) in enumerate(RECORDS)]
+
+
+@pytest.mark.parametrize("walk", ["native", "python"])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_parts_written_one_after_the_other_are_one_checksummed_batch(walk, compressed,
+                                                                     monkeypatch):
+    """The broker writes (header, records) into the log and onto the socket separately: the
+    header's CRC must cover both, in each direction, whichever walk made the records."""
+    if walk == "python":
+        monkeypatch.setattr(records_module, "native", None)
+    elif records_module.native is None:
+        pytest.skip("the C walk is not built here (make build)")
+    original = kafka_batch(RECORDS, producer_id=5, epoch=1, base_sequence=0,
+                           compression=GZIP if compressed else 0)
+    header, records = kafka_to_kaska_parts(original)
+    kaska = stored(header + bytes(records))
+    assert validate(kaska).record_count == len(RECORDS)
+    kaska[-1] ^= 0x01
+    with pytest.raises(CorruptBatchError):
+        validate(kaska)
+    kaska[-1] ^= 0x01
+
+    kafka_header, kafka_records = kaska_to_kafka_parts(kaska, parse_header(kaska))
+    _parsed, records_read = read_kafka(kafka_header + bytes(kafka_records))
+    assert [(r.key, r.value) for r in records_read] == [(k, v) for k, v, _h in RECORDS]
 
 
 def test_kaska_consumer_reads_the_values_of_kafka_records():
