@@ -20,15 +20,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-from pyspark.sql import functions as F
 
 from common.kaska import Admin
 from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
 from common.kaska.topic_name import validate_topic_name
-from common.result_csv import format_row
 from common.session_records import (
     QUERIES,
     MalformedSessionRecordError,
@@ -39,6 +35,7 @@ from common.session_records import (
 )
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all_derived
+from spark.result_order import sorted_result_rows
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter
 
 log = logging.getLogger(__name__)
@@ -47,9 +44,6 @@ UNKNOWN_AIRPORT = "unknown_airport"
 FLIGHT_FIELDS_TRANSFORM = "spark.flight_fields:derive"
 SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
 RESULTS_PARTITIONS = 1  # common/session_records.py: results.<cid> has one partition
-# Result rows reach the driver one range partition at a time; a range per this many input rows
-# keeps Q2's (~6 % of the rows) at ~60k rows however large the session.
-INPUT_ROWS_PER_RESULT_RANGE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -136,24 +130,6 @@ def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, 
     return reader.load()
 
 
-def _sorted_rows(query: str, frame, input_rows: int) -> Iterator[list[str]]:
-    """The query's formatted rows in an order every run repeats (result_writer), streamed to
-    the driver a partition at a time (`toLocalIterator`), so the driver holds one partition,
-    about an `INPUT_ROWS_PER_RESULT_RANGE` share of the session, never a whole result.
-
-    The rows are hash-partitioned by all their columns into a number of partitions fixed by
-    the session's size, and sorted by all their columns inside each: the same rows give the
-    same partitions in the same order. Not a global sort: its range partitioning samples the
-    frame first, which computed Q2's plan twice (measured: Q2 8-10 s of a 2M-row session)."""
-    # -0.0 sorts equal to 0.0 but prints apart: each double's text breaks such ties.
-    texts = [F.col(name).cast("string") for name, kind in frame.dtypes if kind == "double"]
-    partitions = max(1, -(-input_rows // INPUT_ROWS_PER_RESULT_RANGE))
-    ordered = frame.repartition(partitions, *frame.columns, *texts) \
-        .sortWithinPartitions(*frame.columns, *texts)
-    for row in ordered.toLocalIterator(prefetchPartitions=True):
-        yield format_row(query, row)
-
-
 def _ensure_results_topic(settings: JobSettings, client_id: str) -> None:
     """Clients create `results.<cid>` when they open a session; making sure costs one request
     and keeps the service's answer from depending on it."""
@@ -178,7 +154,7 @@ def _write(results, ended: SessionEnded, settings: JobSettings, stop: threading.
         with QueryResultWriter(settings.brokers, ended.client_id, query, token=settings.token,
                                rows_per_slice=settings.rows_per_slice,
                                slice_pause_s=settings.slice_pause_s, stop=stop) as writer:
-            report.query_rows[query] = writer.write(_sorted_rows(query, frame, results.rows),
+            report.query_rows[query] = writer.write(sorted_result_rows(query, frame, results.rows),
                                                     invalid)
             old_duplicates += writer.old_duplicates
         report.seconds[query] = time.monotonic() - query_started
