@@ -36,11 +36,12 @@ from scripts.bench.replication import LocalCluster, create_topic
 MB = 1_000_000
 CLIENT_TIMEOUT_S = 300.0
 PRODUCE_BATCH_RECORDS = 10_000  # librdkafka's batch.num.messages default
+# Both Kafka producers: idempotent, acks=all (the issue's target), batches sent after 5 ms.
+PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
 
 
 def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
     for value in values:
         while True:
             try:
@@ -56,8 +57,7 @@ def kafka_produce_batches(bootstrap: str, topic: str, values: list[bytes]) -> No
     """The same records through `produce_batch` (PRODUCE_BATCH_RECORDS per call): one Python
     call per batch instead of per record, so the client's own loop costs less than the
     broker's work (per-record `produce()` costs the client ~1 us a record in Python alone)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
     for start in range(0, len(values), PRODUCE_BATCH_RECORDS):
         pending = [{"value": value} for value in values[start:start + PRODUCE_BATCH_RECORDS]]
         while pending:
