@@ -1,7 +1,7 @@
 """Replication's price and its failover time, measured side by side in one run.
 
     python -m scripts.bench_replication [--records N] [--record-bytes B] [--repeats 5]
-        [--failovers 20]
+        [--failovers 20] [--failover-compare "BROKER ARGS"]
 
 Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
 this machine, and beside them a second three-broker cluster started with
@@ -19,7 +19,9 @@ small batches (acks=all) of a client with the default settings (30 s request tim
 retries) that knows the bootstrap list; the time from the fault to the next batch acknowledged
 (necessarily by a new leader) is one trial -- the longest stall a produce sees. The killed or
 stopped broker is restarted, the frozen one thawed, and the cluster settles before the next
-trial. Median and max reported per fault.
+trial. Median and max reported per fault. `--failover-compare ARGS` runs every trial also on a
+second cluster started with those broker arguments, right after the default one (figures
+prefixed `compare_`): other timeouts measured side by side.
 
 Prints one JSON line. Every broker is a child process on 127.0.0.1 with a temporary data dir.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from scripts.bench.replication import ReplicationSettings, bench
@@ -43,7 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--failovers", type=int, default=20)
+    parser.add_argument("--failover-compare", default="", metavar="BROKER_ARGS",
+                        help="also run every failover trial on a second cluster started with "
+                             "these broker arguments (one string, e.g. "
+                             "'--election-timeout-ms-min 500 --election-timeout-ms-max 1000')")
     args = parser.parse_args(argv)
+    args.failover_compare_args = tuple(shlex.split(args.failover_compare))
+    del args.failover_compare
     if args.brokers < 3 or args.brokers % 2 == 0:
         parser.error("--brokers must be odd and at least 3")
     return args

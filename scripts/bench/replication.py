@@ -51,6 +51,9 @@ class ReplicationSettings:
     in_flight: int = 4
     repeats: int = 5
     failovers: int = 20
+    # A second cluster for the failover trials, started with these broker arguments (e.g.
+    # other election timeouts) and interleaved with the default one: both share the noise.
+    failover_compare_args: tuple[str, ...] = ()
 
 
 class LocalCluster:
@@ -274,23 +277,33 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
 FAULTS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGTERM}
 
 
-def failover(work: Path, trials: int, brokers: int) -> dict:
-    """`trials` of each fault on the leader, interleaved, so both share the machine's noise."""
-    cluster = LocalCluster(work, brokers, "failover")
-    times: dict[str, list[float]] = {name: [] for name in FAULTS}
+def failover(work: Path, trials: int, brokers: int,
+             compare_args: tuple[str, ...] = ()) -> dict:
+    """`trials` of each fault on the leader, interleaved, so all share the machine's noise;
+    with `compare_args`, a second cluster started with them takes every trial right after the
+    default one (its figures are prefixed `compare_`)."""
+    clusters = {"": LocalCluster(work, brokers, "failover")}
+    if compare_args:
+        clusters["compare_"] = LocalCluster(work, brokers, "failover-compare", compare_args)
+    times = {(prefix, name): [] for prefix in clusters for name in FAULTS}
     try:
-        create_topic(cluster)
+        for cluster in clusters.values():
+            create_topic(cluster)
         for trial in range(trials):
             for k, (name, fault) in enumerate(FAULTS.items()):
-                producer_id = (5000 + len(FAULTS) * trial + k).to_bytes(16, "big")
-                times[name].append(failover_trial(cluster, producer_id, fault))
+                for c, (prefix, cluster) in enumerate(clusters.items()):
+                    producer_id = (5000 + 2 * (len(FAULTS) * trial + k) + c).to_bytes(16, "big")
+                    times[prefix, name].append(failover_trial(cluster, producer_id, fault))
     finally:
-        cluster.stop()
-    result = {"failover_trials": trials}
-    for name, each in times.items():
-        result |= {f"leader_{name}_s_median": round(statistics.median(each), 2),
-                   f"leader_{name}_s_max": round(max(each), 2),
-                   f"leader_{name}_s_each": [round(t, 2) for t in each]}
+        for cluster in clusters.values():
+            cluster.stop()
+    result: dict = {"failover_trials": trials}
+    if compare_args:
+        result["compare_broker_args"] = list(compare_args)
+    for (prefix, name), each in times.items():
+        result |= {f"{prefix}leader_{name}_s_median": round(statistics.median(each), 2),
+                   f"{prefix}leader_{name}_s_max": round(max(each), 2),
+                   f"{prefix}leader_{name}_s_each": [round(t, 2) for t in each]}
     return result
 
 
@@ -304,7 +317,8 @@ def bench(settings: ReplicationSettings) -> dict:
         if settings.repeats:
             result |= throughput(work, settings)
         if settings.failovers:
-            result |= failover(work, settings.failovers, settings.brokers)
+            result |= failover(work, settings.failovers, settings.brokers,
+                               settings.failover_compare_args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -65,8 +65,8 @@ class ReplicationConfig:
 
     node_id: int
     peers: tuple[PeerAddress, ...] = ()
-    election_timeout_min_s: float = 1.0
-    election_timeout_max_s: float = 2.0
+    election_timeout_min_s: float = 0.5  # as BrokerConfig's defaults
+    election_timeout_max_s: float = 1.0
     quorum_timeout_s: float = 3.0
     lease_timeout_s: float | None = None  # None: raft.LEASE_FRACTION_DEFAULT of the minimum
     tick_interval_s: float = 0.05
