@@ -5,9 +5,11 @@ nobody spared) is SIGKILLed or paused (SIGSTOP) every N seconds.
     python -m scripts.chaos_verify --rounds 3                      # Compose (image built)
     python -m scripts.chaos_verify --local --rounds 1              # run_local's processes
     python -m scripts.chaos_verify --rounds 10 --victims round-robin --json heal.json
+    python -m scripts.chaos_verify --rounds 1 --clients 8 --rows 250000   # 8 sessions at once
 
 Each round: the platform comes up (Compose: its own project name, volumes and results
-directory), the client's session starts, the chaos loop injects a fault every `--interval-s`
+directory), the client's session starts (`--clients N`: N clients, each its own session on the
+same data, every one judged), the chaos loop injects a fault every `--interval-s`
 (a pause with probability `--pause-ratio`) until the session ends (at most
 `--chaos-duration-s`), then it waits up to `--heal-wait-s` for the last faults to heal, checks
 q1.csv ... q4.csv against the reference computation of QUERIES.md (tests/reference_queries.py,
@@ -32,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
+from scripts.deploy import compose_file as compose_file_module
+from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT, DeploymentShape
 from scripts.faults.victims import PICKERS
 from scripts.verify.campaign import RoundTarget, run_rounds, write_json
 from scripts.verify.rounds import (
@@ -77,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="data and one results directory per round")
     add("--image", default=IMAGE_DEFAULT, help="the project image (Compose)")
     add("--compose-file", type=Path, default=DEV_FILE)
+    add("--clients", type=int, default=None,
+        help="Compose: render the default deployment with this many clients (each its own "
+             "session on the same data, all judged) into the work directory and use it "
+             "instead of --compose-file")
     add("--json", type=Path, help="also write every fault and its heal to this file")
     return parser
 
@@ -88,6 +95,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RoundOptions
         parser.error(f"--rounds must lie in [1, {ROUNDS_MAX}], got {args.rounds}")
     if args.rows < 1 or not 0 <= args.invalid_rate < 1:
         parser.error("--rows must be >= 1 and --invalid-rate in [0, 1)")
+    if args.clients is not None and (args.local or args.clients < 1):
+        parser.error("--clients N (N >= 1) is for Compose rounds")
     try:
         options = RoundOptions(
             interval_s=args.interval_s, chaos_duration_s=args.chaos_duration_s,
@@ -109,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_session_data(args.work_dir / "data-clean", args.work_dir / "data",
                                 args.rows, args.data_seed, args.invalid_rate)
     print(f"data: {args.rows:,} rows with malformed ones in {data.directory}", flush=True)
-    target = RoundTarget(args.work_dir, args.local, args.compose_file, args.image)
+    compose_file = args.compose_file
+    if args.clients is not None:
+        compose_file = compose_file_module.write(
+            DeploymentShape(clients=args.clients),
+            args.work_dir / f"docker-compose-{args.clients}-clients.yaml")
+        print(f"Compose: {args.clients} client(s), rendered into {compose_file}", flush=True)
+    target = RoundTarget(args.work_dir, args.local, compose_file, args.image)
     results = run_rounds(target, data, options, args.rounds)
     print(f"\n{len(results)} round(s) in {time.monotonic() - started:.0f} s\n")
     print("\n".join(round_table(results)))

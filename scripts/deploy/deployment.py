@@ -66,6 +66,13 @@ def rendered_brokers(compose_file: Path) -> list[int]:
                   re.findall(r"^  broker-(\d+):$", compose_file.read_text(), re.MULTILINE))
 
 
+def rendered_clients(compose_file: Path) -> list[str]:
+    """The client services a rendering holds (`client-<i>:`), in number order."""
+    numbers = sorted(int(number) for number in
+                     re.findall(r"^  client-(\d+):$", compose_file.read_text(), re.MULTILINE))
+    return [f"client-{number}" for number in numbers]
+
+
 class ComposeDeployment:
     def __init__(self, data_dir: Path, results_dir: Path, project: str | None = None,
                  compose_file: Path = DEV_FILE, image: str = IMAGE_DEFAULT,

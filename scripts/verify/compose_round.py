@@ -1,7 +1,9 @@
 """chaos_verify on the Compose deployment: a RoundDriver over one ComposeDeployment (a fresh
-project per round). Starts come from the Docker events of the project (recorded from the
-moment the session is under way), sightings and restarts from the health checkers' logs (with
-Docker's timestamps)."""
+project per round). Every client the rendering holds (`--clients N` of compose_generator) runs
+its own session on the same input; the round's session ends once all of them completed.
+Starts come from the Docker events of the project (recorded from the moment every session is
+under way), sightings and restarts from the health checkers' logs (with Docker's
+timestamps)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from scripts.deploy.deployment import (
     ComposeDeployment,
     DeploymentError,
     EventRecorder,
+    rendered_clients,
 )
 from scripts.faults import backends
 from scripts.verify.heal import Sighting, Start
 from scripts.verify.rounds import RoundError
 
-CLIENT = "client-1"
 START_TIMEOUT_S = 300.0  # `up` returns once the brokers and Spark answer; then the client starts
 SESSION_STARTED_LINE = r"session of"
 # The client exits 137 when SIGKILLed (by the killer, or by a checker replacing a paused one):
@@ -37,14 +39,18 @@ class ComposeRound:
         self.label = deployment.project
         self.start_timeout_s = start_timeout_s
         self._events: EventRecorder | None = None
+        self.clients = rendered_clients(deployment.compose_file)
+        if not self.clients:
+            raise RoundError(f"{deployment.compose_file} holds no client service")
 
     @property
-    def results_dir(self) -> Path:
-        return self.deployment.results_dir / CLIENT
+    def results_dirs(self) -> dict[str, Path]:
+        return {client: self.deployment.results_dir / client for client in self.clients}
 
     def start(self) -> None:
         self.deployment.up()
-        self.deployment.wait_for_log(CLIENT, SESSION_STARTED_LINE, self.start_timeout_s)
+        for client in self.clients:
+            self.deployment.wait_for_log(client, SESSION_STARTED_LINE, self.start_timeout_s)
         # The round-robin picker's leader turn needs an agreed leader; so does a fair first
         # fault on the health checkers.
         self.deployment.wait_for("an agreed health-checker leader", self.deployment.leader,
@@ -55,14 +61,16 @@ class ComposeRound:
         return backends.DockerBackend(self.deployment.project)
 
     def session_state(self) -> str | None:
-        state = self.deployment.container(CLIENT).attrs["State"]
-        if state["Status"] != "exited":
-            return None
-        if state["ExitCode"] == 0:
-            return "completed"
-        if state["ExitCode"] == CLIENT_KILLED_EXIT:
-            return None
-        return f"{CLIENT} exited {state['ExitCode']}"
+        """"completed" once every client exited 0; the first client that failed otherwise;
+        None while any of them runs or is being healed."""
+        running = False
+        for client in self.clients:
+            state = self.deployment.container(client).attrs["State"]
+            if state["Status"] != "exited" or state["ExitCode"] == CLIENT_KILLED_EXIT:
+                running = True
+            elif state["ExitCode"] != 0:
+                return f"{client} exited {state['ExitCode']}"
+        return None if running else "completed"
 
     def starts(self) -> list[Start]:
         if self._events is None:

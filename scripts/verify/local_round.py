@@ -96,8 +96,8 @@ class LocalRound:
         self.watcher: PidWatcher | None = None
 
     @property
-    def results_dir(self) -> Path:
-        return self.client.results_dir
+    def results_dirs(self) -> dict[str, Path]:
+        return {CLIENT: self.client.results_dir}
 
     def start(self) -> None:
         self.layout.prepare()

@@ -1,7 +1,8 @@
-"""One chaos round, whatever the deployment: bring the platform up with a client session under
-way, inject a fault every `interval_s` (nobody spared) until the session ends, wait a bounded
-time for the last faults to heal, then judge the session against the reference and every fault
-against its heal (heal.py).
+"""One chaos round, whatever the deployment: bring the platform up with its clients' sessions
+under way (one client, or every client a Compose rendering holds, all on the same input),
+inject a fault every `interval_s` (nobody spared) until every session ends, wait a bounded
+time for the last faults to heal, then judge each client's session against the reference and
+every fault against its heal (heal.py).
 
 The deployment-specific parts (Compose or local processes) come in a RoundDriver
 (compose_round.py, local_round.py).
@@ -68,8 +69,9 @@ class RoundDriver(Protocol):
     errors: tuple[type[Exception], ...]  # what its calls raise when the platform misbehaves
 
     @property
-    def results_dir(self) -> Path:
-        """Where the round's client writes q1.csv ... q4.csv and summary.json."""
+    def results_dirs(self) -> dict[str, Path]:
+        """Each client of the round by name, with where it writes q1.csv ... q4.csv and
+        summary.json (every client runs the same input)."""
 
     def start(self) -> None:
         """The platform up, its client's session under way; raises RoundError."""
@@ -191,7 +193,7 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
         if not chaos.faults:
             raise RoundError("no fault took: a round without faults proves nothing")
         result.heals = wait_for_heals(driver, chaos.faults, options.heal_wait_s)
-        result.problems = session_problems(driver.results_dir, data)
+        result.problems = clients_problems(driver.results_dirs, data)
     except (RoundError, KillError, OSError, *driver.errors) as error:
         result.error = f"{type(error).__name__}: {error}"
     finally:
@@ -201,6 +203,15 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
         result.restarts = sum(1 for at, _service in _restarts(driver) if at >= chaos_started)
         driver.close()
     return result
+
+
+def clients_problems(results_dirs: dict[str, Path], data: SessionData) -> list[str]:
+    """Every client's differences from the reference, each named by its client when there
+    are several (each client's results are its own session's)."""
+    if len(results_dirs) == 1:
+        return session_problems(next(iter(results_dirs.values())), data)
+    return [f"{name}: {problem}" for name, directory in results_dirs.items()
+            for problem in session_problems(directory, data)]
 
 
 def _heals_as_they_stand(driver: RoundDriver, faults: Sequence[Fault]) -> list[Heal]:

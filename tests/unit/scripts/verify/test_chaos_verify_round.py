@@ -20,7 +20,7 @@ class FakeDeployment:
     errors = ()
 
     def __init__(self, tmp_path, heals=True, session_polls=5, outcome="completed"):
-        self.results_dir = tmp_path
+        self.results_dirs = {"client-1": tmp_path}
         self.heals = heals
         self.session_polls = session_polls
         self.outcome = outcome
@@ -120,3 +120,18 @@ def test_each_round_starts_from_an_empty_directory_no_stale_client_state(tmp_pat
     (stale / "session.json").write_text("{}")
     directory = fresh_round_dir(tmp_path, 1)
     assert directory == tmp_path / "round-1" and not directory.exists()
+
+
+def test_every_clients_problems_are_judged_and_named(tmp_path, monkeypatch):
+    """With several clients, a difference in any one of them fails the round, named by it."""
+    dirs = {name: tmp_path / name for name in ("client-1", "client-2", "client-3")}
+    monkeypatch.setattr(rounds, "session_problems",
+                        lambda results_dir, data: ["q2: 1 row missing"]
+                        if results_dir.name == "client-2" else [])
+    assert rounds.clients_problems(dirs, None) == ["client-2: q2: 1 row missing"]
+    assert rounds.clients_problems({"client-1": dirs["client-1"]}, None) == []
+    deployment = FakeDeployment(tmp_path)
+    deployment.results_dirs = dirs
+    result = run_round(deployment, None, OPTIONS, 1, io.StringIO())
+    assert result.error is None and not result.exact
+    assert result.problems == ["client-2: q2: 1 row missing"]
