@@ -5,7 +5,8 @@ nobody spared) is SIGKILLed or paused (SIGSTOP) every N seconds.
     python -m scripts.chaos_verify --rounds 3                      # Compose (image built)
     python -m scripts.chaos_verify --local --rounds 1              # run_local's processes
     python -m scripts.chaos_verify --rounds 10 --victims round-robin --json heal.json
-    python -m scripts.chaos_verify --rounds 1 --clients 8 --rows 250000   # 8 sessions at once
+    python -m scripts.chaos_verify --rounds 1 --clients 8 --own-data --rows 250000
+                                                # 8 sessions at once, each on its own data
 
 Each round: the platform comes up (Compose: its own project name, volumes and results
 directory), the client's session starts (`--clients N`: N clients, each its own session on the
@@ -38,6 +39,7 @@ from scripts.deploy import compose_file as compose_file_module
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT, DeploymentShape
 from scripts.faults.victims import PICKERS
 from scripts.verify.campaign import RoundTarget, run_rounds, write_json
+from scripts.verify.clients_data import client_rows, prepare_own_data
 from scripts.verify.rounds import (
     ChaosVerifyConfigError,
     RoundOptions,
@@ -82,8 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--compose-file", type=Path, default=DEV_FILE)
     add("--clients", type=int, default=None,
         help="Compose: render the default deployment with this many clients (each its own "
-             "session on the same data, all judged) into the work directory and use it "
+             "session, all at once, every one judged) into the work directory and use it "
              "instead of --compose-file")
+    add("--own-data", action="store_true",
+        help="with --clients N: each client its own generated data, client i of N "
+             "--rows * (N + 1 - i) / N rows with seed --data-seed + i - 1 "
+             "(scripts/verify/clients_data.py); without it they share one input")
     add("--json", type=Path, help="also write every fault and its heal to this file")
     return parser
 
@@ -97,6 +103,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RoundOptions
         parser.error("--rows must be >= 1 and --invalid-rate in [0, 1)")
     if args.clients is not None and (args.local or args.clients < 1):
         parser.error("--clients N (N >= 1) is for Compose rounds")
+    if args.own_data and args.clients is None:
+        parser.error("--own-data needs --clients N")
     try:
         options = RoundOptions(
             interval_s=args.interval_s, chaos_duration_s=args.chaos_duration_s,
@@ -115,9 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos_verify: {args.rounds} round(s) on {where}, a fault every "
           f"{options.interval_s:g} s ({options.pause_ratio:g} of them pauses, victims "
           f"{options.victims}), nobody spared", flush=True)
-    data = prepare_session_data(args.work_dir / "data-clean", args.work_dir / "data",
-                                args.rows, args.data_seed, args.invalid_rate)
-    print(f"data: {args.rows:,} rows with malformed ones in {data.directory}", flush=True)
+    if args.own_data:
+        data = prepare_own_data(args.work_dir, args.clients, args.rows, args.data_seed,
+                                args.invalid_rate)
+        sizes = ", ".join(f"{client_rows(args.rows, args.clients, i):,}"
+                          for i in range(1, args.clients + 1))
+        print(f"data: each client its own, {sizes} rows with malformed ones, in "
+              f"{data.directory}/client-<i>/", flush=True)
+    else:
+        data = prepare_session_data(args.work_dir / "data-clean", args.work_dir / "data",
+                                    args.rows, args.data_seed, args.invalid_rate)
+        print(f"data: {args.rows:,} rows with malformed ones in {data.directory}", flush=True)
     compose_file = args.compose_file
     if args.clients is not None:
         compose_file = compose_file_module.write(

@@ -29,6 +29,11 @@ class SessionData:
     directory: Path  # holds FLIGHTS_FILE (with the malformed lines) and AIRPORTS_FILE
     reference: ReferenceResults  # of the file without the malformed lines
 
+    def of(self, client: str) -> SessionData:
+        """Shared input: every client of a round runs this same data (scripts/verify/
+        clients_data.py gives each client its own)."""
+        return self
+
 
 def prepare_session_data(clean: Path, dirty: Path, rows: int, seed: int,
                          invalid_rate: float) -> SessionData:

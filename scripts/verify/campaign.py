@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
-from scripts.verify.rounds import RoundDriver, RoundOptions, RoundResult, run_round
+from scripts.verify.rounds import RoundDriver, RoundInput, RoundOptions, RoundResult, run_round
 from scripts.verify.table import fault_lines
 from tests.session_check import SessionData
 
@@ -35,7 +35,7 @@ class RoundTarget:
     image: str = IMAGE_DEFAULT
 
 
-def run_rounds(target: RoundTarget, data: SessionData, options: RoundOptions,
+def run_rounds(target: RoundTarget, data: RoundInput, options: RoundOptions,
                rounds: int) -> list[RoundResult]:
     """Rounds 1..`rounds`, each printed as it ends."""
     run_one = local_round if target.local else compose_round
@@ -54,7 +54,7 @@ def fresh_round_dir(work_dir: Path, number: int) -> Path:
     return directory
 
 
-def compose_round(target: RoundTarget, data: SessionData, options: RoundOptions,
+def compose_round(target: RoundTarget, data: RoundInput, options: RoundOptions,
                   number: int) -> RoundResult:
     """One round on a fresh Compose project, always taken down (its log tails printed when the
     round failed)."""

@@ -64,6 +64,15 @@ class RoundOptions:
             raise ChaosVerifyConfigError(f"faults_min must be >= 0, got {self.faults_min}")
 
 
+class RoundInput(Protocol):
+    """What the clients of a round read: one SessionData for all (tests/session_check.py), or
+    each its own (clients_data.OwnData)."""
+
+    directory: Path  # what the deployment reads its input from
+
+    def of(self, client: str) -> SessionData: ...
+
+
 class RoundDriver(Protocol):
     label: str  # the Compose project, or the local run's directory
     errors: tuple[type[Exception], ...]  # what its calls raise when the platform misbehaves
@@ -159,7 +168,7 @@ def wait_for_heals(driver: RoundDriver, faults: Sequence[Fault],
         time.sleep(POLL_S)
 
 
-def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, number: int,
+def run_round(driver: RoundDriver, data: RoundInput, options: RoundOptions, number: int,
               out=None) -> RoundResult:
     """One round (module doc); never raises for what the platform did: a failure is the
     result's `error`, unhealed faults its `unhealed`."""
@@ -205,13 +214,14 @@ def run_round(driver: RoundDriver, data: SessionData, options: RoundOptions, num
     return result
 
 
-def clients_problems(results_dirs: dict[str, Path], data: SessionData) -> list[str]:
-    """Every client's differences from the reference, each named by its client when there
-    are several (each client's results are its own session's)."""
+def clients_problems(results_dirs: dict[str, Path], data: RoundInput) -> list[str]:
+    """Every client's differences from its reference, each named by its client when there
+    are several (each client's results are its own session's, on its own input)."""
     if len(results_dirs) == 1:
-        return session_problems(next(iter(results_dirs.values())), data)
+        [(name, directory)] = results_dirs.items()
+        return session_problems(directory, data.of(name))
     return [f"{name}: {problem}" for name, directory in results_dirs.items()
-            for problem in session_problems(directory, data)]
+            for problem in session_problems(directory, data.of(name))]
 
 
 def _heals_as_they_stand(driver: RoundDriver, faults: Sequence[Fault]) -> list[Heal]:

@@ -3,6 +3,7 @@
 
 import io
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -75,6 +76,8 @@ def fast_polls(monkeypatch):
     monkeypatch.setattr(rounds, "session_problems", lambda results_dir, data: [])
 
 
+# The input every client of the fake round reads (session_problems is replaced above).
+DATA = SimpleNamespace(directory=None, of=lambda client: f"data of {client}")
 OPTIONS = RoundOptions(interval_s=0.02, chaos_duration_s=5.0, pause_ratio=0.5, seed=1,
                        victims="round-robin",
                        faults_min=3, session_timeout_s=30.0, heal_wait_s=0.5)
@@ -82,7 +85,7 @@ OPTIONS = RoundOptions(interval_s=0.02, chaos_duration_s=5.0, pause_ratio=0.5, s
 
 def test_a_round_whose_faults_all_heal_passes(tmp_path):
     deployment = FakeDeployment(tmp_path)
-    result = run_round(deployment, data=None, options=OPTIONS, number=1, out=io.StringIO())
+    result = run_round(deployment, data=DATA, options=OPTIONS, number=1, out=io.StringIO())
     assert result.error is None and result.passed, result
     assert len(result.heals) >= OPTIONS.faults_min and all(h.healed for h in result.heals)
     assert result.restarts == len(result.heals)
@@ -91,14 +94,14 @@ def test_a_round_whose_faults_all_heal_passes(tmp_path):
 
 
 def test_unhealed_faults_fail_the_round(tmp_path):
-    result = run_round(FakeDeployment(tmp_path, heals=False), None, OPTIONS, 1, io.StringIO())
+    result = run_round(FakeDeployment(tmp_path, heals=False), DATA, OPTIONS, 1, io.StringIO())
     assert result.exact and not result.passed
     assert len(result.unhealed) == len(result.heals) >= OPTIONS.faults_min
 
 
 def test_a_failed_session_is_the_rounds_error_and_its_faults_are_still_judged(tmp_path):
     deployment = FakeDeployment(tmp_path, session_polls=3, outcome="client-1 exited 1")
-    result = run_round(deployment, None, OPTIONS, 1, io.StringIO())
+    result = run_round(deployment, DATA, OPTIONS, 1, io.StringIO())
     assert "client-1 exited 1" in result.error and not result.passed
     assert result.heals and result.heals[0].fault.action in (ACTION_KILL, "PAUSE")
     assert deployment.closed
@@ -108,7 +111,7 @@ def test_a_round_without_faults_fails(tmp_path):
     deployment = FakeDeployment(tmp_path, session_polls=1)
     deployment.running = list
     options = RoundOptions(interval_s=0.02, chaos_duration_s=0.1, seed=1, heal_wait_s=0.5)
-    result = run_round(deployment, None, options, 1, io.StringIO())
+    result = run_round(deployment, DATA, options, 1, io.StringIO())
     assert "no fault took" in result.error and not result.passed
 
 
@@ -125,13 +128,19 @@ def test_each_round_starts_from_an_empty_directory_no_stale_client_state(tmp_pat
 def test_every_clients_problems_are_judged_and_named(tmp_path, monkeypatch):
     """With several clients, a difference in any one of them fails the round, named by it."""
     dirs = {name: tmp_path / name for name in ("client-1", "client-2", "client-3")}
-    monkeypatch.setattr(rounds, "session_problems",
-                        lambda results_dir, data: ["q2: 1 row missing"]
-                        if results_dir.name == "client-2" else [])
-    assert rounds.clients_problems(dirs, None) == ["client-2: q2: 1 row missing"]
-    assert rounds.clients_problems({"client-1": dirs["client-1"]}, None) == []
+    judged = []
+
+    def problems(results_dir, data):
+        judged.append((results_dir.name, data))
+        return ["q2: 1 row missing"] if results_dir.name == "client-2" else []
+
+    monkeypatch.setattr(rounds, "session_problems", problems)
+    assert rounds.clients_problems(dirs, DATA) == ["client-2: q2: 1 row missing"]
+    # Each client judged against its own input.
+    assert judged == [(name, f"data of {name}") for name in dirs]
+    assert rounds.clients_problems({"client-1": dirs["client-1"]}, DATA) == []
     deployment = FakeDeployment(tmp_path)
     deployment.results_dirs = dirs
-    result = run_round(deployment, None, OPTIONS, 1, io.StringIO())
+    result = run_round(deployment, DATA, OPTIONS, 1, io.StringIO())
     assert result.error is None and not result.exact
     assert result.problems == ["client-2: q2: 1 row missing"]
