@@ -45,7 +45,7 @@ from scripts.verify.rounds import (
     RoundOptions,
 )
 from scripts.verify.table import kind_table, round_table
-from tests.session_check import prepare_session_data
+from tests.session_check import REFERENCES, prepare_session_data
 
 ROUNDS_MAX = 1000
 ROWS_DEFAULT = 50_000
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--rows", type=int, default=ROWS_DEFAULT, help="rows of the generated flights")
     add("--data-seed", type=int, default=DATA_SEED_DEFAULT)
     add("--invalid-rate", type=float, default=INVALID_RATE_DEFAULT)
+    add("--reference", choices=REFERENCES, default="python",
+        help="what computes QUERIES.md to judge the results: the plain-Python reference "
+             "(holds the rows in memory), or DuckDB (the full dataset's sizes)")
     add("--work-dir", type=Path, default=WORK_DIR_DEFAULT,
         help="data and one results directory per round")
     add("--image", default=IMAGE_DEFAULT, help="the project image (Compose)")
@@ -125,14 +128,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{options.victims}), nobody spared", flush=True)
     if args.own_data:
         data = prepare_own_data(args.work_dir, args.clients, args.rows, args.data_seed,
-                                args.invalid_rate)
+                                args.invalid_rate, args.reference)
         sizes = ", ".join(f"{client_rows(args.rows, args.clients, i):,}"
                           for i in range(1, args.clients + 1))
         print(f"data: each client its own, {sizes} rows with malformed ones, in "
               f"{data.directory}/client-<i>/", flush=True)
     else:
         data = prepare_session_data(args.work_dir / "data-clean", args.work_dir / "data",
-                                    args.rows, args.data_seed, args.invalid_rate)
+                                    args.rows, args.data_seed, args.invalid_rate,
+                                    args.reference)
         print(f"data: {args.rows:,} rows with malformed ones in {data.directory}", flush=True)
     compose_file = args.compose_file
     if args.clients is not None:

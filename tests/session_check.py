@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,21 +36,55 @@ class SessionData:
         return self
 
 
+# The reference computations of QUERIES.md: the plain-Python one (tests/reference_queries.py,
+# holds every valid row in memory: fine up to a few million rows) and DuckDB's
+# (scripts/bench/duckdb_queries.py, held to the Python one by tests/unit/scripts/bench/
+# test_bench_duckdb.py), for the full dataset's sizes.
+REFERENCES = ("python", "duckdb")
+
+
 def prepare_session_data(clean: Path, dirty: Path, rows: int, seed: int,
-                         invalid_rate: float) -> SessionData:
-    """Generates `rows` rows into `clean`, computes their reference, and writes into `dirty`
-    the same files with UNDECODABLE_LINE and SHORT_LINE in the middle of the flights."""
+                         invalid_rate: float, reference: str = "python") -> SessionData:
+    """Generates `rows` rows into `clean`, computes their reference (`reference`: one of
+    REFERENCES), and writes into `dirty` the same files with UNDECODABLE_LINE and SHORT_LINE in
+    the middle of the flights, streaming (the full dataset's 7 GB never sit in memory)."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
     generate(clean, rows=rows, seed=seed, invalid_rate=invalid_rate)
-    reference = compute_files(clean / FLIGHTS_FILE, clean / AIRPORTS_FILE)
+    results = compute_files(clean / FLIGHTS_FILE, clean / AIRPORTS_FILE) \
+        if reference == "python" else _duckdb_reference(clean)
     dirty.mkdir(parents=True, exist_ok=True)
-    lines = (clean / FLIGHTS_FILE).read_bytes().splitlines(keepends=True)
-    middle = len(lines) // 2
-    (dirty / FLIGHTS_FILE).write_bytes(
-        b"".join(lines[:middle] + [UNDECODABLE_LINE, SHORT_LINE] + lines[middle:]))
-    (dirty / AIRPORTS_FILE).write_bytes((clean / AIRPORTS_FILE).read_bytes())
+    middle = count_lines(clean / FLIGHTS_FILE) // 2
+    with open(clean / FLIGHTS_FILE, "rb") as source, \
+            open(dirty / FLIGHTS_FILE, "wb") as target:
+        for number, line in enumerate(source):
+            if number == middle:
+                target.write(UNDECODABLE_LINE + SHORT_LINE)
+            target.write(line)
+    shutil.copyfile(clean / AIRPORTS_FILE, dirty / AIRPORTS_FILE)
     # Containers' clients run as the calling user; others (the image's user) only read.
     dirty.chmod(0o755)
-    return SessionData(dirty, reference)
+    return SessionData(dirty, results)
+
+
+def _duckdb_reference(clean: Path) -> ReferenceResults:
+    from scripts.bench.duckdb_queries import duckdb_queries  # duckdb: only when asked
+
+    run = duckdb_queries(clean / FLIGHTS_FILE, clean / AIRPORTS_FILE)
+    return ReferenceResults(**run.results, rows=run.rows, valid_rows=run.valid_rows,
+                            invalid_counts=run.invalid_counts, q2_skipped=run.q2_skipped,
+                            mean_fare=run.mean_fare)
+
+
+def count_lines(path: Path, chunk_bytes: int = 1 << 20) -> int:
+    """Lines of a file as `bytes.splitlines` counts them for "\n"-ended lines (a last line
+    without its newline counts too), read in chunks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as file:
+        while chunk := file.read(chunk_bytes):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
 
 
 def session_problems(results_dir: Path, data: SessionData) -> list[str]:
@@ -77,7 +112,7 @@ def session_problems(results_dir: Path, data: SessionData) -> list[str]:
     rejected = summary.get("rows_rejected", {}).get("flights", {})
     if rejected.get("undecodable_bytes", 0) < 1 or rejected.get("wrong_field_count", 0) < 2:
         problems.append(f"the malformed lines were not all rejected: {rejected}")
-    data_lines = len((data.directory / FLIGHTS_FILE).read_bytes().splitlines()) - 1
+    data_lines = count_lines(data.directory / FLIGHTS_FILE) - 1
     accounted = summary.get("rows_sent", {}).get("flights", 0) + sum(rejected.values())
     if accounted != data_lines:
         problems.append(f"{accounted} flight lines sent or rejected, the file has {data_lines}")

@@ -41,14 +41,14 @@ def client_rows(rows: int, clients: int, number: int) -> int:
 
 
 def prepare_own_data(work_dir: Path, clients: int, rows: int, seed: int,
-                     invalid_rate: float) -> OwnData:
+                     invalid_rate: float, reference: str = "python") -> OwnData:
     directory = work_dir / "data"
     by_client = {}
     for number in range(1, clients + 1):
         name = f"client-{number}"
         by_client[name] = prepare_session_data(
             work_dir / "data-clean" / name, directory / name,
-            client_rows(rows, clients, number), seed + number - 1, invalid_rate)
+            client_rows(rows, clients, number), seed + number - 1, invalid_rate, reference)
     for file in (FLIGHTS_FILE, AIRPORTS_FILE):
         top = directory / file
         top.unlink(missing_ok=True)
