@@ -122,7 +122,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RoundOptions
 def main(argv: list[str] | None = None) -> int:
     args, options = parse_args(argv)
     started = time.monotonic()
-    where = "local processes" if args.local else f"Compose ({args.compose_file})"
+    where = "local processes" if args.local else \
+        f"Compose ({args.clients} client(s) rendered into the work directory)" \
+        if args.clients is not None else f"Compose ({args.compose_file})"
     print(f"chaos_verify: {args.rounds} round(s) on {where}, a fault every "
           f"{options.interval_s:g} s ({options.pause_ratio:g} of them pauses, victims "
           f"{options.victims}), nobody spared", flush=True)
