@@ -3,7 +3,7 @@
 Every VOTE and REPLICA_FETCH request passes `PeerGate.open_request` before the replication node
 sees it (common/kaska/protocol/peer_auth.py has the wire format). In order:
 
-1. the HMAC with the cluster's secret (a broker without a secret takes no peer frames),
+1. the MAC with the cluster's secret (a broker without a secret takes no peer frames),
 2. addressed to this broker, signed by a configured peer of this broker's cluster (the
    stamp's cluster id: issue 20, finding 8),
 3. decoded, and every number in range (common/kaska/protocol/replication_bounds.py),

@@ -52,6 +52,27 @@ def signed_vote(request: VoteRequest = VOTE, secret: bytes = SECRET,
     return body + request_trailer(secret, Api.VOTE, VERSION, (body,), stamp)
 
 
+def test_the_tags_are_keyed_blake3_under_keys_derived_per_direction():
+    """The wire format, computed here with blake3 itself: a request's tag is keyed BLAKE3 over
+    the domain, api, version, body and stamp under the request key; the answer key differs, so a
+    request's tag never passes for an answer's."""
+    import struct
+
+    import blake3
+
+    from common.kaska.protocol import peer_auth
+
+    frame = signed_vote()
+    body, trailer = frame[:-REQUEST_TRAILER_BYTES], frame[-REQUEST_TRAILER_BYTES:]
+    packed, tag = trailer[:-32], trailer[-32:]
+    request_key = blake3.blake3(SECRET, derive_key_context=peer_auth._REQUEST_KEY_CONTEXT).digest()
+    answer_key = blake3.blake3(SECRET, derive_key_context=peer_auth._ANSWER_KEY_CONTEXT).digest()
+    assert request_key != answer_key
+    signed = b"kaska-peer-request\0" + struct.pack(">HH", Api.VOTE, VERSION) + body + packed
+    assert tag == blake3.blake3(signed, key=request_key).digest()
+    assert tag != blake3.blake3(signed, key=answer_key).digest()
+
+
 def test_a_signed_request_opens_to_its_stamp_and_body():
     stamp, body = open_request(SECRET, Api.VOTE, VERSION, signed_vote())
     assert stamp == STAMP
