@@ -9,9 +9,10 @@ nobody spared) is SIGKILLed or paused (SIGSTOP) every N seconds.
                                                 # 8 sessions at once, each on its own data
 
 Each round: the platform comes up (Compose: its own project name, volumes and results
-directory), the client's session starts (`--clients N`: N clients, each its own session on the
-same data, every one judged), the chaos loop injects a fault every `--interval-s`
-(a pause with probability `--pause-ratio`) until the session ends (at most
+directory), the client's session starts (`--clients N`: N clients at once, each its own session
+on the same data, or with `--own-data` on data of its own, every one judged), the chaos loop
+injects a fault every `--interval-s` (a pause with probability `--pause-ratio`) until the
+session ends (at most
 `--chaos-duration-s`), then it waits up to `--heal-wait-s` for the last faults to heal, checks
 q1.csv ... q4.csv against the reference computation of QUERIES.md (tests/reference_queries.py,
 not the Spark code) and matches every fault with its heal (heal.py: kill -> running again =
