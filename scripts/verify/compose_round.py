@@ -1,6 +1,7 @@
 """chaos_verify on the Compose deployment: a RoundDriver over one ComposeDeployment (a fresh
 project per round). Every client the rendering holds (`--clients N` of compose_generator) runs
-its own session on the same input; the round's session ends once all of them completed.
+its own session (on the shared input, or on its own: clients_data.py); the round's session
+ends once all of them completed.
 Starts come from the Docker events of the project (recorded from the moment every session is
 under way), sightings and restarts from the health checkers' logs (with Docker's
 timestamps)."""

@@ -1,5 +1,5 @@
 """One chaos round, whatever the deployment: bring the platform up with its clients' sessions
-under way (one client, or every client a Compose rendering holds, all on the same input),
+under way (one client, or every client a Compose rendering holds, each on its input),
 inject a fault every `interval_s` (nobody spared) until every session ends, wait a bounded
 time for the last faults to heal, then judge each client's session against the reference and
 every fault against its heal (heal.py).
@@ -80,7 +80,7 @@ class RoundDriver(Protocol):
     @property
     def results_dirs(self) -> dict[str, Path]:
         """Each client of the round by name, with where it writes q1.csv ... q4.csv and
-        summary.json (every client runs the same input)."""
+        summary.json (its input is the RoundInput's `of(name)`)."""
 
     def start(self) -> None:
         """The platform up, its client's session under way; raises RoundError."""
