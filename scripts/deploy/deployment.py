@@ -60,17 +60,20 @@ class DeploymentError(Exception):
     evidence)."""
 
 
+def _rendered_numbers(compose_file: Path, kind: str) -> list[int]:
+    """The numbers of the `<kind>-<i>:` services a rendering holds, in order."""
+    return sorted(int(number) for number in
+                  re.findall(rf"^  {kind}-(\d+):$", compose_file.read_text(), re.MULTILINE))
+
+
 def rendered_brokers(compose_file: Path) -> list[int]:
     """The numbers of the brokers a rendering holds (its `broker-<i>:` services)."""
-    return sorted(int(number) for number in
-                  re.findall(r"^  broker-(\d+):$", compose_file.read_text(), re.MULTILINE))
+    return _rendered_numbers(compose_file, "broker")
 
 
 def rendered_clients(compose_file: Path) -> list[str]:
     """The client services a rendering holds (`client-<i>:`), in number order."""
-    numbers = sorted(int(number) for number in
-                     re.findall(r"^  client-(\d+):$", compose_file.read_text(), re.MULTILINE))
-    return [f"client-{number}" for number in numbers]
+    return [f"client-{number}" for number in _rendered_numbers(compose_file, "client")]
 
 
 class ComposeDeployment:
