@@ -6,14 +6,17 @@ Rules (Kafka's client metadata does the same with its leader epochs, KIP-320):
   table has seen for that partition. A broker that has not heard of an election yet, or a
   frozen ex-leader that thawed, still names the old leader; taking that would point the client
   back at a broker that cannot commit anything.
-- Epochs are never forgotten (forgetting a leader keeps its epoch): the cluster's epochs only
-  grow, across topic re-creation too (one journal numbers them all).
+- Epochs are never forgotten (forgetting a leader keeps its epoch): a partition's epochs only
+  grow, across topic re-creation too (its replication group's journal numbers them all).
+  Epochs of different partitions are not compared: partitions of different replication groups
+  have leaders of their own, with epochs of their own.
 - A broker the client gave up on as silent (`mark_silent`: its request went unanswered while
   another broker named a newer leader) is not followed on a NOT_LEADER hint, which carries no
   epoch (a follower that has not noticed the election names it for another second or two);
-  only a METADATA entry with a newer epoch than it had makes it a leader again, or the end
-  of `silence_s` (a broker that restarted with a fresh cluster behind it starts over at low
-  epochs; it must not be shunned for good).
+  only a METADATA entry naming it with a newer epoch than the partition had when it went silent
+  makes it a leader again (a broker elected is alive: it is then followed for every
+  partition), or the end of `silence_s` (a broker that restarted with a fresh cluster behind it
+  starts over at low epochs; it must not be shunned for good).
 - The epoch fence applies while the table knows a leader for the partition. With none known
   (forgotten after a hint or a dropped connection), any answer is better than none: a stale
   one costs one NOT_LEADER and its hint, and a cluster rebuilt from empty data directories,
@@ -48,8 +51,9 @@ class LeaderTable:
         self._leaders: dict[Route, Address] = {}
         self._epochs: dict[Route, int] = {}
         self._partition_counts: dict[str, int] = {}
-        # address -> (the newest epoch it led at, when the client stops shunning it)
-        self._silent: dict[Address, tuple[int, float]] = {}
+        # address -> (each partition's epoch when it went silent, when the client stops
+        # shunning it)
+        self._silent: dict[Address, tuple[dict[Route, int], float]] = {}
         self._brokers: set[Address] = set()
 
     def leader(self, route: Route) -> Address | None:
@@ -82,19 +86,15 @@ class LeaderTable:
                                               info.leader_id, info.leader_epoch)
 
     def absorb_cluster_leader(self, response: MetadataResponse) -> tuple[Address, int] | None:
-        """The leader with the newest epoch among every partition of an answer for all
-        topics (one leader leads the cluster), or None when it names none."""
-        newest: tuple[int, int] | None = None  # (epoch, node id)
-        for partitions in response.topics.values():
-            for info in partitions:
-                if info.leader_id == NO_LEADER:
-                    continue
-                if newest is None or info.leader_epoch > newest[0]:
-                    newest = (info.leader_epoch, info.leader_id)
+        """The controller an answer names (the metadata group's leader: where topics are
+        created and deleted) with its epoch, or None when it names none."""
         with self._lock:
             self._absorb_brokers_locked(response)
-        broker = response.broker(newest[1]) if newest is not None else None
-        return ((broker.host, broker.port), newest[0]) if broker is not None else None
+        if response.controller_id == NO_LEADER:
+            return None
+        broker = response.broker(response.controller_id)
+        return ((broker.host, broker.port), response.controller_epoch) \
+            if broker is not None else None
 
     def follow_hint(self, route: Route, hint: str | None, parse) -> None:
         """A NOT_LEADER answer for `route`: forget its leader, and follow the broker the answer
@@ -124,15 +124,13 @@ class LeaderTable:
     def mark_silent(self, address: Address) -> None:
         """`address` left a request unanswered while another broker named a newer leader."""
         with self._lock:
-            led = [self._epochs.get(r, EPOCH_UNKNOWN)
-                   for r, a in self._leaders.items() if a == address]
-            epoch = max(led, default=max(self._epochs.values(), default=EPOCH_UNKNOWN))
-            self._silent[address] = (epoch, self._clock() + self._silence_s)
+            self._silent[address] = (dict(self._epochs), self._clock() + self._silence_s)
             for route in [r for r, a in self._leaders.items() if a == address]:
                 del self._leaders[route]
 
-    def _silent_at_locked(self, address: Address) -> int | None:
-        """The epoch `address` went silent at, or None when it is not (or no longer) shunned."""
+    def _silent_at_locked(self, address: Address) -> dict[Route, int] | None:
+        """Each partition's epoch when `address` went silent, or None when it is not (or no
+        longer) shunned."""
         entry = self._silent.get(address)
         if entry is None:
             return None
@@ -156,7 +154,7 @@ class LeaderTable:
         address = (broker.host, broker.port)
         silent_at = self._silent_at_locked(address)
         if silent_at is not None:
-            if epoch <= silent_at:
+            if epoch <= silent_at.get(route, EPOCH_UNKNOWN):
                 self._leaders.pop(route, None)
                 return
             del self._silent[address]

@@ -29,13 +29,14 @@ from services.broker.config import BrokerConfig, Peer
 from services.broker.metrics import broker_registry
 from services.broker.replication.identity import CLUSTER_ID_ENV, ClusterIdMismatchError
 from services.broker.replication.node import ReplicationFsync
+from services.broker.replication.placement import CorruptGroupsFileError, GroupCountMismatchError
 from services.broker.server import BrokerServer, log_config
 
 TOKEN_ENV = "KASKA_TOKEN"
 # Threads whose death of an unexpected exception ends the process (common/essential_threads.py):
 # the replication loop, both listeners' accept loops, retention and the storage reaper.
 ESSENTIAL_THREADS = ("kaska-replication-", "kaska-accept", "kafka-accept", "kaska-retention",
-                     "reaper-")
+                     "reaper-", "kaska-topic-mirror-")
 SIGNAL_POLL_S = 0.2
 
 
@@ -130,6 +131,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "a snapshot) once it holds more entries than this")
     parser.add_argument("--journal-bytes-max", type=int, default=_default("journal_bytes_max"),
                         help="... or more bytes of entries than this")
+    parser.add_argument("--replication-groups", type=int, default=None,
+                        help="Raft groups the partitions are spread over, each with its own "
+                             "leader (default: one per broker, so each broker leads one); "
+                             "fixed for a data directory (docs/replication.md)")
     parser.add_argument("--kafka-listen", type=_address, default=None,
                         help="HOST:PORT of the Kafka protocol listener (absent: none; port 0: "
                              "any free port); docs/kafka.md")
@@ -167,7 +172,7 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
         replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
         journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max,
-        kafka_host=kafka_host, kafka_port=kafka_port,
+        replication_groups=args.replication_groups, kafka_host=kafka_host, kafka_port=kafka_port,
         kafka_advertised_host=kafka_advertised_host,
         kafka_advertised_port=kafka_advertised_port, kafka_peers=args.kafka_peers)
 
@@ -196,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM says "stopping" to the health checkers before the port closes.
     try:
         server = BrokerServer(config, companions=companions).start()
-    except ClusterIdMismatchError as exc:  # a data directory of another cluster: named, exit 2
+    except (ClusterIdMismatchError, GroupCountMismatchError, CorruptGroupsFileError) as exc:
+        # a data directory of another cluster, or written with another group count: exit 2
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -9,6 +9,7 @@ from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from common.kaska.protocol.replication_bounds import NODE_ID_MAX
 from services.broker.replication.identity import check_cluster_id
+from services.broker.replication.placement import check_groups
 from services.broker.replication.node import ReplicationFsync
 
 MIB = 1024 * 1024
@@ -88,6 +89,10 @@ class BrokerConfig:
     # a snapshot once the journal holds more entries, or bytes of records, than this.
     journal_entries_max: int = 100_000
     journal_bytes_max: int = 16 * MIB
+    # Raft groups the partitions are spread over, each with its own leader
+    # (replication/placement.py; docs/replication.md "Leadership spread over the brokers");
+    # None: one per broker, so every broker leads one group. Fixed for a data directory.
+    replication_groups: int | None = None
     # Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md): None, no
     # Kafka listener; port 0 any free port. METADATA names every broker by its Kafka address:
     # this one's (advertised, default the listen address) and `kafka_peers`' (the other brokers'
@@ -124,6 +129,8 @@ class BrokerConfig:
             raise ValueError("replica_fetch_bytes_max below 1 KiB")
         if self.journal_entries_max < 2 or self.journal_bytes_max < 1:
             raise ValueError("journal_entries_max must be >= 2, journal_bytes_max >= 1")
+        if self.replication_groups is not None:
+            check_groups(self.replication_groups)  # InvalidGroupCountError, a ValueError
         ids = [peer.node_id for peer in self.peers]
         if self.node_id in ids or len(set(ids)) != len(ids):
             raise ValueError("--peers must name other brokers, each once (not --node-id)")
@@ -137,6 +144,13 @@ class BrokerConfig:
         if self.cluster_secret is not None and not 0 < len(self.cluster_secret) <= \
                 SECRET_BYTES_MAX:
             raise ValueError(f"the cluster secret must hold 1..{SECRET_BYTES_MAX} bytes")
+
+    @property
+    def groups(self) -> int:
+        """The replication group count: `replication_groups`, or one per broker."""
+        if self.replication_groups is not None:
+            return self.replication_groups
+        return 1 + len(self.peers)
 
     def _check_kafka(self) -> None:
         if self.kafka_host is None:

@@ -9,16 +9,15 @@ from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.peer_gate import PeerGate
-from services.broker.replica_manager import ReplicaManager
-from services.broker.storage.log import Log
+from services.broker.groups import GroupedLog, GroupedReplicas
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerContext:
     config: BrokerConfig
-    log: Log
+    log: GroupedLog  # every group's partitions (groups.py)
     offsets: CommittedOffsets
-    replicas: ReplicaManager
+    replicas: GroupedReplicas
     notifier: DataNotifier
     metrics: BrokerCounters
     peer_gate: PeerGate

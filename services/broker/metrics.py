@@ -22,9 +22,10 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
 - storage: `kaska_storage_full` (1 during a full-disk episode),
   `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
-- replication: `kaska_replication_role{role}` (1 for the current role), `_epoch`, `_leader_id`
+- replication, each labelled with its replication `group` (replication/placement.py):
+  `kaska_replication_role{group,role}` (1 for the current role), `_epoch`, `_leader_id`
   (-1: none known), `_lease_held` (1 while it leads with its leader lease), `_commit_index`,
-  `_journal_end_index`, and on the leader, per follower,
+  `_journal_end_index`, and on the group's leader, per follower,
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
   follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
@@ -160,8 +161,9 @@ class BrokerCounters:
 
 
 class BrokerCollector(Collector):
-    """Reads the broker at scrape time. `log` is the storage Log (topics(), partition()),
-    `replicas` the ReplicaManager (high_watermark(), node), `connections` the open count."""
+    """Reads the broker at scrape time. `log` is the storage (topics(), partition(), space),
+    `replicas` the GroupedReplicas (high_watermark(), replication_nodes()), `connections` the
+    open count."""
 
     def __init__(self, counters: BrokerCounters, log, replicas,
                  connections: Callable[[], int] = lambda: 0,
@@ -287,91 +289,124 @@ class BrokerCollector(Collector):
     # -- replication ---------------------------------------------------------------------------
 
     def _replication(self) -> Iterator[Metric]:
-        node = self._replicas.node
-        state = node.state  # one immutable snapshot: every value below agrees with the others
-        role = GaugeMetricFamily("kaska_replication_role",
-                                 "1 for this broker's current Raft role.", labels=["role"])
-        for candidate in Role:
-            role.add_metric([candidate.value], 1 if state.role is candidate else 0)
-        yield role
-        yield GaugeMetricFamily("kaska_replication_epoch", "Current leader epoch (Raft term).",
-                                value=state.epoch)
-        yield GaugeMetricFamily(
-            "kaska_replication_leader_id", "Node id of the leader this broker knows, -1: none.",
-            value=NO_LEADER_ID if state.leader_id is None else state.leader_id)
-        yield GaugeMetricFamily(
-            "kaska_replication_voter", "1: this broker votes; 0: a learner, rejoining with a new "
-            "data directory until it has caught up (docs/replication.md).",
-            value=0 if state.learner else 1)
-        leased = holds_lease(node.raft_config, state, self._clock())
-        yield GaugeMetricFamily("kaska_replication_lease_held",
-                                "1 while this broker leads with a leader lease (answers reads "
-                                "and takes writes).", value=int(leased))
+        groups = list(self._replicas.replication_nodes())
+        labels = ["group"]
+        role = GaugeMetricFamily("kaska_replication_role", "1 for this broker's current Raft "
+                                 "role in the group.", labels=["group", "role"])
+        epoch = GaugeMetricFamily("kaska_replication_epoch", "Current leader epoch (Raft "
+                                  "term) of the group.", labels=labels)
+        leader = GaugeMetricFamily("kaska_replication_leader_id", "Node id of the group's "
+                                   "leader this broker knows, -1: none.", labels=labels)
+        voter = GaugeMetricFamily(
+            "kaska_replication_voter", "1: this broker votes in the group; 0: a learner, "
+            "rejoining with a new data directory until it has caught up (docs/replication.md).",
+            labels=labels)
+        lease = GaugeMetricFamily("kaska_replication_lease_held",
+                                  "1 while this broker leads the group with a leader lease "
+                                  "(answers reads and takes writes).", labels=labels)
+        commit = GaugeMetricFamily("kaska_replication_commit_index",
+                                   "Journal entries committed (on a majority).", labels=labels)
+        end = GaugeMetricFamily("kaska_replication_journal_end_index",
+                                "Journal entries held by this broker.", labels=labels)
+        followers = _FollowerFamilies()
+        counters = _ReplicationCounterFamilies()
+        for number, node in groups:
+            state = node.state  # one immutable snapshot: every value below agrees with the others
+            group = str(number)
+            for candidate in Role:
+                role.add_metric([group, candidate.value], 1 if state.role is candidate else 0)
+            epoch.add_metric([group], state.epoch)
+            leader.add_metric([group], NO_LEADER_ID if state.leader_id is None
+                              else state.leader_id)
+            voter.add_metric([group], 0 if state.learner else 1)
+            lease.add_metric([group], int(holds_lease(node.raft_config, state, self._clock())))
+            commit.add_metric([group], state.commit)
+            end.add_metric([group], state.log.end)
+            followers.add(group, node, state, self._clock())
+            counters.add(group, node.counters)
+        yield from (role, epoch, leader, voter, lease)
         yield CounterMetricFamily("kaska_leader_lease_refusals",
                                   "Requests this broker refused as leader for lack of a lease "
                                   "(NOT_LEADER, or METADATA naming no leader).",
                                   value=self._counters.lease_refusals)
-        yield GaugeMetricFamily("kaska_replication_commit_index",
-                                "Journal entries committed (on a majority).", value=state.commit)
-        yield GaugeMetricFamily("kaska_replication_journal_end_index",
-                                "Journal entries held by this broker.", value=state.log.end)
-        yield from self._followers(node, state)
-        yield from self._replication_counters(node.counters)
+        yield from (commit, end)
+        yield from followers.families()
+        yield from counters.families()
 
-    def _followers(self, node, state) -> Iterator[Metric]:
-        labels = ["follower"]
-        match = GaugeMetricFamily("kaska_replication_follower_match_index",
-                                  "Journal entries the leader knows the follower holds.",
-                                  labels=labels)
-        lag = GaugeMetricFamily("kaska_replication_follower_lag_entries",
-                                "Journal entries the follower does not hold yet.", labels=labels)
-        age = GaugeMetricFamily("kaska_replication_follower_last_fetch_age_seconds",
-                                "Seconds since the follower's last fetch.", labels=labels)
-        if state.role is Role.LEADER:
-            now = self._clock()
-            for follower in sorted(node.raft_config.peers):
-                values = [str(follower)]
-                held = state.match.get(follower, 0)
-                match.add_metric(values, held)
-                lag.add_metric(values, max(state.log.end - held, 0))
-                fetched_at = state.last_fetch_s.get(follower)
-                if fetched_at is not None:
-                    age.add_metric(values, max(now - fetched_at, 0.0))
-        yield from (match, lag, age)
 
-    @staticmethod
-    def _replication_counters(counters) -> Iterator[Metric]:
-        yield CounterMetricFamily("kaska_replication_elections_won",
-                                  "Elections this broker won.", value=counters.elections_won)
-        yield CounterMetricFamily("kaska_replication_truncations",
-                                  "Journal truncations to match a new leader.",
-                                  value=counters.truncations)
-        yield CounterMetricFamily("kaska_replication_entries_applied",
-                                  "Journal entries applied from the leader.",
-                                  value=counters.entries_applied)
-        yield CounterMetricFamily("kaska_replication_stale_divergences",
-                                  "Divergences a leader reported below this broker's commit "
-                                  "index (nothing truncated).",
-                                  value=counters.stale_divergences)
-        refused = CounterMetricFamily("kaska_replication_requests_refused",
-                                      "Peer requests refused.", labels=["reason"])
-        refused.add_metric(["unknown_replica"], counters.unknown_replica_requests)
-        refused.add_metric(["stale_epoch"], counters.stale_epoch_requests)
-        yield refused
-        transfers = CounterMetricFamily(
+class _FollowerFamilies:
+    """What a group's leader knows of each follower."""
+
+    def __init__(self) -> None:
+        labels = ["group", "follower"]
+        self.match = GaugeMetricFamily("kaska_replication_follower_match_index",
+                                       "Journal entries the leader knows the follower holds.",
+                                       labels=labels)
+        self.lag = GaugeMetricFamily("kaska_replication_follower_lag_entries",
+                                     "Journal entries the follower does not hold yet.",
+                                     labels=labels)
+        self.age = GaugeMetricFamily("kaska_replication_follower_last_fetch_age_seconds",
+                                     "Seconds since the follower's last fetch.", labels=labels)
+
+    def add(self, group: str, node, state, now: float) -> None:
+        if state.role is not Role.LEADER:
+            return
+        for follower in sorted(node.raft_config.peers):
+            values = [group, str(follower)]
+            held = state.match.get(follower, 0)
+            self.match.add_metric(values, held)
+            self.lag.add_metric(values, max(state.log.end - held, 0))
+            fetched_at = state.last_fetch_s.get(follower)
+            if fetched_at is not None:
+                self.age.add_metric(values, max(now - fetched_at, 0.0))
+
+    def families(self) -> tuple[Metric, ...]:
+        return self.match, self.lag, self.age
+
+
+class _ReplicationCounterFamilies:
+    """Each group's ReplicationCounters."""
+
+    def __init__(self) -> None:
+        labels = ["group"]
+        self.elections = CounterMetricFamily("kaska_replication_elections_won",
+                                             "Elections this broker won.", labels=labels)
+        self.truncations = CounterMetricFamily("kaska_replication_truncations",
+                                               "Journal truncations to match a new leader.",
+                                               labels=labels)
+        self.applied = CounterMetricFamily("kaska_replication_entries_applied",
+                                           "Journal entries applied from the leader.",
+                                           labels=labels)
+        self.divergences = CounterMetricFamily(
+            "kaska_replication_stale_divergences", "Divergences a leader reported below this "
+            "broker's commit index (nothing truncated).", labels=labels)
+        self.refused = CounterMetricFamily("kaska_replication_requests_refused",
+                                           "Peer requests refused.", labels=["group", "reason"])
+        self.transfers = CounterMetricFamily(
             "kaska_replication_leadership_transfers",
-            "Leadership transfers (a SIGTERMed leader's hand-over): handed_over (this leader "
-            "told its target to stand and stepped down), abandoned (its target stayed silent "
-            "or behind: it led on), stood (this broker stood on a TIMEOUT_NOW).",
-            labels=["outcome"])
-        transfers.add_metric(["handed_over"], counters.transfers_handed_over)
-        transfers.add_metric(["abandoned"], counters.transfers_abandoned)
-        transfers.add_metric(["stood"], counters.transfer_candidacies)
-        yield transfers
-        yield CounterMetricFamily("kaska_replication_peer_incarnation_changes",
-                                  "Followers that came back with another data directory "
-                                  "(their match index reset).",
-                                  value=counters.peer_incarnation_changes)
+            "Leadership transfers (a SIGTERMed leader's hand-over, or a hand-over to the "
+            "group's preferred leader): handed_over (this leader told its target to stand and "
+            "stepped down), abandoned (its target stayed silent or behind: it led on), stood "
+            "(this broker stood on a TIMEOUT_NOW).", labels=["group", "outcome"])
+        self.incarnations = CounterMetricFamily(
+            "kaska_replication_peer_incarnation_changes", "Followers that came back with "
+            "another data directory (their match index reset).", labels=labels)
+
+    def add(self, group: str, counters) -> None:
+        self.elections.add_metric([group], counters.elections_won)
+        self.truncations.add_metric([group], counters.truncations)
+        self.applied.add_metric([group], counters.entries_applied)
+        self.divergences.add_metric([group], counters.stale_divergences)
+        self.refused.add_metric([group, "unknown_replica"], counters.unknown_replica_requests)
+        self.refused.add_metric([group, "stale_epoch"], counters.stale_epoch_requests)
+        self.transfers.add_metric([group, "handed_over"], counters.transfers_handed_over)
+        self.transfers.add_metric([group, "abandoned"], counters.transfers_abandoned)
+        self.transfers.add_metric([group, "stood"], counters.transfer_candidacies)
+        self.incarnations.add_metric([group], counters.peer_incarnation_changes)
+
+    def families(self) -> tuple[Metric, ...]:
+        return (self.elections, self.truncations, self.applied, self.divergences,
+                self.refused, self.transfers, self.incarnations)
 
 
 def broker_registry(server) -> CollectorRegistry:

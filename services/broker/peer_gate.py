@@ -7,11 +7,13 @@ sees it (common/kaska/protocol/peer_auth.py has the wire format). In order:
 2. addressed to this broker, signed by a configured peer of this broker's cluster (the
    stamp's cluster id: issue 20, finding 8),
 3. decoded, and every number in range (common/kaska/protocol/replication_bounds.py),
-4. bound: the id the body claims (candidate, follower) is the signer's, and a connection that
-   once spoke for a broker speaks for no other,
+4. of a replication group this broker runs (the stamp's `group`, below `groups`), and bound: the
+   id the body claims (candidate, follower) is the signer's, and a connection that once spoke
+   for a broker and a group speaks for no other (each group's follower keeps its own
+   connections, so one group's long-poll never queues behind another's),
 5. fresh: stamped within `frame_age_s_max` of this broker's clock, and not a replay
-   (common/replay_guard.py, per sender). Checked last, so that a frame refused for another
-   reason is not remembered as seen.
+   (common/replay_guard.py, per sender and group: each group signs with its own counter).
+   Checked last, so that a frame refused for another reason is not remembered as seen.
 
 A refusal raises a `PeerFrameError` (the connection answers it as an authentication error),
 is counted in `PeerRefusals` (metric `kaska_peer_frames_refused_total{direction,reason}`) and
@@ -19,7 +21,8 @@ logged once per peer (WARNING the first time, DEBUG after: a stranger hammering 
 flood the log). Nothing of a refused frame reaches the state machine.
 
 `seal` signs the answer, bound to the request it answers, data section included (read back
-from the segment files the answer's slices point at: the page cache has them).
+from the segment files the answer's slices point at: the page cache has them), with the data
+incarnation of the request's group.
 
 Thread-safety: any connection thread may call; the replay guard and the refusal counts each
 sit behind a lock.
@@ -48,6 +51,7 @@ from common.kaska.protocol.peer_auth import (
     ReplayedPeerFrameError,
     RequestStamp,
     StalePeerFrameError,
+    UnknownGroupPeerFrameError,
     UnknownPeerFrameSenderError,
     check_cluster,
     open_request,
@@ -93,16 +97,17 @@ class PeerRefusals:
 
 
 class PeerSession:
-    """What one TCP connection has shown of itself: its remote host, and the peer it spoke for
-    (set by the first frame that got through the gate). Owned by the connection's thread.
-    `answered`: the leader's last REPLICA_FETCH answer on it (replication/fetch_answers.py,
-    FetchSession: the leader lease counts on it)."""
+    """What one TCP connection has shown of itself: its remote host, and the peer and group it
+    spoke for (set by the first frame that got through the gate). Owned by the connection's
+    thread. `answered`: the leader's last REPLICA_FETCH answer on it
+    (replication/fetch_answers.py, FetchSession: the leader lease counts on it)."""
 
-    __slots__ = ("origin", "node_id", "answered")
+    __slots__ = ("origin", "node_id", "group", "answered")
 
     def __init__(self, origin: str) -> None:
         self.origin = origin
         self.node_id: int | None = None
+        self.group: int | None = None
         self.answered: tuple[int, float] | None = None
 
 
@@ -119,12 +124,14 @@ class PeerGate:
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
                  frame_age_s_max: float = FRAME_AGE_S_MAX_DEFAULT,
-                 cluster_id: str = "", data_incarnation: int = 0) -> None:
+                 cluster_id: str = "", data_incarnations: Sequence[int] = (0,)) -> None:
         """`cluster_id`: the one every request must carry (and every answer is sealed with,
-        with this broker's `data_incarnation`: replication/identity.py)."""
+        with the `data_incarnations` of the request's group: replication/identity.py). This
+        broker runs groups 0 .. len(data_incarnations) - 1."""
+        assert data_incarnations, "a broker runs at least one replication group"
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self.data_incarnation = data_incarnation
+        self.data_incarnations = tuple(data_incarnations)
         self.peer_ids = frozenset(peer_ids)
         self._secret = secret or None
         self.refusals = refusals or PeerRefusals()
@@ -153,7 +160,7 @@ class PeerGate:
         except PeerFrameError as error:
             self.refusals.refused(REQUEST, error, peer)
             raise
-        session.node_id = stamp.sender
+        session.node_id, session.group = stamp.sender, stamp.group
         return PeerRequest(stamp, request, api)
 
     def _verify(self, api: int, frame) -> tuple[RequestStamp, memoryview]:
@@ -168,6 +175,11 @@ class PeerGate:
             raise UnknownPeerFrameSenderError(f"signed by broker {stamp.sender}, not a peer of "
                                               f"{self.node_id}")
         check_cluster(self.cluster_id, stamp.cluster_id, f"frame of broker {stamp.sender}")
+        if stamp.group >= len(self.data_incarnations):
+            raise UnknownGroupPeerFrameError(
+                f"frame of broker {stamp.sender} for replication group {stamp.group}; this "
+                f"broker runs groups 0..{len(self.data_incarnations) - 1} (brokers started "
+                "with different --replication-groups?)")
         return stamp, body
 
     def _admit(self, stamp: RequestStamp) -> None:
@@ -175,8 +187,8 @@ class PeerGate:
             raise StalePeerFrameError(f"stamped {stamp.sent_at_ms} ms, over "
                                       f"{self.frame_age_s_max:g} s from this broker's clock")
         with self._guard_lock:
-            fresh = self._guard.admit(stamp.sender, stamp.incarnation, stamp.counter,
-                                      self._clock())
+            fresh = self._guard.admit((stamp.sender, stamp.group), stamp.incarnation,
+                                      stamp.counter, self._clock())
         if not fresh:
             raise ReplayedPeerFrameError(f"incarnation {stamp.incarnation} counter "
                                          f"{stamp.counter} already seen or too old")
@@ -189,6 +201,9 @@ class PeerGate:
         if session.node_id is not None and session.node_id != stamp.sender:
             raise ImpostorPeerFrameError(f"this connection speaks for broker "
                                          f"{session.node_id}, not {stamp.sender}")
+        if session.group is not None and session.group != stamp.group:
+            raise UnknownGroupPeerFrameError(f"this connection speaks for replication group "
+                                             f"{session.group}, not {stamp.group}")
 
     def seal(self, peer_request: PeerRequest, body: bytes, slices: Sequence = ()) -> bytes:
         """The answer trailer over `body` and the bytes of `slices` (storage FileSlices)."""
@@ -204,4 +219,5 @@ class PeerGate:
                 mac.update(chunk)
                 position += len(chunk)
                 left -= len(chunk)
-        return mac.trailer(self.node_id, self.cluster_id, self.data_incarnation)
+        return mac.trailer(self.node_id, self.cluster_id,
+                           self.data_incarnations[peer_request.stamp.group])

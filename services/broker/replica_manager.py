@@ -31,7 +31,7 @@ from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
-from services.broker.replication.journal import JournalEntry
+from services.broker.replication.journal import JournalEntry, TopicId, carrying
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.storage.log import PARTITIONS_MAX, Log
@@ -218,18 +218,29 @@ class ReplicaManager:
 
     # -- topics ------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int) -> None:
+    def create_topic(self, name: str, partitions: int) -> TopicId:
+        """Journal the topic and return its incarnation once committed."""
+        entry, epoch = self.journal_create(name, partitions)
+        self._await_entry(entry, epoch, name)
+        return TopicId(entry.epoch, entry.index)
+
+    def journal_create(self, name: str, partitions: int, opens: TopicId | None = None
+                       ) -> tuple[JournalEntry, int]:
+        """As leader, journal a CREATE_TOPIC and make the topic here, without waiting for the
+        commit: (entry, leader epoch). `opens`: a data group's CREATE_TOPIC opens the
+        metadata group's incarnation `opens` (replication/topic_mirror.py)."""
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidPartitionsError(f"{partitions} partitions; 1..{PARTITIONS_MAX} allowed")
         role = self.require_leader(name, 0, lease=False)  # answered once committed
         with self._metadata_lock:
             if name in self._log.topics():
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            entry = self.node.journal.append(role.leader_epoch, EntryKind.CREATE_TOPIC,
-                                             topic=name, partitions=partitions)
+            entry = self.node.journal.append(
+                role.leader_epoch, EntryKind.CREATE_TOPIC, topic=name, partitions=partitions,
+                **(carrying(opens) if opens is not None else {}))
             self._log.create_topic(name, partitions)
         self.node.leader_appended()
-        self._await_entry(entry, role.leader_epoch, name)
+        return entry, role.leader_epoch
 
     def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
         """Tombstone the topic's committed offsets, then journal the delete; every broker
@@ -238,17 +249,37 @@ class ReplicaManager:
         if name not in self._log.topics():
             raise UnknownTopicOrPartitionError(f"no topic {name!r}")
         forget_offsets(name)
-        with self._metadata_lock:
-            self._deleting.add(name)
-            try:
-                entry = self.node.journal.append(role.leader_epoch, EntryKind.DELETE_TOPIC,
-                                                 topic=name)
-            except BaseException:
-                self._deleting.discard(name)
-                raise
+        entry = self._journal_delete(name, role.leader_epoch)
         try:
-            self.node.leader_appended()
             self._await_entry(entry, role.leader_epoch, name)
         finally:
             with self._metadata_lock:
                 self._deleting.discard(name)
+
+    def journal_delete(self, name: str) -> JournalEntry:
+        """As leader, journal a DELETE_TOPIC without waiting for its commit (a data group's
+        close of a deleted incarnation: replication/topic_mirror.py). Produce requests for the
+        topic are refused from now on, here."""
+        role = self.require_leader(name, 0, lease=False)
+        return self._journal_delete(name, role.leader_epoch)
+
+    def _journal_delete(self, name: str, epoch: int) -> JournalEntry:
+        with self._metadata_lock:
+            self._deleting.add(name)
+            try:
+                entry = self.node.journal.append(epoch, EntryKind.DELETE_TOPIC, topic=name)
+            except BaseException:
+                self._deleting.discard(name)
+                raise
+        self.node.leader_appended()
+        return entry
+
+    def pending_deletes(self) -> list[str]:
+        """The topics this leader journaled a delete of and still refuses produce for."""
+        with self._metadata_lock:
+            return sorted(self._deleting)
+
+    def forget_delete(self, name: str) -> None:
+        """The delete of `name` is over (committed, or its entry is gone)."""
+        with self._metadata_lock:
+            self._deleting.discard(name)

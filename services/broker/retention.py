@@ -58,8 +58,8 @@ class RetentionThread:
         """One pass over every partition; the number of segments deleted."""
         now_ms = self._clock_ms()
         deleted = 0
-        for topic, partitions in self._storage.topics().items():
-            for p in range(partitions):
+        for topic in list(self._storage.topics()):
+            for p in self._storage.held(topic):
                 try:
                     deleted += self._trim(topic, p, now_ms)
                 except UnknownTopicOrPartitionError:

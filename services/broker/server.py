@@ -30,6 +30,7 @@ start once the broker listens and stop first on shutdown.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -42,13 +43,23 @@ from services.broker.acceptor import Acceptor
 from services.broker.config import BrokerConfig
 from services.broker.connection import Connection
 from services.broker.context import BrokerContext
+from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.peer_gate import PeerGate, PeerRefusals
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
+from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.peer_link import PeerSigner
+from services.broker.replication.placement import (
+    METADATA_GROUP,
+    check_group_count,
+    group_directory,
+    group_of,
+    partitions_of,
+)
+from services.broker.replication.topic_mirror import TopicMirror
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
@@ -78,9 +89,9 @@ def log_config(config: BrokerConfig) -> LogConfig:
     )
 
 
-def replication_config(config: BrokerConfig) -> ReplicationConfig:
+def replication_config(config: BrokerConfig, group: int = 0) -> ReplicationConfig:
     return ReplicationConfig(
-        node_id=config.node_id,
+        node_id=config.node_id, group=group,
         peers=tuple(PeerAddress(peer.node_id, peer.host, peer.port) for peer in config.peers),
         election_timeout_min_s=config.election_timeout_ms_min / 1000,
         election_timeout_max_s=config.election_timeout_ms_max / 1000,
@@ -89,6 +100,14 @@ def replication_config(config: BrokerConfig) -> ReplicationConfig:
         cluster_id=config.cluster_id,
         journal_entries_max=config.journal_entries_max,
         journal_bytes_max=config.journal_bytes_max)
+
+
+def _holds(group: int, groups: int, topic: str, partition: int) -> bool:
+    return group_of(topic, partition, groups) == group
+
+
+def _holds_any(group: int, groups: int, topic: str, partitions: int) -> bool:
+    return bool(partitions_of(topic, partitions, group, groups))
 
 
 class BrokerServer:
@@ -105,6 +124,8 @@ class BrokerServer:
         self.address: tuple[str, int] | None = None
         self.kafka: KafkaListener | None = None
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
+        self._opened_logs: list[Log] = []  # every group's, as opened (closed on stop)
+        self._opened_nodes: list[ReplicationNode] = []
         self.peer_refusals = PeerRefusals()  # peer frames refused (peer_gate.py), ditto
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -125,33 +146,40 @@ class BrokerServer:
         # Bind first (a taken port fails fast), listen only once recovery is done.
         self._acceptor.bind()
         self.kafka = self._bind_kafka()
-        self.storage = Log(config.data_dir, log_config(config))
+        check_group_count(config.data_dir, config.groups)
         notifier = DataNotifier()
-        # Commits are appended through replication; the manager exists only further down.
-        self.offsets = CommittedOffsets(self.storage,
-                                        append=lambda batch: self.replicas.append_offsets(batch))
-        signer = PeerSigner(config.node_id, config.cluster_secret, self.peer_refusals) \
-            if config.cluster_secret else None
-        self.node = ReplicationNode(
-            replication_config(config), self.storage, config.data_dir,
-            on_offsets_batch=self.offsets.absorb, on_offsets_truncated=self.offsets.load,
-            on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify,
-            peer_signer=signer)
+        self._groups: list[ReplicationGroup] = []
+        for number in range(config.groups):
+            self._groups.append(self._open_group(number, notifier))
+        groups = BrokerGroups(self._groups)
+        self.node = groups.metadata.node
         self.offsets.load()
         self._acceptor.listen()
         self.address = self._acceptor.address
         advertised = (config.advertised_host or self.address[0],
                       config.advertised_port or self.address[1])
-        self.replicas = ReplicaManager(self.node, advertised, self.storage,
-                                       config.ack_timeout_s, counters=self.metrics)
+        for group in groups:
+            group.replicas = ReplicaManager(group.node, advertised, group.log,
+                                            config.ack_timeout_s, counters=self.metrics)
+        self.groups = groups
+        self.storage = GroupedLog(groups)
+        self.replicas = GroupedReplicas(groups, config.ack_timeout_s)
         self.context = BrokerContext(
             config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
             notifier=notifier, metrics=self.metrics,
             peer_gate=PeerGate(config.node_id, [peer.node_id for peer in config.peers],
                                config.cluster_secret, self.peer_refusals,
                                cluster_id=self.node.identity.cluster_id,
-                               data_incarnation=self.node.identity.incarnation))
-        self.node.start()
+                               data_incarnations=[g.node.identity.incarnation
+                                                  for g in groups]))
+        for group in groups:
+            group.node.start()
+        for group in list(groups)[1:]:
+            group.mirror = TopicMirror(
+                group.number, groups.metadata.node, groups.metadata.topics, group.node,
+                group.topics, group.manager,
+                holds_any=functools.partial(_holds_any, group.number, config.groups))
+            group.mirror.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
                                           safe_offset=self.replicas.retention_safe_offset,
                                           compactable_below=self.offsets.compactable_below)
@@ -162,6 +190,30 @@ class BrokerServer:
             self.kafka.start(self._kafka_context())
         self._acceptor.start(lambda sock, peer, forget: Connection(sock, peer, self.context,
                                                                    forget))
+
+    def _open_group(self, number: int, notifier: DataNotifier) -> ReplicationGroup:
+        """Open group `number`'s Log and replication state (recovery and reconcile included);
+        group 0 also carries the committed offsets (`__offsets`)."""
+        config = self.config
+        directory = group_directory(config.data_dir, number)
+        storage = Log(directory, log_config(config),
+                      holds=functools.partial(_holds, number, config.groups))
+        self._opened_logs.append(storage)
+        signer = PeerSigner(config.node_id, config.cluster_secret, self.peer_refusals,
+                            group=number) if config.cluster_secret else None
+        offsets: dict = {}
+        if number == METADATA_GROUP:
+            # Commits are appended through replication; the manager exists only further down.
+            self.offsets = CommittedOffsets(
+                storage, append=lambda batch: self.replicas.append_offsets(batch))
+            offsets = {"on_offsets_batch": self.offsets.absorb,
+                       "on_offsets_truncated": self.offsets.load}
+        node = ReplicationNode(
+            replication_config(config, number), storage, directory,
+            on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify,
+            peer_signer=signer, **offsets)
+        self._opened_nodes.append(node)
+        return ReplicationGroup(number, storage, node, CommittedTopics(node.journal))
 
     def stop(self) -> None:
         """Graceful stop; safe to call more than once and from any thread."""
@@ -174,11 +226,15 @@ class BrokerServer:
         self._stop_accepting()
         for companion in self._companions:
             companion.stop()
+        for group in self._groups:
+            if group.mirror is not None:
+                group.mirror.stop()
         self._hand_over()
         # Replication first: it wakes every produce waiting for acks (answered with a retriable
         # error; the client retries on the next leader), so connections drain at once instead
         # of waiting for acks that followers, drained too, would never send.
-        self.node.stop()
+        for group in self._groups:
+            group.node.stop()
         self.context.notifier.stop()
         self._drain_connections()
         self._retention.stop()
@@ -195,16 +251,29 @@ class BrokerServer:
         timeout_s = self.config.shutdown_handover_ms / 1000
         if timeout_s <= 0:
             return
+        # Every group this broker leads hands over at once, within one bound.
+        handing = [threading.Thread(target=self._hand_over_group, args=(group, timeout_s),
+                                    name=f"kaska-handover-g{group.number}")
+                   for group in self.groups]
+        for thread in handing:
+            thread.start()
+        for thread in handing:
+            thread.join()
+
+    def _hand_over_group(self, group: ReplicationGroup, timeout_s: float) -> None:
         started = time.monotonic()
-        if self.node.transfer_leadership(timeout_s):
-            log.info("broker %d handed leadership over in %.3f s", self.config.node_id,
+        if group.node.transfer_leadership(timeout_s):
+            log.info("%s handed leadership over in %.3f s", group.node.name,
                      time.monotonic() - started)
 
     def status(self) -> str:
         """What the heartbeats report: "" when healthy, else why writes are refused (a full
         disk: see storage/disk_space.py)."""
-        storage = getattr(self, "storage", None)
-        return "" if storage is None else storage.space.status()
+        for storage in getattr(self, "_opened_logs", ()):
+            status = storage.space.status()
+            if status:
+                return status
+        return ""
 
     @property
     def kafka_address(self) -> tuple[str, int] | None:
@@ -264,11 +333,12 @@ class BrokerServer:
         if retention is not None:
             retention.stop()
         self._acceptor.close_unstarted()
-        node = getattr(self, "node", None)
-        if node is not None:
+        for group in getattr(self, "_groups", ()):
+            if group.mirror is not None:
+                group.mirror.stop()
+        for node in self._opened_nodes:
             node.stop()
-        storage = getattr(self, "storage", None)
-        if storage is not None:
+        for storage in self._opened_logs:
             storage.close()
 
     @property
@@ -297,5 +367,6 @@ class BrokerServer:
             acceptor.finish(max(0.0, deadline - time.monotonic()))
 
     def _close_storage(self) -> None:
-        self.storage.flush()
-        self.storage.close()  # also releases the data directory's lock
+        for storage in self._opened_logs:
+            storage.flush()
+            storage.close()  # also releases the data directory's lock

@@ -1,5 +1,7 @@
 """The brokers' state, scraped from their Prometheus `/metrics` (services/broker/metrics.py):
-role, epoch, the leader they know, and per partition the log end offset and high watermark.
+role, epoch, the leader they know (all of the metadata group, group 0, where topics are made:
+the cluster's controller), the replication groups each leads, and per partition the log end
+offset and high watermark.
 
 `broker_report_from_text` is pure (the exposition text in, a `BrokerReport` out); only
 `scrape_broker` touches the network.
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 ANSWER_BYTES_MAX = 32 * 1024 * 1024
+METADATA_GROUP = "0"  # the `group` label of the metadata group's replication metrics
 NO_LEADER_ID = -1
 
 
@@ -37,6 +40,7 @@ class BrokerReport:
     partitions: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     follower_lag_entries: dict[int, int] = field(default_factory=dict)  # leader only
     produced_records: int = 0
+    led_groups: tuple[int, ...] = ()  # the replication groups this broker leads
 
 
 def _samples(text: str) -> list:
@@ -53,16 +57,22 @@ def broker_report_from_text(name: str, node_id: int, text: str) -> BrokerReport:
     ends: dict[tuple[str, int], int] = {}
     highs: dict[tuple[str, int], int] = {}
     lags: dict[int, int] = {}
+    led: list[str] = []
     for sample in _samples(text):
         labels = sample.labels
+        metadata_group = labels.get("group", METADATA_GROUP) == METADATA_GROUP
         if sample.name == "kaska_replication_role" and sample.value == 1:
-            role = labels["role"]
+            if labels["role"] == "leader":
+                led.append(labels.get("group", METADATA_GROUP))
+            if metadata_group:
+                role = labels["role"]
         elif sample.name in ("kaska_partition_log_end_offset", "kaska_partition_high_watermark"):
             target = ends if sample.name.endswith("end_offset") else highs
             target[(labels["topic"], int(labels["partition"]))] = int(sample.value)
         elif sample.name == "kaska_replication_follower_lag_entries":
-            lags[int(labels["follower"])] = int(sample.value)
-        else:
+            if metadata_group:
+                lags[int(labels["follower"])] = int(sample.value)
+        elif metadata_group:
             gauges[sample.name] = sample.value
     if role is None or "kaska_replication_epoch" not in gauges:
         raise MalformedBrokerMetricsError(f"{name}: no replication role or epoch in its metrics")
@@ -73,7 +83,8 @@ def broker_report_from_text(name: str, node_id: int, text: str) -> BrokerReport:
         commit_index=int(gauges.get("kaska_replication_commit_index", 0)),
         partitions={key: (end, highs.get(key, 0)) for key, end in ends.items()},
         follower_lag_entries=lags,
-        produced_records=int(gauges.get("kaska_produced_records_total", 0)))
+        produced_records=int(gauges.get("kaska_produced_records_total", 0)),
+        led_groups=tuple(sorted(int(group) for group in led)))
 
 
 def scrape_broker(name: str, node_id: int, address: tuple[str, int],

@@ -119,6 +119,7 @@ def broker_cluster(names: Sequence[str], reports: Mapping[str, BrokerReport],
         brokers.append({
             "name": name, "reachable": report is not None, "error": errors.get(name),
             "role": None if report is None else report.role,
+            "led_groups": [] if report is None else list(report.led_groups),
             "epoch": None if report is None else report.epoch,
             "commit_index": None if report is None else report.commit_index,
             "journal_lag_entries": None if leader is None or report is None or report is leader

@@ -96,6 +96,9 @@ class FakeReplicas:
     def high_watermark(self, topic: str, partition: int, _plog) -> int:
         return self._high_watermarks[(topic, partition)]
 
+    def replication_nodes(self) -> list[tuple[int, SimpleNamespace]]:
+        return [(0, self.node)]
+
 
 class FakeReply:
     def __init__(self, slice_bytes: list[int], records: int) -> None:

@@ -3,7 +3,11 @@
 Request:  u32 n | n × str topic                      (n = 0: every topic)
 Response: u32 n | n × (i32 node_id | str host | u16 port)
           u32 m | m × (str topic | u32 p | p × (u32 partition | i32 leader_id | i32 epoch))
+          | i32 controller_id | i32 controller_epoch
 A requested topic the broker does not have is left out of the answer. leader_id -1: none.
+Each partition's leader and epoch are those of its replication group (partitions of one topic
+may have different leaders); the controller is the metadata group's leader, where topics are
+created and deleted (Kafka's controller), with that group's epoch.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class MetadataRequest:
 class MetadataResponse:
     brokers: tuple[BrokerInfo, ...]
     topics: dict[str, tuple[PartitionInfo, ...]]
+    controller_id: int = NO_LEADER
+    controller_epoch: int = 0
 
     def encode(self) -> bytes:
         writer = BodyWriter().u32(len(self.brokers))
@@ -74,6 +80,7 @@ class MetadataResponse:
             writer.string(name).u32(len(partitions))
             for info in partitions:
                 writer.u32(info.partition).i32(info.leader_id).i32(info.leader_epoch)
+        writer.i32(self.controller_id).i32(self.controller_epoch)
         return writer.getvalue()
 
     @classmethod
@@ -89,8 +96,10 @@ class MetadataResponse:
                 PartitionInfo(reader.u32("partition"), reader.i32("leader_id"),
                               reader.i32("leader_epoch"))
                 for _ in range(reader.count(_PARTITION_BYTES, "partitions")))
+        controller_id, controller_epoch = reader.i32("controller_id"), reader.i32(
+            "controller_epoch")
         reader.finish()
-        return cls(brokers, topics)
+        return cls(brokers, topics, controller_id, controller_epoch)
 
     def broker(self, node_id: int) -> BrokerInfo | None:
         return next((b for b in self.brokers if b.node_id == node_id), None)

@@ -5,7 +5,7 @@ A replication request (VOTE, REPLICA_FETCH, and whatever replaces them: every ap
 `REPLICATION_APIS`) is its API body followed by a request trailer:
 
     body | u32 sender | u32 receiver | u64 incarnation | u64 counter | u64 sent_at_ms
-         | cluster_id[32] | u64 data_incarnation | u8 learner | tag[32]
+         | cluster_id[32] | u64 data_incarnation | u8 learner | u16 group | tag[32]
 
     tag = BLAKE3-keyed(request key, "kaska-peer-request\\0" | u16 api | u16 version | body
                                      | the trailer before the tag)
@@ -15,7 +15,10 @@ the same: a frame speaking for another broker is refused), `receiver` the broker
 for (a frame recorded on its way to broker 2 cannot be played to broker 3), `incarnation` the
 sender's start time in nanoseconds and `counter` a number it increments for every frame:
 `common/replay_guard.py` refuses a counter seen before, and `sent_at_ms` (the sender's wall
-clock) bounds what a receiver that just started can be fooled with.
+clock) bounds what a receiver that just started can be fooled with. `group` is the replication
+group the frame belongs to (docs/replication.md, "Leadership spread over the brokers": every
+broker runs one Raft group per shard of partitions, each with its own journal, votes and
+counter): signed, so a frame of one group can never be replayed into another.
 
 `cluster_id` (issue 20, finding 8) is the sender's cluster id, ASCII padded with NUL bytes to
 CLUSTER_ID_BYTES_MAX: a frame of another cluster is refused (`ForeignClusterPeerFrameError`)
@@ -30,7 +33,7 @@ followed by an answer trailer:
     body | u32 responder | cluster_id[32] | u64 data_incarnation | tag[32]
 
     tag = BLAKE3-keyed(answer key, "kaska-peer-answer\\0" | u16 api | the request's stamp
-                                   (sender, receiver, incarnation, counter) | body
+                                   (sender, receiver, incarnation, counter, group) | body
                                    | u32 responder | cluster_id[32] | u64 data_incarnation)
 
 so an answer is bound to the one request it answers: an old answer replayed, or one meant for
@@ -62,10 +65,12 @@ from common.kaska.errors import AuthenticationError
 
 TAG_BYTES = 32
 CLUSTER_ID_BYTES_MAX = 32
-# sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation, learner
-_REQUEST_STAMP = struct.Struct(f">IIQQQ{CLUSTER_ID_BYTES_MAX}sQB")
+# sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation, learner,
+# group
+_REQUEST_STAMP = struct.Struct(f">IIQQQ{CLUSTER_ID_BYTES_MAX}sQBH")
 _ANSWER_STAMP = struct.Struct(f">I{CLUSTER_ID_BYTES_MAX}sQ")  # responder, cluster_id, data_inc.
-_BINDING = struct.Struct(">IIQQ")  # the request's sender, receiver, incarnation, counter
+# the request's sender, receiver, incarnation, counter, group
+_BINDING = struct.Struct(">IIQQH")
 _API_VERSION = struct.Struct(">HH")
 _API = struct.Struct(">H")
 REQUEST_TRAILER_BYTES = _REQUEST_STAMP.size + TAG_BYTES
@@ -76,6 +81,7 @@ _REQUEST_KEY_CONTEXT = "flights-optimizer kaska 2026-11-27 peer request MAC key"
 _ANSWER_KEY_CONTEXT = "flights-optimizer kaska 2026-11-27 peer answer MAC key"
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
+U16_MAX = 2**16 - 1
 
 
 class PeerFrameError(AuthenticationError):
@@ -132,6 +138,13 @@ class ForeignClusterPeerFrameError(PeerFrameError):
     reason = "cluster_mismatch"
 
 
+class UnknownGroupPeerFrameError(PeerFrameError):
+    """Signed for a replication group this broker does not run (another group count), or on a
+    connection that already spoke for another group."""
+
+    reason = "unknown_group"
+
+
 class ImpostorPeerFrameError(PeerFrameError):
     """The body speaks for another broker than the one that signed it (or the connection)."""
 
@@ -171,14 +184,17 @@ class RequestStamp:
     cluster_id: str = ""
     data_incarnation: int = 0  # the broker incarnation (its data directory's), not the process's
     learner: bool = False
+    group: int = 0  # the replication group of the frame
 
     def __post_init__(self) -> None:
         assert 0 <= self.sender <= U32_MAX and 0 <= self.receiver <= U32_MAX
         assert 0 <= self.incarnation <= U64_MAX and 0 <= self.counter <= U64_MAX
         assert 0 <= self.sent_at_ms <= U64_MAX and 0 <= self.data_incarnation <= U64_MAX
+        assert 0 <= self.group <= U16_MAX
 
     def binding(self) -> bytes:
-        return _BINDING.pack(self.sender, self.receiver, self.incarnation, self.counter)
+        return _BINDING.pack(self.sender, self.receiver, self.incarnation, self.counter,
+                             self.group)
 
 
 @functools.lru_cache(maxsize=8)
@@ -207,7 +223,7 @@ def request_trailer(secret: bytes, api: int, version: int, body: Iterable,
     packed = _REQUEST_STAMP.pack(stamp.sender, stamp.receiver, stamp.incarnation,
                                  stamp.counter, stamp.sent_at_ms,
                                  stamp.cluster_id.encode("ascii"), stamp.data_incarnation,
-                                 1 if stamp.learner else 0)
+                                 1 if stamp.learner else 0, stamp.group)
     return packed + _request_mac(secret, api, version, body, packed)
 
 
@@ -225,9 +241,9 @@ def open_request(secret: bytes, api: int, version: int, frame) -> tuple[RequestS
     if not hmac.compare_digest(bytes(tag), _request_mac(secret, api, version, (body,), packed)):
         raise ForgedPeerFrameError("the frame's MAC does not match")
     (sender, receiver, incarnation, counter, sent_at_ms, cluster_id, data_incarnation,
-     learner) = _REQUEST_STAMP.unpack(packed)
+     learner, group) = _REQUEST_STAMP.unpack(packed)
     return RequestStamp(sender, receiver, incarnation, counter, sent_at_ms,
-                        _cluster_id(cluster_id), data_incarnation, learner != 0), body
+                        _cluster_id(cluster_id), data_incarnation, learner != 0, group), body
 
 
 def _cluster_id(packed: bytes) -> str:

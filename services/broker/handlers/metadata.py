@@ -1,4 +1,5 @@
-"""METADATA: the brokers, and the leader of every partition of the topics asked about."""
+"""METADATA: the brokers, the leader of every partition of the topics asked about (its
+replication group's), and the controller (the metadata group's leader)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         withheld = withheld or any(role.lease_expired for role in roles)
         topics[name] = tuple(PartitionInfo(p, role.leader_id, role.leader_epoch)
                              for p, role in enumerate(roles))
-    if withheld:  # a leader without its lease names no leader (not itself): counted once
+    controller = ctx.replicas.controller_role()
+    if withheld or controller.lease_expired:
+        # a leader without its lease names no leader (not itself): counted once
         ctx.replicas.lease_refused()
-    return Reply(MetadataResponse(ctx.replicas.brokers(), topics).encode())
+    return Reply(MetadataResponse(ctx.replicas.brokers(), topics, controller.leader_id,
+                                  controller.leader_epoch).encode())

@@ -1,4 +1,5 @@
-"""REPLICA_FETCH (broker to broker): a follower pulls journal entries from the leader.
+"""REPLICA_FETCH (broker to broker): a follower pulls journal entries from the leader of one
+replication group (the group its signed stamp names), from that group's Log.
 
 The answer is the consumer FETCH path again: a small prefix in memory (the entry headers), then
 every BATCH entry's bytes straight from the segment files with `os.sendfile`, in entry order.
@@ -19,20 +20,21 @@ from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_peer_request
 from services.broker.replication.journal import JournalEntry
 from services.broker.reply import Reply
+from services.broker.storage.log import Log
 from services.broker.storage.partition import FileSlice
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     peer = read_peer_request(ctx, body, ReplicaFetchRequest, check_fetch_request,
                              claimed=lambda request: request.follower)
-    response, entries = ctx.replicas.node.answer_fetch(peer.request, peer.stamp,
-                                                        body.session)
+    group = ctx.replicas.group(peer.stamp.group)
+    response, entries = group.node.answer_fetch(peer.request, peer.stamp, body.session)
     headers: list[EntryHeader] = []
     slices: list[FileSlice] = []
     for entry in entries:
-        if entry.kind is EntryKind.BATCH and not _visible(ctx, entry):
+        if entry.kind is EntryKind.BATCH and not _visible(group.log, entry):
             break  # journaled a moment before its batch is published: the next fetch
-        found = _batch_slices(ctx, entry) if entry.kind is EntryKind.BATCH else None
+        found = _batch_slices(group.log, entry) if entry.kind is EntryKind.BATCH else None
         if found is not None:
             slices.extend(found)
         headers.append(_header(entry, found is not None))
@@ -51,20 +53,20 @@ def _header(entry: JournalEntry, with_bytes: bool) -> EntryHeader:
                        entry.batch_bytes if with_bytes else 0)
 
 
-def _visible(ctx: BrokerContext, entry: JournalEntry) -> bool:
+def _visible(group_log: Log, entry: JournalEntry) -> bool:
     """The leader journals a batch under the partition lock just before it publishes it, so a
     fetch may see the entry a moment before the bytes."""
     try:
-        return ctx.log.partition(entry.topic, entry.partition).log_end_offset \
+        return group_log.partition(entry.topic, entry.partition).log_end_offset \
             >= entry.end_offset
     except UnknownTopicOrPartitionError:
         return True  # deleted since: sent as SKIPPED
 
 
-def _batch_slices(ctx: BrokerContext, entry: JournalEntry) -> list[FileSlice] | None:
+def _batch_slices(group_log: Log, entry: JournalEntry) -> list[FileSlice] | None:
     """The file slices of exactly this entry's batch, or None when the leader lost them."""
     try:
-        partition = ctx.log.partition(entry.topic, entry.partition)
+        partition = group_log.partition(entry.topic, entry.partition)
     except UnknownTopicOrPartitionError:
         return None
     if entry.base_offset < partition.log_start_offset:

@@ -19,6 +19,7 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     peer = read_peer_request(ctx, body, SnapshotFetchRequest, check_snapshot_fetch_request,
                              claimed=lambda request: request.follower)
-    response, slices = ctx.replicas.node.answer_snapshot_fetch(peer.request)
+    node = ctx.replicas.group(peer.stamp.group).node
+    response, slices = node.answer_snapshot_fetch(peer.request)
     prefix = response.encode_prefix()
     return Reply(prefix, slices, trailer=ctx.peer_gate.seal(peer, prefix, slices))

@@ -15,5 +15,6 @@ from services.broker.reply import Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     peer = read_peer_request(ctx, body, VoteRequest, check_vote_request,
                              claimed=lambda request: request.candidate)
-    answer = ctx.replicas.node.answer_vote(peer.request).encode()
+    node = ctx.replicas.group(peer.stamp.group).node
+    answer = node.answer_vote(peer.request).encode()
     return Reply(answer, trailer=ctx.peer_gate.seal(peer, answer))

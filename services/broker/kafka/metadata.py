@@ -2,9 +2,11 @@
 
 Leadership is the replica manager's (replica_manager.py): a partition's leader is named only when
 it holds its lease and is a broker with a known Kafka address; otherwise the partition answers
-LEADER_NOT_AVAILABLE, which clients retry. Every broker holds every partition, so replicas and
-ISR list every broker (the ISR is approximate: Kaska's commit rule is a majority, not an ISR).
-The controller is the cluster's leader (where CreateTopics/DeleteTopics go). Topics are never
+LEADER_NOT_AVAILABLE, which clients retry. A partition's leader is its replication group's
+(partitions of one topic may have different leaders). Every broker holds every partition, so
+replicas and ISR list every broker (the ISR is approximate: Kaska's commit rule is a majority,
+not an ISR). The controller is the metadata group's leader (where CreateTopics/DeleteTopics
+go). Topics are never
 created by a Metadata request; internal topics (`__offsets`) are not shown.
 """
 
@@ -45,8 +47,12 @@ def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int
 
 
 def controller_id(kctx: KafkaContext) -> int:
-    leader, _epoch = leader_for(kctx, "", 0)
-    return leader
+    """The metadata group's leader (where topics are created and deleted), if it has a Kafka
+    address."""
+    role = kctx.broker.replicas.controller_role()
+    if role.leader_id == NO_LEADER or kctx.kafka_broker(role.leader_id) is None:
+        return NO_LEADER
+    return role.leader_id
 
 
 def _topic(kctx: KafkaContext, name: str, partitions: int | None):

@@ -133,8 +133,8 @@ def adopt_unjournaled_data(node_id: int, journal: Journal, log_store: Log,
         return
     for name, count in sorted(topics.items()):
         _journal_adopted(journal, EntryKind.CREATE_TOPIC, topic=name, partitions=count)
-    for name, count in sorted({**topics, **offsets}.items()):
-        for partition in range(count):
+    for name in sorted({**topics, **offsets}):
+        for partition in log_store.held(name):
             _adopt_partition(journal, log_store, name, partition)
     if not has_peers:
         commit_store.save(journal.end)

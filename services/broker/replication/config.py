@@ -65,6 +65,7 @@ class ReplicationConfig:
 
     node_id: int
     peers: tuple[PeerAddress, ...] = ()
+    group: int = 0  # the replication group this node replicates (replication/placement.py)
     election_timeout_min_s: float = 0.5  # as BrokerConfig's defaults
     election_timeout_max_s: float = 1.0
     quorum_timeout_s: float = 3.0

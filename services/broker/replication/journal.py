@@ -56,6 +56,11 @@ a topic never created in the journal, such as the internal `__offsets`). Every r
 the same ids from the same prefix (Raft's log matching: one entry per (epoch, index)), so they
 travel neither on disk nor on the wire; a journal that is ever compacted must keep them in its
 snapshot. `incarnation(topic)` is the id the journal's latest CREATE_TOPIC of `topic` gave.
+A data group's CREATE_TOPIC (replication/topic_mirror.py) opens, in its own journal, an
+incarnation the metadata group created: it carries that incarnation's id (`carries`: its
+`record_count` holds the id's epoch + 1, its `base_offset` the id's index; both are unused by a
+CREATE_TOPIC otherwise, so a metadata group's CREATE_TOPIC carries nothing) and names it,
+not itself, so one incarnation has one id in every group.
 
 Full disk: the journal is written with `write` (no map), so a full disk is an ordinary error:
 the failed or short write is cut off again and `append` / `append_replica` raise
@@ -180,6 +185,23 @@ class JournalEntry:
     def end_offset(self) -> int:
         """The partition offset after this entry's records (BATCH, SKIPPED)."""
         return self.base_offset + self.record_count
+
+    @property
+    def carried_topic_id(self) -> TopicId | None:
+        """The metadata group's incarnation a data group's CREATE_TOPIC opens (see the module
+        docstring); None for every other entry."""
+        return carried_topic_id(self.kind, self.base_offset, self.record_count)
+
+
+def carried_topic_id(kind: EntryKind, base_offset: int, record_count: int) -> TopicId | None:
+    if kind is not EntryKind.CREATE_TOPIC or record_count == 0:
+        return None
+    return TopicId(record_count - 1, base_offset)
+
+
+def carrying(topic_id: TopicId) -> dict[str, int]:
+    """The fields of a CREATE_TOPIC that opens the incarnation `topic_id` in a data group."""
+    return {"base_offset": topic_id.index, "record_count": topic_id.epoch + 1}
 
 
 # -- the record codec ---------------------------------------------------------------------
@@ -450,7 +472,7 @@ def _identified(entry: JournalEntry, incarnations: dict[str, TopicId]) -> Journa
     if entry.kind is EntryKind.NOOP:
         topic_id = None
     elif entry.kind is EntryKind.CREATE_TOPIC:
-        topic_id = TopicId(entry.epoch, entry.index)
+        topic_id = entry.carried_topic_id or TopicId(entry.epoch, entry.index)
         incarnations[entry.topic] = topic_id
     else:
         topic_id = incarnations.get(entry.topic)

@@ -152,6 +152,10 @@ class ReplicationNode:
         """`peer_signer` signs the frames sent to the peers (peer_link.py); a node with peers
         needs one once started."""
         self.config = config
+        # How logs name this node: "broker N" for group 0 (the lines tools and tests read),
+        # "broker N group G" for a data group.
+        self.name = f"broker {config.node_id}" + (f" group {config.group}" if config.group
+                                                  else "")
         self._signer = peer_signer
         self.raft_config = config.raft_config()
         self._log = log_store
@@ -213,7 +217,8 @@ class ReplicationNode:
         self._stop = threading.Event()
         self._direct_sessions: dict[int, FetchSession] = {}  # answer_fetch without a session
         self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"kaska-replication-{config.node_id}")
+                                        name=f"kaska-replication-{config.node_id}"
+                                        + (f"-g{config.group}" if config.group else ""))
         self._next_peer = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -312,8 +317,8 @@ class ReplicationNode:
                 self._effects.sync_partitions(self.journal.entries(start, target))
                 self.journal.flush()  # after the partitions: an entry never outlives its bytes
             except OSError as exc:
-                log.error("broker %d: fsync of journal entries %d..%d failed: %s; they do not "
-                          "count as held", self.config.node_id, start, target, exc)
+                log.error("%s: fsync of journal entries %d..%d failed: %s; they do not "
+                          "count as held", self.name, start, target, exc)
                 raise SyncFailedError(f"fsync of journal entries {start}..{target} failed: "
                                       f"{exc}") from exc
             self.syncs += 1
@@ -342,8 +347,8 @@ class ReplicationNode:
             target = self._state.transfer_to
             if target is None:
                 return False  # no voter to hand over to (all learners)
-            log.info("broker %d: handing leadership of epoch %d to broker %d",
-                     self.config.node_id, state.epoch, target)
+            log.info("%s: handing leadership of epoch %d to broker %d",
+                     self.name, state.epoch, target)
             self._changed.notify_all()  # a long-polling target asks again, and is told
         silence_s = self.config.transfer_silence_s
         while True:
@@ -360,8 +365,8 @@ class ReplicationNode:
                     self._step_locked(raft.AbandonTransfer())
                     break
         self.counters.transfers_abandoned += 1
-        log.warning("broker %d: broker %d did not take leadership over (silent for %.1f s or "
-                    "not caught up within %.1f s); this broker leads on", self.config.node_id,
+        log.warning("%s: broker %d did not take leadership over (silent for %.1f s or "
+                    "not caught up within %.1f s); this broker leads on", self.name,
                     target, silence_s, timeout_s)
         return False
 
@@ -428,9 +433,9 @@ class ReplicationNode:
             known = self._state.incarnations.get(request.follower)
             if event.incarnation and known not in (None, event.incarnation):
                 self.counters.peer_incarnation_changes += 1
-                log.warning("broker %d: peer %d came back as another incarnation (%d, was "
+                log.warning("%s: peer %d came back as another incarnation (%d, was "
                             "%d): its data directory was replaced; its match starts again "
-                            "from 0", self.config.node_id, request.follower,
+                            "from 0", self.name, request.follower,
                             event.incarnation, known)
             answer = self._first(self._step_locked(event), raft.AnswerFetch)
         if answer.outcome is raft.Outcome.SNAPSHOT:
@@ -443,8 +448,8 @@ class ReplicationNode:
                 session.answered = (answer.epoch, self._clock())
             elif answer.outcome is raft.Outcome.TIMEOUT_NOW:
                 self.counters.transfers_handed_over += 1
-                log.warning("broker %d: handed leadership of epoch %d to broker %d and "
-                            "stepped down", self.config.node_id, answer.epoch,
+                log.warning("%s: handed leadership of epoch %d to broker %d and "
+                            "stepped down", self.name, answer.epoch,
                             request.follower)
             return refusal(answer), []
         epoch = answer.epoch
@@ -536,8 +541,8 @@ class ReplicationNode:
             if self._signer is not None:
                 self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
                                       learner=False)
-            log.warning("broker %d: caught up with the cluster; a voter from epoch %d on",
-                        self.config.node_id, self._state.epoch)
+            log.warning("%s: caught up with the cluster; a voter from epoch %d on",
+                        self.name, self._state.epoch)
         elif isinstance(action, raft.CommitAdvanced):
             self._apply_commits_locked(action.commit)
         elif isinstance(action, raft.RoleChanged):
@@ -547,7 +552,7 @@ class ReplicationNode:
     def _role_changed_locked(self, action: raft.RoleChanged) -> None:
         if action.role is not raft.Role.LEADER:
             self.journal.set_leading_epoch(None)
-        log.info("broker %d: %s of epoch %d (leader %s)", self.config.node_id,
+        log.info("%s: %s of epoch %d (leader %s)", self.name,
                  action.role.value, action.epoch, action.leader_id)
         self._changed.notify_all()
 
@@ -608,7 +613,7 @@ class ReplicationNode:
                 self._stop.wait(self.config.storage_full_pause_s)
             except (KaskaError, OSError) as exc:
                 # One bad round (a peer's garbage, a disk error) must not end replication.
-                log.warning("broker %d: replication round failed: %s", self.config.node_id,
+                log.warning("%s: replication round failed: %s", self.name,
                             exc)
                 self._stop.wait(self.config.tick_interval_s)
 
@@ -658,8 +663,8 @@ class ReplicationNode:
         self._effects.sync_partitions(journal.entries(journal.start, upto))
         journal.compact(upto)
         self.counters.compactions += 1
-        log.info("broker %d: journal compacted below %d (%d entries held, %d bytes)",
-                 self.config.node_id, upto, journal.end - journal.start, journal.tail_bytes)
+        log.info("%s: journal compacted below %d (%d entries held, %d bytes)",
+                 self.name, upto, journal.end - journal.start, journal.tail_bytes)
         with self._lock:
             self._step_locked(raft.LogChanged(self._view()))
 
@@ -680,8 +685,8 @@ class ReplicationNode:
                                request.end, request.pre_vote, request.transfer)
         if request.transfer:
             self.counters.transfer_candidacies += 1
-            log.warning("broker %d: told to stand by the leader; asking for votes in epoch %d",
-                        self.config.node_id, request.epoch)
+            log.warning("%s: told to stand by the leader; asking for votes in epoch %d",
+                        self.name, request.epoch)
         futures = self._peer_requests.send_to_each(request.to, wire)
         try:
             for future in as_completed(futures, timeout=self.config.vote_timeout_s):
@@ -762,14 +767,14 @@ class ReplicationNode:
             state = self._state
             if state.epoch != epoch or (not probe
                                         and raft.fetch_target(state) not in (None, target)):
-                log.info("broker %d: fetch from %d abandoned: epoch %d, leader %s now",
-                         self.config.node_id, target, state.epoch, state.leader_id)
+                log.info("%s: fetch from %d abandoned: epoch %d, leader %s now",
+                         self.name, target, state.epoch, state.leader_id)
                 return False
             if state.role is raft.Role.FOLLOWER and self._clock() >= state.election_deadline_s:
                 # The leader has been silent for a whole election timeout: the loop must
                 # tick (and run the pre-vote) now, not after this fetch's own timeout.
-                log.info("broker %d: fetch from %d abandoned: election timeout",
-                         self.config.node_id, target)
+                log.info("%s: fetch from %d abandoned: election timeout",
+                         self.name, target)
                 return False
             try:
                 future.result(timeout=min(remaining_s, self.config.tick_interval_s))
@@ -844,8 +849,8 @@ class ReplicationNode:
             self._commits.install(snapshot)
             self._offsets_reload = True
             self.counters.snapshots_installed += 1
-            log.info("broker %d: installed leader %d's snapshot (entries below %d, %d topics)",
-                     self.config.node_id, leader, snapshot.end, len(snapshot.topics))
+            log.info("%s: installed leader %d's snapshot (entries below %d, %d topics)",
+                     self.name, leader, snapshot.end, len(snapshot.topics))
             self._step_locked(raft.LogChanged(
                 self._view(), commit, snapshot.end,
                 synced_end=self._synced_end if self._syncing else None))
@@ -854,9 +859,9 @@ class ReplicationNode:
 
     def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
         self.counters.stale_divergences += 1
-        log.warning("broker %d: leader %d says the journal diverges at %d, below the commit "
+        log.warning("%s: leader %d says the journal diverges at %d, below the commit "
                     "index %d; nothing truncated (a stale answer, or committed entries that "
-                    "differ: then this broker stays behind)", self.config.node_id,
+                    "differ: then this broker stays behind)", self.name,
                     action.leader_id, action.end, action.commit)
 
     # -- applying what the leader sent (loop thread, under _lock) ---------------------------
@@ -867,8 +872,8 @@ class ReplicationNode:
         of the name in the same answer is applied first (finding 4)."""
         for header, data in response.batches():
             if header.index != self.journal.end:
-                log.warning("broker %d: entry %d arrived at journal end %d; fetching again",
-                            self.config.node_id, header.index, self.journal.end)
+                log.warning("%s: entry %d arrived at journal end %d; fetching again",
+                            self.name, header.index, self.journal.end)
                 return
             if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
                 self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
@@ -880,8 +885,8 @@ class ReplicationNode:
         the journal (a crash in between is repaired by reconcile at the next start)."""
         if end < self._state.commit:
             # Raft rules this out; refusing keeps committed data if the rules were broken.
-            log.error("broker %d: refusing to truncate to %d below the commit index %d",
-                      self.config.node_id, end, self._state.commit)
+            log.error("%s: refusing to truncate to %d below the commit index %d",
+                      self.name, end, self._state.commit)
             return
         doomed, cut = self._effects.cut(end)  # fsynced: the prefix below `end` stays synced
         if not doomed:
@@ -889,8 +894,8 @@ class ReplicationNode:
         self._truncation_generation += 1
         self._synced_end = min(self._synced_end, end)
         self.counters.truncations += 1
-        log.info("broker %d: truncated the journal to %d (%d entries dropped)",
-                 self.config.node_id, end, len(doomed))
+        log.info("%s: truncated the journal to %d (%d entries dropped)",
+                 self.name, end, len(doomed))
         if any(key[0] == OFFSETS_TOPIC for key in cut):
             self._offsets_reload = True
         self._step_locked(raft.LogChanged(

@@ -1,10 +1,11 @@
 """The follower's and candidate's side of signed replication frames: one `PeerLink` per peer.
 
-`PeerSigner` holds what every frame this broker sends is signed with: its node id, the cluster's
-secret, its incarnation (start time in nanoseconds) and one counter for all its frames (each
-receiver sees a rising subsequence, which its replay window accepts), and its identity: the
-cluster id, its broker (data directory) incarnation and whether it is a learner, which the
-replication node sets (`identify`) from replication/identity.py and its state machine.
+`PeerSigner` holds what every frame one replication group of this broker sends is signed with:
+its node id, the cluster's secret, the group, its incarnation (start time in nanoseconds) and one
+counter for all the group's frames (each receiver sees a rising subsequence, which its replay
+window, kept per sender and group, accepts), and the group's identity: the cluster id, its
+(data directory) incarnation and whether it is a learner, which the group's replication node sets
+(`identify`) from replication/identity.py and its state machine.
 `PeerLink` wraps the connection to one peer: it encodes a request, signs it for that peer
 (common/kaska/protocol/peer_auth.py) and checks the answer before anyone reads it -- signed by
 that peer, for this very request, every number in range
@@ -58,9 +59,10 @@ _ANSWER_CHECKS: dict[int, Callable] = {
 class PeerSigner:
     def __init__(self, node_id: int, secret: bytes, refusals: PeerRefusals | None = None,
                  incarnation: int | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, group: int = 0) -> None:
         assert secret, "a peer signer needs the cluster's secret"
         self.node_id = node_id
+        self.group = group
         self.secret = secret
         self.refusals = refusals or PeerRefusals()
         self.incarnation = time.time_ns() if incarnation is None else incarnation
@@ -84,7 +86,7 @@ class PeerSigner:
                 self.cluster_id, self.data_incarnation, self.learner
         return RequestStamp(self.node_id, receiver, self.incarnation, counter,
                             round(self._wall_clock() * 1000), cluster_id, data_incarnation,
-                            learner)
+                            learner, self.group)
 
 
 class PeerLink:

@@ -281,8 +281,8 @@ def _truncate_partitions(expected: _Expected, log_store: Log, report: ReconcileR
     """Truncate every partition ending past its expected end; True when one ended below it
     (a straddling batch went whole), so the journal must be checked again."""
     again = False
-    for name, count in sorted(log_store.topics().items()):
-        for number in range(count):
+    for name in sorted(log_store.topics()):
+        for number in log_store.held(name):
             partition = log_store.partition(name, number)
             wanted = expected.ends.get((name, number), 0)
             end_before = partition.log_end_offset
@@ -303,7 +303,7 @@ def _check_snapshot_bytes(snapshot: Snapshot, log_store: Log) -> None:
     journal there, and the leader will not send them again (docs/replication.md)."""
     topics = log_store.topics()
     for (topic, number), end in partition_ends(snapshot).items():
-        if number >= topics.get(topic, 0):
+        if number >= topics.get(topic, 0) or not log_store.holds(topic, number):
             continue
         held = log_store.partition(topic, number).log_end_offset
         if held < end:

@@ -8,7 +8,8 @@ replication need of the prefix:
 - the epoch cache of the prefix, whole (one pair per epoch): a follower's `last_fetched_epoch`
   below the snapshot is still checked (OffsetsForLeaderEpoch), and `epoch_of(index)` still
   names the epoch of a compacted entry (an acknowledgement names its entry's epoch);
-- the live topics with their TopicId (the (epoch, index) of their CREATE_TOPIC entry) and
+- the live topics with their TopicId (the (epoch, index) of their CREATE_TOPIC entry, or the
+  metadata group's incarnation a data group's CREATE_TOPIC carries: journal.py) and
   partition counts: later entries derive their topic ids from them, `reconcile` expects them
   on disk, and a DELETE_TOPIC after the snapshot names them;
 - every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
@@ -48,6 +49,9 @@ class CommittedEntry(Protocol):
     @property
     def end_offset(self) -> int: ...
 
+    @property
+    def carried_topic_id(self) -> tuple[int, int] | None: ...
+
 __all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "partition_ends"]
 
 
@@ -66,7 +70,8 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
         kind, name = entry.kind, entry.topic
         if kind is EntryKind.CREATE_TOPIC:
             forget_topic(ends, name)
-            topics[name] = SnapshotTopic(name, entry.epoch, entry.index, entry.partitions)
+            id_epoch, id_index = entry.carried_topic_id or (entry.epoch, entry.index)
+            topics[name] = SnapshotTopic(name, id_epoch, id_index, entry.partitions)
         elif kind is EntryKind.DELETE_TOPIC:
             forget_topic(ends, name)
             topics.pop(name, None)

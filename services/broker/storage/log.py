@@ -7,7 +7,14 @@ name starting with `@`, which no topic name can hold):
     DATA/@staging/<uuid>/      a topic being created; renamed to DATA/<topic> when complete
     DATA/@deleted/<topic>.<ns>/ a topic being deleted; renamed away first, removed after
     DATA/<topic>/topic.json    {"format": 1, "name": <topic>, "partitions": N}
-    DATA/<topic>/<p>/          PartitionLog directory of partition p, 0 <= p < N
+    DATA/<topic>/<p>/          PartitionLog directory of partition p, 0 <= p < N, for every p
+                               this Log holds (`holds`, below)
+
+Partitions held: a broker running several replication groups has one Log per group, and each
+holds only the partitions its group replicates (`holds(topic, partition)`, given at construction,
+a pure function of the names: replication/placement.py). A topic has all its N partitions in
+its metadata and `topics()`, but the directories and PartitionLogs of the partitions held only;
+`partition()` of another one is UnknownTopicOrPartitionError. Without `holds`, every partition.
 
 Invariants: a topic exists exactly when `DATA/<topic>/topic.json` does. Creation and deletion
 are single directory renames (fsynced), so a crash leaves a topic whole or absent; `@staging`
@@ -76,16 +83,19 @@ class Log:
     """The topics of one broker; opening it recovers every partition."""
 
     def __init__(self, data_dir: Path | str, config: LogConfig | None = None,
-                 clock_ms: Callable[[], int] = monotonic_ms):
+                 clock_ms: Callable[[], int] = monotonic_ms,
+                 holds: Callable[[str, int], bool] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.config = config or LogConfig()
         self._clock_ms = clock_ms
+        self._holds = holds or _every_partition
         self._lock = threading.Lock()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.space = DiskSpace(self.data_dir)
         self._lock_fd = _lock_directory(self.data_dir)
         self._closed = False
-        self._topics: dict[str, tuple[PartitionLog, ...]] = {}
+        # Partition p of a topic at position p; None for a partition this Log does not hold.
+        self._topics: dict[str, tuple[PartitionLog | None, ...]] = {}
         self._reaper = Reaper(f"reaper-{self.data_dir.name}")
         try:
             self._remove_unfinished()
@@ -110,7 +120,19 @@ class Log:
         partitions = self._topics.get(name)
         if partitions is None or not 0 <= partition < len(partitions):
             raise UnknownTopicOrPartitionError(f"no partition {partition} of topic {name!r}")
-        return partitions[partition]
+        found = partitions[partition]
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"partition {partition} of topic {name!r} is "
+                                               "replicated by another replication group")
+        return found
+
+    def held(self, name: str) -> list[int]:
+        """The partitions of topic `name` this Log holds (none for an unknown topic)."""
+        return [p for p, found in enumerate(self._topics.get(name, ())) if found is not None]
+
+    def holds(self, name: str, partition: int) -> bool:
+        """Whether this Log holds (or would hold) that partition of a topic of that name."""
+        return self._holds(name, partition)
 
     def create_topic(self, name: str, partitions: int) -> None:
         validate_topic_name(name)
@@ -127,7 +149,7 @@ class Log:
             try:
                 with self.space.writing(staging):
                     staging.mkdir(parents=True)
-                    _write_metadata(staging, name, partitions)
+                    _write_metadata(staging, name, partitions, self._held_of(name, partitions))
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)  # half made: its blocks back now
                 raise
@@ -165,10 +187,11 @@ class Log:
                 fsync_directory(self.data_dir)
                 # Closing (it waits for appends in flight) and unlinking (GBs take seconds)
                 # happen on the reaper's thread: this one may be answering a follower's fetch.
-                self._reaper.discard(partitions, trash)
+                self._reaper.discard([p for p in partitions if p is not None], trash)
         if trash is None:
             for partition in partitions:
-                partition.close()
+                if partition is not None:
+                    partition.close()
             _remove_in_place(self._topic_dir(name))
         log.info("deleted topic %r", name)
 
@@ -183,6 +206,8 @@ class Log:
         deleted = 0
         for name, partitions in self._topics.items():
             for p, partition in enumerate(partitions):
+                if partition is None:
+                    continue
                 try:
                     upto = None if safe_offset is None else safe_offset(name, p)
                     deleted += partition.apply_retention(now_ms, upto)
@@ -193,7 +218,8 @@ class Log:
     def flush(self) -> None:
         for partitions in self._topics.values():
             for partition in partitions:
-                partition.flush()
+                if partition is not None:
+                    partition.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -203,7 +229,8 @@ class Log:
             topics, self._topics = self._topics, {}
             for partitions in topics.values():
                 for partition in partitions:
-                    partition.close()
+                    if partition is not None:
+                        partition.close()
             self._reaper.close()
             os.close(self._lock_fd)
 
@@ -239,8 +266,11 @@ class Log:
             if path.exists():
                 shutil.rmtree(path)
 
-    def _open_topics(self) -> dict[str, tuple[PartitionLog, ...]]:
-        topics: dict[str, tuple[PartitionLog, ...]] = {}
+    def _held_of(self, name: str, partitions: int) -> list[int]:
+        return [p for p in range(partitions) if self._holds(name, p)]
+
+    def _open_topics(self) -> dict[str, tuple[PartitionLog | None, ...]]:
+        topics: dict[str, tuple[PartitionLog | None, ...]] = {}
         for path in sorted(self.data_dir.iterdir()):
             if path.name.startswith("@"):
                 continue
@@ -250,15 +280,18 @@ class Log:
             topics[path.name] = self._open_partitions(path, partitions)
         return topics
 
-    def _open_partitions(self, topic_dir: Path, partitions: int) -> tuple[PartitionLog, ...]:
-        opened: list[PartitionLog] = []
+    def _open_partitions(self, topic_dir: Path, partitions: int
+                         ) -> tuple[PartitionLog | None, ...]:
+        opened: list[PartitionLog | None] = []
         try:
             for p in range(partitions):
                 opened.append(PartitionLog(topic_dir / str(p), self.config, self._clock_ms,
-                                           self.space))
+                                           self.space)
+                              if self._holds(topic_dir.name, p) else None)
         except BaseException:
             for partition in opened:
-                partition.close()
+                if partition is not None:
+                    partition.close()
             raise
         return tuple(opened)
 
@@ -282,14 +315,18 @@ def _remove_in_place(topic_dir: Path) -> None:
     shutil.rmtree(topic_dir)
 
 
-def _write_metadata(topic_dir: Path, name: str, partitions: int) -> None:
+def _every_partition(_name: str, _partition: int) -> bool:
+    return True
+
+
+def _write_metadata(topic_dir: Path, name: str, partitions: int, held: list[int]) -> None:
     body = json.dumps({"format": TOPIC_FORMAT_VERSION, "name": name, "partitions": partitions})
     path = topic_dir / METADATA_FILE
     with open(path, "w", encoding="utf-8") as out:
         out.write(body)
         out.flush()
         os.fsync(out.fileno())
-    for p in range(partitions):
+    for p in held:
         (topic_dir / str(p)).mkdir()
     fsync_directory(topic_dir)
 

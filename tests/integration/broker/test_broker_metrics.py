@@ -25,7 +25,7 @@ def test_broker_metrics_follow_produce_and_fetch(fresh_broker, topic_name):
     broker = fresh_broker("--metrics-listen", f"127.0.0.1:{port}")
     _, before = scrape(port)
     assert before[("kaska_produced_bytes_total", ())] == 0
-    assert before[("kaska_replication_role", (("role", "leader"),))] == 1
+    assert before[("kaska_replication_role", (("group", "0"), ("role", "leader")))] == 1
 
     with Admin(broker.address, **CLIENT_OPTIONS) as admin:
         admin.create_topic(topic_name, 1)
@@ -62,8 +62,8 @@ def test_broker_metrics_follow_produce_and_fetch(fresh_broker, topic_name):
     assert after[("kaska_fetched_records_total", (("api", "fetch"),))] >= records
     assert after[("kaska_fetched_bytes_total", (("api", "fetch"),))] >= produced_bytes
     assert after[("kaska_requests_total", produce_ok)] == BATCHES
-    assert after[("kaska_replication_commit_index", ())] > before[
-        ("kaska_replication_commit_index", ())]
+    assert after[("kaska_replication_commit_index", (("group", "0"),))] > before[
+        ("kaska_replication_commit_index", (("group", "0"),))]
     print(excerpt(text, "kaska_produced", "kaska_fetched", f'kaska_partition_log_end_offset{{'
                   f'partition="0",topic="{topic_name}"', f'kaska_partition_high_watermark{{'
                   f'partition="0",topic="{topic_name}"', 'kaska_requests_total{api="produce"',

@@ -108,7 +108,8 @@ def test_leader_reports_role_epoch_commit_and_follower_lag():
     assert divergences.type == "counter" and divergences.samples[0].value == 6
     refused = sample_values(found["kaska_replication_requests_refused"])
     assert refused[("kaska_replication_requests_refused_total",
-                    (("reason", "stale_epoch"),))] == 2
+                    (("group", "0"), ("reason", "stale_epoch")))] == 2
+    assert {s.labels["group"] for s in found["kaska_replication_epoch"].samples} == {"0"}
     transfers = {s.labels["outcome"]: s.value
                  for s in found["kaska_replication_leadership_transfers"].samples
                  if s.name.endswith("_total")}

@@ -86,10 +86,27 @@ def test_brokers_listed_in_answers_are_remembered():
     assert table.brokers() == {("h1", 1), ("h2", 2), ("h3", 3)}
 
 
-def test_the_cluster_leader_is_the_newest_epoch_named():
+def test_the_cluster_leader_is_the_controller_named_not_a_partition_leader():
     table = LeaderTable()
     response = MetadataResponse(BROKERS, {
         "a": (PartitionInfo(0, 1, 3), PartitionInfo(1, NO_LEADER, 4)),
-        "b": (PartitionInfo(0, 2, 4),)})
-    assert table.absorb_cluster_leader(response) == (("h2", 2), 4)
+        "b": (PartitionInfo(0, 2, 9),)}, controller_id=1, controller_epoch=3)
+    assert table.absorb_cluster_leader(response) == (("h1", 1), 3)
     assert table.absorb_cluster_leader(MetadataResponse(BROKERS, {})) is None
+
+
+def test_a_silent_broker_is_fenced_per_partition_not_by_another_groups_epoch():
+    """Partitions of different replication groups have epochs of their own: a broker that went
+    silent while leading a group at epoch 9 is followed again for a partition of another group
+    as soon as that partition names it at an epoch newer than its own (2 > 1)."""
+    table = LeaderTable()
+    table.absorb("a", MetadataResponse(BROKERS, {
+        "a": (PartitionInfo(0, 2, 9), PartitionInfo(1, 1, 1))}))
+    table.mark_silent(("h2", 2))
+    assert table.leader(("a", 0)) is None
+    table.absorb("a", MetadataResponse(BROKERS, {
+        "a": (PartitionInfo(0, 2, 9), PartitionInfo(1, 1, 1))}))
+    assert table.leader(("a", 0)) is None, "its own partition's old epoch: still shunned"
+    table.absorb("a", MetadataResponse(BROKERS, {
+        "a": (PartitionInfo(0, 2, 9), PartitionInfo(1, 2, 2))}))
+    assert table.leader(("a", 1)) == ("h2", 2)

@@ -102,7 +102,7 @@ BROKERS = {"leader": (str, type(None)), "epoch": (int, type(None)), "brokers": l
            "partitions_total": int, "partitions": list}
 BROKER = {"name": str, "reachable": bool, "error": (str, type(None)), "role": (str, type(None)),
           "epoch": (int, type(None)), "commit_index": (int, type(None)),
-          "journal_lag_entries": (int, type(None))}
+          "journal_lag_entries": (int, type(None)), "led_groups": list}
 PARTITION = {"topic": str, "partition": int, "log_end_offset": int, "high_watermark": int,
              "follower_lag_offsets": dict}
 SESSION = {"client_id": str, "partitions": int, "ended": bool,

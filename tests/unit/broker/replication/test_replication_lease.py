@@ -37,10 +37,12 @@ from services.broker.handlers import (
     produce,
 )
 from services.broker.metrics import BrokerCollector, BrokerCounters
+from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.notifier import DataNotifier
 from services.broker.peer_gate import PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
+from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,
@@ -63,10 +65,13 @@ class Handlers:
     def __init__(self, log, manager: ReplicaManager) -> None:
         self.counters = BrokerCounters()
         manager._counters = self.counters
+        groups = BrokerGroups([ReplicationGroup(0, log, manager.node,
+                                                CommittedTopics(manager.node.journal), manager)])
         self.ctx = BrokerContext(
-            config=BrokerConfig(node_id=1, data_dir=log.data_dir), log=log,
+            config=BrokerConfig(node_id=1, data_dir=log.data_dir), log=GroupedLog(groups),
             offsets=SimpleNamespace(committed=lambda _group, _topic, _partition: 7),
-            replicas=manager, notifier=DataNotifier(), metrics=self.counters,
+            replicas=GroupedReplicas(groups, manager._ack_timeout_s), notifier=DataNotifier(),
+            metrics=self.counters,
             peer_gate=PeerGate(1, [2, 3], None))
         self._sockets: list[socket.socket] = []
 
@@ -245,15 +250,15 @@ def test_follower_drops_the_connection_after_an_error_answer(log):
 def test_lease_metric_families(leader):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(leader.handlers.counters, leader.node._log,
-                                      leader.manager, clock=leader.clock))
+                                      leader.handlers.ctx.replicas, clock=leader.clock))
     assert sample_values(families(registry)["kaska_replication_lease_held"]) == {
-        ("kaska_replication_lease_held", ()): 1}
+        ("kaska_replication_lease_held", (("group", "0"),)): 1}
     leader.clock.now_s += PAUSE_S
     with pytest.raises(NotLeaderError):
         leader.handlers.call(list_offsets, ListOffsetsRequest("t", 0))
     found = families(registry)
     assert sample_values(found["kaska_replication_lease_held"]) == {
-        ("kaska_replication_lease_held", ()): 0}
+        ("kaska_replication_lease_held", (("group", "0"),)): 0}
     assert sample_values(found["kaska_leader_lease_refusals"]) == {
         ("kaska_leader_lease_refusals_total", ()): 1}
 
