@@ -36,7 +36,7 @@ TOKEN_ENV = "KASKA_TOKEN"
 # Threads whose death of an unexpected exception ends the process (common/essential_threads.py):
 # the replication loop, both listeners' accept loops, retention and the storage reaper.
 ESSENTIAL_THREADS = ("kaska-replication-", "kaska-accept", "kafka-accept", "kaska-retention",
-                     "reaper-", "kaska-topic-mirror-")
+                     "reaper-", "kaska-topic-mirror-", "kaska-leader-balancer")
 SIGNAL_POLL_S = 0.2
 
 
@@ -135,6 +135,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Raft groups the partitions are spread over, each with its own "
                              "leader (default: one per broker, so each broker leads one); "
                              "fixed for a data directory (docs/replication.md)")
+    parser.add_argument("--preferred-leader-steady-ms", type=int,
+                        default=_default("preferred_leader_steady_ms"),
+                        help="with several replication groups, a leader hands its group to the "
+                             "group's preferred broker once that one has kept up this long "
+                             "(0: never; Kafka's auto.leader.rebalance)")
     parser.add_argument("--kafka-listen", type=_address, default=None,
                         help="HOST:PORT of the Kafka protocol listener (absent: none; port 0: "
                              "any free port); docs/kafka.md")
@@ -172,7 +177,8 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         replica_fetch_bytes_max=args.replica_fetch_bytes_max,
         replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
         journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max,
-        replication_groups=args.replication_groups, kafka_host=kafka_host, kafka_port=kafka_port,
+        replication_groups=args.replication_groups,
+        preferred_leader_steady_ms=args.preferred_leader_steady_ms, kafka_host=kafka_host, kafka_port=kafka_port,
         kafka_advertised_host=kafka_advertised_host,
         kafka_advertised_port=kafka_advertised_port, kafka_peers=args.kafka_peers)
 

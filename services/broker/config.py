@@ -93,6 +93,9 @@ class BrokerConfig:
     # (replication/placement.py; docs/replication.md "Leadership spread over the brokers");
     # None: one per broker, so every broker leads one group. Fixed for a data directory.
     replication_groups: int | None = None
+    # With several groups, a leader hands its group to the group's preferred leader once that
+    # broker has kept up for this long (replication/leader_balance.py); 0: never.
+    preferred_leader_steady_ms: int = 2000
     # Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md): None, no
     # Kafka listener; port 0 any free port. METADATA names every broker by its Kafka address:
     # this one's (advertised, default the listen address) and `kafka_peers`' (the other brokers'
@@ -131,6 +134,8 @@ class BrokerConfig:
             raise ValueError("journal_entries_max must be >= 2, journal_bytes_max >= 1")
         if self.replication_groups is not None:
             check_groups(self.replication_groups)  # InvalidGroupCountError, a ValueError
+        if self.preferred_leader_steady_ms < 0:
+            raise ValueError("preferred_leader_steady_ms must be >= 0 (0: no rebalancing)")
         ids = [peer.node_id for peer in self.peers]
         if self.node_id in ids or len(set(ids)) != len(ids):
             raise ValueError("--peers must name other brokers, each once (not --node-id)")

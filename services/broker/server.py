@@ -59,6 +59,7 @@ from services.broker.replication.placement import (
     group_of,
     partitions_of,
 )
+from services.broker.replication.leader_balance import BalanceRule, LeaderBalancer
 from services.broker.replication.topic_mirror import TopicMirror
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
@@ -180,6 +181,12 @@ class BrokerServer:
                 group.topics, group.manager,
                 holds_any=functools.partial(_holds_any, group.number, config.groups))
             group.mirror.start()
+        self._balancer = None
+        if groups.count > 1 and config.preferred_leader_steady_ms > 0:
+            self._balancer = LeaderBalancer(
+                [group.node for group in groups],
+                BalanceRule(steady_s=config.preferred_leader_steady_ms / 1000))
+            self._balancer.start()
         self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
                                           safe_offset=self.replicas.retention_safe_offset,
                                           compactable_below=self.offsets.compactable_below)
@@ -226,6 +233,8 @@ class BrokerServer:
         self._stop_accepting()
         for companion in self._companions:
             companion.stop()
+        if self._balancer is not None:
+            self._balancer.stop()
         for group in self._groups:
             if group.mirror is not None:
                 group.mirror.stop()
@@ -333,6 +342,9 @@ class BrokerServer:
         if retention is not None:
             retention.stop()
         self._acceptor.close_unstarted()
+        balancer = getattr(self, "_balancer", None)
+        if balancer is not None:
+            balancer.stop()
         for group in getattr(self, "_groups", ()):
             if group.mirror is not None:
                 group.mirror.stop()

@@ -260,6 +260,11 @@ class ReplicationNode:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the state machine's times are on (last fetches, deadlines)."""
+        return self._clock
+
     def peer_address(self, node_id: int) -> str:
         peer = self._peers.get(node_id)
         return peer.address if peer is not None else ""

@@ -147,9 +147,14 @@ class ClusterBroker(BrokerProcess):
 
 class BrokerCluster:
     def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
-                 extra_args: tuple[str, ...] = (), kafka: bool = False) -> None:
+                 extra_args: tuple[str, ...] = (), kafka: bool = False, groups: int = 1) -> None:
         """Every broker serves /metrics on its own port (`metrics_ports`); with `kafka` also
-        Kafka's protocol on another (`kafka_ports`), each told the others' (--kafka-peers)."""
+        Kafka's protocol on another (`kafka_ports`), each told the others' (--kafka-peers).
+        `groups`: the replication groups (--replication-groups). One by default: the tests of
+        one group's machinery read its single leader from the role lines and its partitions
+        from the data directory itself; the tests of leadership per partition ask for more."""
+        self.groups = groups
+        extra_args = ("--replication-groups", str(groups), *extra_args)
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.secret = write_secret_file(tmp_path / "cluster_secret")
         self.ids = list(range(1, size + 1))

@@ -23,13 +23,15 @@ _FAILED = pytest.StashKey[bool]()
 
 @pytest.fixture
 def make_cluster(tmp_path, request):
-    """`make_cluster(size=3, peer_via_proxy=False, extra_args=())` -> a started cluster."""
+    """`make_cluster(size=3, peer_via_proxy=False, extra_args=(), groups=1)` -> a started
+    cluster."""
     clusters: list[BrokerCluster] = []
 
     def make(size: int = 3, peer_via_proxy: bool = False,
-             extra_args: tuple[str, ...] = ()) -> BrokerCluster:
+             extra_args: tuple[str, ...] = (), groups: int = 1) -> BrokerCluster:
         cluster = BrokerCluster(tmp_path / f"cluster{len(clusters)}", size=size,
-                                peer_via_proxy=peer_via_proxy, extra_args=extra_args)
+                                peer_via_proxy=peer_via_proxy, extra_args=extra_args,
+                                groups=groups)
         clusters.append(cluster)
         return cluster.start()
 

@@ -47,7 +47,7 @@ def voter_gauge(cluster, broker: int) -> float | None:
         _text, samples = scrape(cluster.metrics_ports[broker])
     except OSError:
         return None
-    return samples.get(("kaska_replication_voter", ()))
+    return samples.get(("kaska_replication_voter", (("group", "0"),)))
 
 
 @pytest.mark.timeout(180)

@@ -104,7 +104,7 @@ def refusals(cluster: BrokerCluster, broker: int) -> dict[str, float]:
 
 def metric(cluster: BrokerCluster, broker: int, name: str) -> float:
     _text, samples = scrape(cluster.metrics_ports[broker])
-    return samples[(name, ())]
+    return samples[(name, (("group", "0"),))]
 
 
 def produce_acked(cluster: BrokerCluster, values: list[bytes]) -> int:
