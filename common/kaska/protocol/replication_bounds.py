@@ -96,6 +96,10 @@ def check_fetch_response(response: ReplicaFetchResponse) -> ReplicaFetchResponse
             in_range("entry end offset", entry.base_offset + entry.record_count, 0, OFFSET_MAX)
         elif entry.kind is EntryKind.CREATE_TOPIC:
             in_range("entry partitions", entry.partitions, 1, PARTITIONS_MAX)
+            # A data group's CREATE_TOPIC carries the metadata group's incarnation
+            # (journal.py): its epoch + 1 and its index.
+            in_range("entry carried id epoch", entry.record_count, 0, EPOCH_MAX + 1)
+            in_range("entry carried id index", entry.base_offset, 0, INDEX_MAX)
     if response.snapshot is not None:
         check_snapshot(response.snapshot)
     return response
@@ -113,7 +117,8 @@ def check_snapshot(snapshot: Snapshot) -> Snapshot:
         previous = (epoch, start)
     for topic in snapshot.topics:
         in_range("snapshot topic id epoch", topic.id_epoch, 0, EPOCH_MAX)
-        in_range("snapshot topic id index", topic.id_index, 0, max(snapshot.end - 1, 0))
+        # Any index: a data group's topic carries the metadata group's id (journal.py).
+        in_range("snapshot topic id index", topic.id_index, 0, INDEX_MAX)
         in_range("snapshot topic partitions", topic.partitions, 1, PARTITIONS_MAX)
     for end in snapshot.partition_ends:
         in_range("snapshot partition", end.partition, 0, PARTITIONS_MAX - 1)

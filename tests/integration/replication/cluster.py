@@ -37,6 +37,7 @@ from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.retry import RetryPolicy
 from services.broker.replication.identity import derived_cluster_id
+from services.broker.replication.placement import group_directory, group_of
 from services.broker.storage.log import Log
 from tests.integration.broker.broker_process import REPO, BrokerProcess
 from tests.integration.metrics_scrape import scrape
@@ -314,15 +315,48 @@ class BrokerCluster:
             connection.close()
 
     def view(self, i: int) -> LeaderView | None:
-        """Who broker i says leads: from METADATA (any partition; one broker leads all), or
-        from its last role line in the log when it has no topic at all."""
+        """Who broker i says leads the metadata group (the controller METADATA names; with one
+        group, every partition's leader), or its last role line of that group in the log when
+        it names none."""
         response = self.metadata(i)
         if response is None:
             return None
-        for partitions in response.topics.values():
-            for info in partitions:
-                return LeaderView(i, info.leader_id, info.leader_epoch)
+        if response.controller_id != NO_LEADER:
+            return LeaderView(i, response.controller_id, response.controller_epoch)
         return self._view_from_log(i)
+
+    def group_view(self, i: int, group: int) -> LeaderView | None:
+        """Who broker i says leads replication group `group` (its metrics); None when it does
+        not answer."""
+        try:
+            _text, samples = scrape(self.brokers[i].metrics_port)
+        except OSError:
+            return None
+        labels = (("group", str(group)),)
+        leader = samples.get(("kaska_replication_leader_id", labels))
+        epoch = samples.get(("kaska_replication_epoch", labels))
+        if leader is None or epoch is None:
+            return None
+        return LeaderView(i, int(leader), int(epoch))
+
+    def group_leader(self, group: int, timeout_s: float = LEADER_TIMEOUT_S, among=None,
+                     min_epoch: int = 0) -> LeaderView:
+        """As `leader`, for replication group `group`: every broker of `among` (default: the
+        live ones) names the same leader of it, one of them, at the same epoch."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ids = list(among) if among is not None else self.live_ids()
+            last = [self.group_view(i, group) for i in ids]
+            if all(view is not None for view in last):
+                named = {(view.leader_id, view.epoch) for view in last}
+                if len(named) == 1:
+                    leader_id, epoch = named.pop()
+                    if leader_id in ids and epoch >= min_epoch:
+                        return LeaderView(leader_id, leader_id, epoch)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no agreed leader of group {group} among {ids} (epoch "
+                                     f">= {min_epoch}) within {timeout_s:.0f} s; views: {last}")
+            time.sleep(0.1)
 
     def partition_offsets(self, i: int, topic: str) -> dict[int, tuple[int, int]] | None:
         """Broker i's {partition: (log end offset, high watermark)} of `topic` from its
@@ -447,9 +481,11 @@ class BrokerCluster:
     def stored_partitions(self, topic: str, partition: int, upto_offset: int | None = None
                           ) -> dict[int, StoredPartition]:
         stored = {}
+        group = group_of(topic, partition, self.groups)
         for i, broker in self.brokers.items():
             assert not broker.alive(), f"broker {i} still runs: stop_all() first"
-            with Log(broker.data_dir) as log:
+            with Log(group_directory(broker.data_dir, group),
+                     holds=lambda t, p: group_of(t, p, self.groups) == group) as log:
                 if topic not in log.topics():
                     stored[i] = StoredPartition(0, 0, b"")
                     continue

@@ -20,6 +20,7 @@ from common.kaska.protocol.peer_auth import (
     RequestStamp,
     StalePeerFrameError,
     TruncatedPeerFrameError,
+    UnknownGroupPeerFrameError,
     UnknownPeerFrameSenderError,
     open_answer,
     request_trailer,
@@ -47,9 +48,11 @@ def gate():
 
 
 def vote_frame(request: VoteRequest, sender: int = 2, receiver: int = 1, counter: int = 1,
-               incarnation: int = 7, secret: bytes = SECRET, sent_at_s: float = NOW_S) -> bytes:
+               incarnation: int = 7, secret: bytes = SECRET, sent_at_s: float = NOW_S,
+               group: int = 0) -> bytes:
     body = request.encode()
-    stamp = RequestStamp(sender, receiver, incarnation, counter, round(sent_at_s * 1000))
+    stamp = RequestStamp(sender, receiver, incarnation, counter, round(sent_at_s * 1000),
+                         group=group)
     return body + request_trailer(secret, Api.VOTE, VERSION, (body,), stamp)
 
 
@@ -180,3 +183,44 @@ def test_the_answer_seal_covers_the_data_from_the_files(gate, tmp_path):
     tampered = b"prefix" + b"DATA" * 999 + b"DATB" + trailer
     with pytest.raises(ForgedPeerFrameError):
         open_answer(SECRET, Api.VOTE, opened.stamp, 1, tampered)
+
+
+def test_frames_of_each_replication_group_get_in_with_counters_of_their_own():
+    """Each group of a broker signs with its own counter: the same counter in two groups is
+    no replay, the same counter twice in one group is; answers carry the group's incarnation."""
+    gate = PeerGate(1, [2, 3], SECRET, clock=Clock(), wall_clock=lambda: NOW_S,
+                    data_incarnations=(11, 12, 13))
+    first = open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), counter=1, group=0))
+    second = open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), counter=1, group=2))
+    assert (first.stamp.group, second.stamp.group) == (0, 2)
+    with pytest.raises(ReplayedPeerFrameError):
+        open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), counter=1, group=2))
+    trailer = gate.seal(second, b"answer")
+    assert int.from_bytes(trailer[-32 - 8:-32], "big") == 13
+
+
+def test_a_frame_of_a_group_this_broker_does_not_run_or_of_another_group_on_the_connection():
+    gate = PeerGate(1, [2, 3], SECRET, clock=Clock(), wall_clock=lambda: NOW_S,
+                    data_incarnations=(11, 12))
+    with pytest.raises(UnknownGroupPeerFrameError, match="runs groups 0..1"):
+        open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), group=2))
+    session = PeerSession("10.0.0.2")
+    open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), counter=2, group=1), session)
+    with pytest.raises(UnknownGroupPeerFrameError, match="speaks for replication group 1"):
+        open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), counter=3, group=0), session)
+    assert refused(gate, "unknown_group") == 2
+
+
+def test_an_answer_is_bound_to_its_requests_group():
+    """A leader's answer to group 1's request does not verify as the answer to group 2's
+    request with the same sender, receiver, incarnation and counter."""
+    gate = PeerGate(1, [2, 3], SECRET, clock=Clock(), wall_clock=lambda: NOW_S,
+                    data_incarnations=(11, 12, 13))
+    opened = open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), group=1))
+    answer = b"body" + gate.seal(opened, b"body")
+    assert bytes(open_answer(SECRET, Api.VOTE, opened.stamp, 1, answer)) == b"body"
+    other = RequestStamp(**{**{f: getattr(opened.stamp, f) for f in (
+        "sender", "receiver", "incarnation", "counter", "sent_at_ms", "cluster_id",
+        "data_incarnation", "learner")}, "group": 2})
+    with pytest.raises(ForgedPeerFrameError):
+        open_answer(SECRET, Api.VOTE, other, 1, answer)
