@@ -390,13 +390,15 @@ class Simulation:
         while self.now < end:
             self.round()
 
-    def round(self) -> None:
-        """One slice of time: faults, the clock, ticks, deliveries, fetches, clients."""
+    def round(self, dt_s: float | None = None) -> None:
+        """One slice of time: faults, the clock, ticks, deliveries, fetches, clients. `dt_s`:
+        how far the clock moves (None: a random step; several simulations that play the
+        replication groups of one cluster move together, test_topic_mirror_property.py)."""
         faults = self.faults
         rng = self.rng
         self.stats.rounds += 1
         self._maybe_fault()
-        self.now += rng.uniform(0.0, faults.dt_max_s)
+        self.now += rng.uniform(0.0, faults.dt_max_s) if dt_s is None else dt_s
         for node in self._running_nodes():
             if node.up and rng.random() >= faults.tick_skip:
                 self._step(node, Tick())
