@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
+from services.broker.replication.placement import preferred_leader
 from tests.integration.kafka.clients import (
     consume,
     consume_from_start,
@@ -21,6 +22,7 @@ from tests.integration.kafka.clients import (
     produce,
 )
 from tests.integration.kafka.kafka_broker import kafka_request, wait_for
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -128,3 +130,69 @@ def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, 
     assert kafka_cluster.leader_id() != leader
     assert [(offset, value) for _p, offset, _k, value in head + rest] == \
         [(i, f"c{i}".encode()) for i in range(3000)]
+
+
+@pytest.fixture
+def kafka_groups_cluster(tmp_path):
+    """Three brokers, three replication groups: each partition has its group's leader."""
+    cluster = BrokerCluster(tmp_path / "groups", size=3, kafka=True, groups=3,
+                            extra_args=FAST_ELECTIONS).start()
+    yield cluster
+    cluster.close()
+
+
+def test_partitions_led_by_three_brokers_and_a_killed_one_moves_only_its_own(
+        kafka_groups_cluster, topic_name):
+    """librdkafka reads each partition's leader from Metadata and produces to three brokers at
+    once; when one of them is SIGKILLed, only its partitions move (NOT_LEADER_OR_FOLLOWER, then
+    the new leader), and the idempotent producer still stores every record exactly once."""
+    cluster = kafka_groups_cluster
+    bootstrap = ",".join(cluster.kafka_address(i) for i in cluster.ids)
+    partitions = 6
+    wait_for(lambda: all(cluster.group_leader(g).leader_id == preferred_leader(g, cluster.ids)
+                         for g in range(3)) or None, "every group led by its preferred broker")
+    create_topic(bootstrap, topic_name, partitions)
+    leaders = {p.partition_index: p.leader_id for p in kafka_request(
+        cluster.kafka_address(1), MetadataRequest[9](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].partitions}
+    assert set(leaders.values()) == set(cluster.ids), f"partition leaders {leaders}"
+    victim = leaders[0]
+    count = 6000
+    records = [(i % partitions, None, f"r{i}".encode()) for i in range(count)]
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["delivered"] = produce(bootstrap, topic_name, records, pace_s=0.0015,
+                                          **{"linger.ms": 20, "batch.num.messages": 100})
+        except (AssertionError, KafkaException) as exc:  # handed to the test thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    producer = threading.Thread(target=run)
+    producer.start()
+    wait_for(lambda: sum(high_watermarks(bootstrap, topic_name, partitions)) >= count // 4,
+             "a quarter of the records acknowledged")
+    assert not done.is_set(), "production ended before the kill: the test would prove nothing"
+    assert cluster.kill(victim, signal.SIGKILL) == -signal.SIGKILL
+    producer.join(120)
+    assert not producer.is_alive(), "producer still running after 120 s"
+    assert "error" not in result, result.get("error")
+    delivered = result["delivered"]
+    for p in range(partitions):
+        offsets = sorted(offset for partition, offset in delivered if partition == p)
+        assert offsets == list(range(count // partitions)), f"partition {p}"
+    assert high_watermarks(bootstrap, topic_name, partitions) == [count // partitions] * 6
+    consumed = consume_from_start(bootstrap, topic_name, partitions, count)
+    assert sorted(v for _p, _o, _k, v in consumed) == sorted(v for _p, _k, v in records)
+    moved = {p.partition_index: p.leader_id for p in kafka_request(
+        cluster.kafka_address(cluster.others(victim)[0]), MetadataRequest[9](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].partitions}
+    assert all(moved[p] == leaders[p] for p in leaders if leaders[p] != victim), moved
+    assert all(moved[p] != victim for p in leaders), moved
