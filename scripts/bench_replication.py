@@ -13,6 +13,15 @@ that matter are `cluster_acks_all_vs_single` = single round time / cluster round
 `fsync_entry_vs_none` = the acks=all round time of the default cluster / that of the `entry`
 cluster (the share of throughput the fsync policy keeps), medians over rounds.
 
+Spread: one producer per partition of a topic of `--spread-partitions` partitions, all at once
+(acks=all, each on its own connection to its partition's leader), on a lone broker, on three
+brokers with one replication group (one leader for every partition) and on three brokers with a
+group per broker (leaders spread), interleaved `--spread-repeats` times; `spread_groups_vs_single`
+= lone broker round time / spread cluster round time (issue 24's target: >= 0.8), with each
+broker's CPU seconds per round and `..._busiest_broker_mb_per_cpu_s` (payload MB per CPU second
+of the busiest broker: what bounds a cluster whose brokers have machines of their own) and the
+leadership moves logged during the rounds.
+
 Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, frozen
 with SIGSTOP, or stopped with SIGTERM (it hands leadership over first: issue 24), between two
 small batches (acks=all) of a client with the default settings (30 s request timeout, default
@@ -46,6 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--failovers", type=int, default=20)
+    parser.add_argument("--spread-partitions", type=int, default=6,
+                        help="partitions of the spread rounds: one producer each, at once, on "
+                             "a lone broker, one replication group and a group per broker "
+                             "(0: none)")
+    parser.add_argument("--spread-repeats", type=int, default=5)
     parser.add_argument("--failover-compare", default="", metavar="BROKER_ARGS",
                         help="also run every failover trial on a second cluster started with "
                              "these broker arguments (one string, e.g. "

@@ -36,7 +36,7 @@ def build_batches(records: int, record_bytes: int, batch_bytes: int,
 
 
 def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
-            in_flight: int, acks: int = ACKS_ALL) -> None:
+            in_flight: int, acks: int = ACKS_ALL, partition: int = 0) -> None:
     """Send the batches in order, at most `in_flight` unanswered at a time on the connection
     (the broker serves a connection's requests one after the other, so order holds)."""
     pending: deque[Future] = deque()
@@ -44,7 +44,7 @@ def produce(connection: BrokerConnection, topic: str, batches: list[bytes],
         if len(pending) == in_flight:
             check_produced(pending.popleft())
         pending.append(connection.send(Api.PRODUCE, list(
-            ProduceRequest(topic, 0, acks, batch).encode_parts())))
+            ProduceRequest(topic, partition, acks, batch).encode_parts())))
     while pending:
         check_produced(pending.popleft())
 

@@ -13,10 +13,13 @@ Threads: the caller's; every broker is a child process on 127.0.0.1.
 from __future__ import annotations
 
 import shutil
+from collections import deque
+from concurrent.futures import Future
 import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +27,19 @@ from pathlib import Path
 from common.cluster_secret import write_secret_file
 from common.kaska import Admin
 from common.kaska.cluster import Cluster
-from common.kaska.connection import BrokerConnection
-from common.kaska.errors import DuplicateSequenceError, KaskaError
-from common.kaska.protocol import MetadataRequest, ProduceRequest
+from common.kaska.connection import BrokerConnection, error_from_answer
+from common.kaska.errors import (
+    DuplicateSequenceError,
+    KaskaError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+)
+from common.kaska.protocol import Api, MetadataRequest, ProduceRequest
 from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
-from scripts.bench.child import Child, measured
+from scripts.bench.child import Child, cpu_s, measured
 from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
 from scripts.launcher.ports import free_ports
 
@@ -51,6 +59,11 @@ class ReplicationSettings:
     in_flight: int = 4
     repeats: int = 5
     failovers: int = 20
+    # Several producers at once, one per partition of a topic of `spread_partitions`
+    # partitions (0: no such rounds): a lone broker, three brokers with one replication group
+    # (one leader for all) and with one group per broker (leaders spread), side by side.
+    spread_partitions: int = 6
+    spread_repeats: int = 5
     # A second cluster for the failover trials, started with these broker arguments (e.g.
     # other election timeouts) and interleaved with the default one: both share the noise.
     failover_compare_args: tuple[str, ...] = ()
@@ -224,6 +237,178 @@ def throughput(work: Path, args: ReplicationSettings) -> dict:
     }
 
 
+SPREAD_TOPIC = "spread"
+# name: (brokers, broker arguments, whether the partitions' leaders must be spread)
+SPREAD_CLUSTERS = {"single": (1, (), False),
+                   "one_group": (3, ("--replication-groups", "1"), False),
+                   "groups": (3, ("--replication-groups", "3"), True)}
+
+
+def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = False,
+                      timeout_s: float = SETTLE_TIMEOUT_S) -> dict[int, int]:
+    """{partition: leader} of the spread topic once every broker names the same leaders and,
+    if `spread`, they are all the brokers (the preferred leaders took over)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        views = [_partition_leaders_seen_by(port, partitions) for node, port in
+                 cluster.ports.items() if cluster.children[node].proc.poll() is None]
+        if views and None not in views and all(view == views[0] for view in views):
+            leaders = views[0]
+            if not spread or len(set(leaders.values())) == min(len(cluster.ports), partitions):
+                return leaders
+        time.sleep(0.1)
+    raise RuntimeError(f"{cluster.name}: partition leaders not settled within {timeout_s:.0f} s")
+
+
+def _partition_leaders_seen_by(port: int, partitions: int) -> dict[int, int] | None:
+    try:
+        connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
+                                      connect_timeout_s=1.0)
+    except KaskaError:
+        return None
+    try:
+        response = connection.request(MetadataRequest((SPREAD_TOPIC,)))
+    except KaskaError:
+        return None
+    finally:
+        connection.close()
+    infos = response.topics.get(SPREAD_TOPIC)
+    if not infos or len(infos) != partitions or any(i.leader_id == NO_LEADER for i in infos):
+        return None
+    return {info.partition: info.leader_id for info in infos}
+
+
+def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flight: int,
+                 spread: bool) -> tuple[float, list[float], int]:
+    """(wall seconds, each broker's CPU seconds, leadership moves logged meanwhile) for one
+    producer per partition at once, each on its own connection to its partition's leader,
+    acks=all."""
+    leaders = partition_leaders(cluster, len(batches), spread)
+    connections = {p: BrokerConnection(("127.0.0.1", cluster.ports[leaders[p]]),
+                                       request_timeout_s=BROKER_TIMEOUT_S) for p in batches}
+    errors: list[BaseException] = []
+
+    def one(partition: int) -> None:
+        try:
+            produce_following(cluster, connections, partition, batches[partition], in_flight)
+        except BaseException as error:  # handed to the caller, which raises it
+            errors.append(error)
+
+    pids = [child.proc.pid for child in cluster.children.values()]
+    cpu_before = [cpu_s(pid) for pid in pids]
+    threads = [threading.Thread(target=one, args=(p,)) for p in batches]
+    moves_before = leader_moves(cluster)
+    started = time.monotonic()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for connection in connections.values():
+            connection.close()
+    wall_s = time.monotonic() - started
+    if errors:
+        raise errors[0]
+    moved = leader_moves(cluster) - moves_before
+    return wall_s, [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)], \
+        moved
+
+
+def produce_following(cluster: LocalCluster, connections: dict[int, BrokerConnection],
+                      partition: int, batches: list[bytes], in_flight: int) -> None:
+    """Send the batches in order, pipelined; after a leadership move (NOT_LEADER: an election,
+    or a hand-over to the preferred leader) again from the first unanswered batch, at the new
+    leader (the batches are idempotent: one that did land is answered as a duplicate)."""
+    done = 0
+    while done < len(batches):
+        pending: deque[Future] = deque()
+        try:
+            for batch in batches[done:]:
+                if len(pending) == in_flight:
+                    _acknowledged(pending.popleft())
+                    done += 1
+                pending.append(connections[partition].send(Api.PRODUCE, list(
+                    ProduceRequest(SPREAD_TOPIC, partition, ACKS_ALL, batch).encode_parts())))
+            while pending:
+                _acknowledged(pending.popleft())
+                done += 1
+        except (NotLeaderError, NotEnoughReplicasError):
+            connections[partition].close()
+            leader = partition_leaders(cluster, len(connections))[partition]
+            connections[partition] = BrokerConnection(("127.0.0.1", cluster.ports[leader]),
+                                                      request_timeout_s=BROKER_TIMEOUT_S)
+
+
+def _acknowledged(answer: Future) -> None:
+    code, body = answer.result(BROKER_TIMEOUT_S)
+    if code:
+        raise error_from_answer(code, body)
+
+
+def leader_moves(cluster: LocalCluster) -> int:
+    """Elections won and leaderships taken over, all groups of all brokers (their logs)."""
+    moves = 0
+    for node in cluster.ports:
+        path = cluster.work / f"{cluster.name}-{node}.log"
+        if path.exists():
+            moves += path.read_text(errors="replace").count(" leader of epoch ")
+    return moves
+
+
+def spread(work: Path, args: ReplicationSettings) -> dict:
+    """Producers on every partition at once: a lone broker, one group, a group per broker."""
+    # INFO: the role lines count the leadership moves during the rounds.
+    clusters = {name: LocalCluster(work, size, f"spread-{name}", (*extra, "--log-level", "INFO"))
+                for name, (size, extra, _spread) in SPREAD_CLUSTERS.items()}
+    walls: dict[str, list[float]] = {name: [] for name in clusters}
+    cpus: dict[str, list[list[float]]] = {name: [] for name in clusters}
+    moves = dict.fromkeys(clusters, 0)
+    per_partition = args.records // args.spread_partitions
+    try:
+        for cluster in clusters.values():
+            with Admin(cluster.bootstrap,
+                       retry=RetryPolicy(retries_max=60, backoff_s_max=0.5)) as admin:
+                admin.create_topic(SPREAD_TOPIC, args.spread_partitions)
+        leaders = {name: partition_leaders(cluster, args.spread_partitions,
+                                           SPREAD_CLUSTERS[name][2])
+                   for name, cluster in clusters.items()}
+        for repeat in range(args.spread_repeats):
+            for c, (name, cluster) in enumerate(clusters.items()):
+                batches = {p: build_batches(per_partition, args.record_bytes, args.batch_bytes,
+                                            producer_id=(7000 + 100 * repeat + 10 * c + p
+                                                         ).to_bytes(16, "big"))
+                           for p in range(args.spread_partitions)}
+                wall_s, cpu, moved = spread_round(cluster, batches, args.in_flight,
+                                                  SPREAD_CLUSTERS[name][2])
+                walls[name].append(wall_s)
+                cpus[name].append(cpu)
+                moves[name] += moved
+    finally:
+        for cluster in clusters.values():
+            cluster.stop()
+    payload_mb = per_partition * args.spread_partitions * args.record_bytes / 1e6
+    result: dict = {"spread_partitions": args.spread_partitions,
+                    "spread_leaders": {name: sorted(set(found.values()))
+                                       for name, found in leaders.items()}}
+    for name in clusters:
+        result[f"spread_{name}_produce_mb_s"] = round(
+            payload_mb / statistics.median(walls[name]), 1)
+        # Each broker's CPU per round (median per broker), and the busiest broker's share:
+        # on machines of their own, the busiest broker bounds the cluster.
+        each = [statistics.median(round_cpus[b] for round_cpus in cpus[name])
+                for b in range(len(cpus[name][0]))]
+        result[f"spread_{name}_broker_cpu_s_median"] = round(sum(each), 2)
+        result[f"spread_{name}_broker_cpu_s_each"] = [round(c, 2) for c in each]
+        result[f"spread_{name}_busiest_broker_mb_per_cpu_s"] = round(payload_mb / max(each), 1)
+        result[f"spread_{name}_leader_moves_during_rounds"] = moves[name]
+    for name in ("one_group", "groups"):
+        ratios = [s / c for s, c in zip(walls["single"], walls[name], strict=True)]
+        result[f"spread_{name}_vs_single"] = round(statistics.median(ratios), 2)
+        result[f"spread_{name}_vs_single_each"] = [round(r, 2) for r in ratios]
+    return result
+
+
 def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals) -> float:
     """Freeze (SIGSTOP), kill (SIGKILL) or stop (SIGTERM) the leader between two produces of a
     client with the default settings (30 s request timeout, default retries); seconds from the
@@ -316,6 +501,8 @@ def bench(settings: ReplicationSettings) -> dict:
                   "record_bytes": settings.record_bytes, "repeats": settings.repeats}
         if settings.repeats:
             result |= throughput(work, settings)
+        if settings.spread_partitions and settings.spread_repeats:
+            result |= spread(work, settings)
         if settings.failovers:
             result |= failover(work, settings.failovers, settings.brokers,
                                settings.failover_compare_args)
