@@ -166,9 +166,9 @@ class LocalCluster:
                 child.stop()
 
 
-def create_topic(cluster: LocalCluster) -> None:
+def create_topic(cluster: LocalCluster, partitions: int = 1) -> None:
     with Admin(cluster.bootstrap, retry=RetryPolicy(retries_max=60, backoff_s_max=0.5)) as admin:
-        admin.create_topic(TOPIC, 1)
+        admin.create_topic(TOPIC, partitions)
     cluster.leader()
 
 
@@ -245,12 +245,13 @@ SPREAD_CLUSTERS = {"single": (1, (), False),
 
 
 def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = False,
-                      timeout_s: float = SETTLE_TIMEOUT_S) -> dict[int, int]:
-    """{partition: leader} of the spread topic once every broker names the same leaders and,
-    if `spread`, they are all the brokers (the preferred leaders took over)."""
+                      timeout_s: float = SETTLE_TIMEOUT_S, topic: str = SPREAD_TOPIC
+                      ) -> dict[int, int]:
+    """{partition: leader} of `topic` once every broker names the same leaders and, if
+    `spread`, they are all the brokers (the preferred leaders took over)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        views = [_partition_leaders_seen_by(port, partitions) for node, port in
+        views = [_partition_leaders_seen_by(port, partitions, topic) for node, port in
                  cluster.ports.items() if cluster.children[node].proc.poll() is None]
         if views and None not in views and all(view == views[0] for view in views):
             leaders = views[0]
@@ -260,19 +261,20 @@ def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = Fal
     raise RuntimeError(f"{cluster.name}: partition leaders not settled within {timeout_s:.0f} s")
 
 
-def _partition_leaders_seen_by(port: int, partitions: int) -> dict[int, int] | None:
+def _partition_leaders_seen_by(port: int, partitions: int, topic: str
+                               ) -> dict[int, int] | None:
     try:
         connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
                                       connect_timeout_s=1.0)
     except KaskaError:
         return None
     try:
-        response = connection.request(MetadataRequest((SPREAD_TOPIC,)))
+        response = connection.request(MetadataRequest((topic,)))
     except KaskaError:
         return None
     finally:
         connection.close()
-    infos = response.topics.get(SPREAD_TOPIC)
+    infos = response.topics.get(topic)
     if not infos or len(infos) != partitions or any(i.leader_id == NO_LEADER for i in infos):
         return None
     return {info.partition: info.leader_id for info in infos}
@@ -409,7 +411,55 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
     return result
 
 
-def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals) -> float:
+FAILOVER_PARTITIONS = 3  # partition 0 is the one whose leader is hit
+
+
+class SparedProducer:
+    """While a trial runs: acks=all produces, one after another, to every partition of the
+    topic its leader does not lead (other replication groups: none with one group); the
+    longest wait for an acknowledgement is how long they stalled."""
+
+    def __init__(self, cluster: LocalCluster, partitions: list[int], producer_id: bytes) -> None:
+        self._client = Cluster(cluster.bootstrap)
+        self._partitions = partitions
+        self._producer_id = producer_id
+        self._stop = threading.Event()
+        self.longest_s = 0.0
+        self.acks = 0
+        self.error: KaskaError | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SparedProducer:
+        if self._partitions:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._client.close()
+
+    def _run(self) -> None:
+        sequence = 0
+        try:
+            while not self._stop.is_set():
+                for partition in self._partitions:
+                    batch = encode_batch([b"s" * 100], producer_id=self._producer_id,
+                                         sequence=sequence)
+                    started = time.monotonic()
+                    self._client.call(ProduceRequest(TOPIC, partition, ACKS_ALL, batch),
+                                      route=(TOPIC, partition),
+                                      ok_after_delivery=(DuplicateSequenceError,))
+                    self.longest_s = max(self.longest_s, time.monotonic() - started)
+                    self.acks += 1
+                sequence += 1
+        except KaskaError as error:  # the trial raises it
+            self.error = error
+
+
+def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals
+                   ) -> tuple[float, float | None]:
     """Freeze (SIGSTOP), kill (SIGKILL) or stop (SIGTERM) the leader between two produces of a
     client with the default settings (30 s request timeout, default retries); seconds from the
     fault to the next acknowledged produce, necessarily on a new leader. A frozen leader still
@@ -418,7 +468,9 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
     (`--shutdown-handover-ms`) and serves until then, so for it the trial is the longest of
     the produces sent one after another until it has exited, and one more. The broker is
     thawed, or restarted, and the cluster settled, before the next trial."""
-    leader = cluster.agreed_leader()
+    leaders = settled_leaders(cluster)
+    leader = leaders[0]
+    spared = [p for p, other in leaders.items() if other != leader]
     client = Cluster(cluster.bootstrap)
     sequence = 0
 
@@ -430,22 +482,28 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
         sequence += 1
 
     proc = cluster.children[leader].proc
+    spared_id = bytes(reversed(producer_id))
     try:
         send_one()  # the cluster answers before the fault
-        proc.send_signal(fault)
-        faulted_at = time.monotonic()
-        send_one()
-        took_s = time.monotonic() - faulted_at
-        # A stopped leader serves on until it hands over (the signal is handled later): the
-        # stall is the longest produce among those sent until it has exited, and one more.
-        while fault == signal.SIGTERM and proc.poll() is None:
-            sent_at = time.monotonic()
+        with SparedProducer(cluster, spared, spared_id) as others:
+            proc.send_signal(fault)
+            faulted_at = time.monotonic()
             send_one()
-            took_s = max(took_s, time.monotonic() - sent_at)
-        if fault == signal.SIGTERM:
-            sent_at = time.monotonic()
-            send_one()
-            took_s = max(took_s, time.monotonic() - sent_at)
+            took_s = time.monotonic() - faulted_at
+            # A stopped leader serves on until it hands over (the signal is handled later):
+            # the stall is the longest produce among those sent until it has exited, and one
+            # more.
+            while fault == signal.SIGTERM and proc.poll() is None:
+                sent_at = time.monotonic()
+                send_one()
+                took_s = max(took_s, time.monotonic() - sent_at)
+            if fault == signal.SIGTERM:
+                sent_at = time.monotonic()
+                send_one()
+                took_s = max(took_s, time.monotonic() - sent_at)
+        if others.error is not None:
+            raise others.error
+        assert not spared or others.acks > 0, "the spared partitions' producer never ran"
     finally:
         client.close()
         if fault == signal.SIGSTOP:
@@ -454,8 +512,16 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
         proc.wait()
         proc.stdout.close()
         cluster.start(leader)
-    cluster.agreed_leader()
-    return took_s
+    settled_leaders(cluster)
+    return took_s, (others.longest_s if spared else None)
+
+
+def settled_leaders(cluster: LocalCluster) -> dict[int, int]:
+    """{partition: leader} of the failover topic once every broker agrees, and with several
+    groups once every group is back with its preferred leader (a returning broker is handed its
+    group: a trial must not overlap that hand-over)."""
+    spread = "--replication-groups" not in cluster.extra_args
+    return partition_leaders(cluster, FAILOVER_PARTITIONS, spread=spread, topic=TOPIC)
 
 
 # "stop": SIGTERM, a graceful stop: the leader hands leadership over first (issue 24).
@@ -471,14 +537,18 @@ def failover(work: Path, trials: int, brokers: int,
     if compare_args:
         clusters["compare_"] = LocalCluster(work, brokers, "failover-compare", compare_args)
     times = {(prefix, name): [] for prefix in clusters for name in FAULTS}
+    spared = {(prefix, name): [] for prefix in clusters for name in FAULTS}
     try:
         for cluster in clusters.values():
-            create_topic(cluster)
+            create_topic(cluster, FAILOVER_PARTITIONS)
         for trial in range(trials):
             for k, (name, fault) in enumerate(FAULTS.items()):
                 for c, (prefix, cluster) in enumerate(clusters.items()):
                     producer_id = (5000 + 2 * (len(FAULTS) * trial + k) + c).to_bytes(16, "big")
-                    times[prefix, name].append(failover_trial(cluster, producer_id, fault))
+                    took_s, spared_s = failover_trial(cluster, producer_id, fault)
+                    times[prefix, name].append(took_s)
+                    if spared_s is not None:
+                        spared[prefix, name].append(spared_s)
     finally:
         for cluster in clusters.values():
             cluster.stop()
@@ -489,6 +559,12 @@ def failover(work: Path, trials: int, brokers: int,
         result |= {f"{prefix}leader_{name}_s_median": round(statistics.median(each), 2),
                    f"{prefix}leader_{name}_s_max": round(max(each), 2),
                    f"{prefix}leader_{name}_s_each": [round(t, 2) for t in each]}
+        if spared[prefix, name]:
+            # The partitions of the other groups: their longest produce during the trial.
+            result[f"{prefix}spared_{name}_longest_produce_s_max"] = round(
+                max(spared[prefix, name]), 3)
+            result[f"{prefix}spared_{name}_longest_produce_s_median"] = round(
+                statistics.median(spared[prefix, name]), 3)
     return result
 
 

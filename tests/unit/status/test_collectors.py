@@ -23,6 +23,26 @@ def test_a_broker_report_from_the_brokers_own_metrics_text():
     assert report.partitions == {("flights.c1", 0): (15, 12), ("flights.c1", 1): (0, 0)}
     assert report.follower_lag_entries == {2: 10, 3: 50}
     assert report.produced_records == 15
+    assert report.led_groups == (0,)
+
+
+def test_a_broker_of_several_groups_reports_the_metadata_groups_role_and_the_groups_it_leads():
+    """Broker 2 follows the metadata group (group 0) at epoch 4 and leads groups 1 and 2."""
+    text = "\n".join([
+        'kaska_replication_role{group="0",role="follower"} 1.0',
+        'kaska_replication_role{group="0",role="leader"} 0.0',
+        'kaska_replication_role{group="1",role="leader"} 1.0',
+        'kaska_replication_role{group="2",role="leader"} 1.0',
+        'kaska_replication_epoch{group="0"} 4.0', 'kaska_replication_epoch{group="1"} 9.0',
+        'kaska_replication_leader_id{group="0"} 1.0', 'kaska_replication_leader_id{group="1"} 2.0',
+        'kaska_replication_commit_index{group="0"} 30.0',
+        'kaska_replication_commit_index{group="1"} 70.0',
+        'kaska_replication_follower_lag_entries{group="1",follower="3"} 5.0', ""])
+    report = broker_report_from_text("broker-2", 2, text)
+    assert (report.role, report.epoch, report.leader_id, report.commit_index) == (
+        "follower", 4, 1, 30)
+    assert report.led_groups == (1, 2)
+    assert report.follower_lag_entries == {}, "another group's followers are not this one's"
 
 
 @pytest.mark.parametrize("text", ["# nothing here\n", "kaska_replication_epoch{ 1\n"])
