@@ -13,14 +13,14 @@ Threads: the caller's; every broker is a child process on 127.0.0.1.
 from __future__ import annotations
 
 import shutil
-from collections import deque
-from concurrent.futures import Future
 import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,12 +288,12 @@ def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flig
     leaders = partition_leaders(cluster, len(batches), spread)
     connections = {p: BrokerConnection(("127.0.0.1", cluster.ports[leaders[p]]),
                                        request_timeout_s=BROKER_TIMEOUT_S) for p in batches}
-    errors: list[BaseException] = []
+    errors: list[Exception] = []
 
     def one(partition: int) -> None:
         try:
             produce_following(cluster, connections, partition, batches[partition], in_flight)
-        except BaseException as error:  # handed to the caller, which raises it
+        except (KaskaError, OSError, RuntimeError) as error:  # the caller raises it
             errors.append(error)
 
     pids = [child.proc.pid for child in cluster.children.values()]

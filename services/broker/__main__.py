@@ -178,7 +178,8 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         replication_fsync=args.replication_fsync, cluster_id=args.cluster_id,
         journal_entries_max=args.journal_entries_max, journal_bytes_max=args.journal_bytes_max,
         replication_groups=args.replication_groups,
-        preferred_leader_steady_ms=args.preferred_leader_steady_ms, kafka_host=kafka_host, kafka_port=kafka_port,
+        preferred_leader_steady_ms=args.preferred_leader_steady_ms, kafka_host=kafka_host,
+        kafka_port=kafka_port,
         kafka_advertised_host=kafka_advertised_host,
         kafka_advertised_port=kafka_advertised_port, kafka_peers=args.kafka_peers)
 

@@ -9,8 +9,8 @@ from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from common.kaska.protocol.replication_bounds import NODE_ID_MAX
 from services.broker.replication.identity import check_cluster_id
-from services.broker.replication.placement import check_groups
 from services.broker.replication.node import ReplicationFsync
+from services.broker.replication.placement import check_groups
 
 MIB = 1024 * 1024
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.broker.config import BrokerConfig
+from services.broker.groups import GroupedLog, GroupedReplicas
 from services.broker.metrics import BrokerCounters
 from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.peer_gate import PeerGate
-from services.broker.groups import GroupedLog, GroupedReplicas
 
 
 @dataclass(frozen=True, slots=True)

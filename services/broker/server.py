@@ -49,8 +49,9 @@ from services.broker.notifier import DataNotifier
 from services.broker.offsets import CommittedOffsets
 from services.broker.peer_gate import PeerGate, PeerRefusals
 from services.broker.replica_manager import ReplicaManager
-from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.committed_topics import CommittedTopics
+from services.broker.replication.leader_balance import BalanceRule, LeaderBalancer
+from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.placement import (
     METADATA_GROUP,
@@ -59,7 +60,6 @@ from services.broker.replication.placement import (
     group_of,
     partitions_of,
 )
-from services.broker.replication.leader_balance import BalanceRule, LeaderBalancer
 from services.broker.replication.topic_mirror import TopicMirror
 from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig

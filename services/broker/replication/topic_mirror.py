@@ -30,6 +30,7 @@ DELETE entries to its group's journal; the replica manager serialises them with 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -120,14 +121,16 @@ class TopicMirror:
                 # Nothing new: wait for the metadata group's commit to move (or the interval,
                 # which also covers this group's own commits and leadership).
                 self._metadata_node.wait_changed(
-                    lambda: self._stop.is_set()
-                    or self._metadata_node.state.commit != metadata_commit, self._interval_s)
+                    functools.partial(self._moved_from, metadata_commit), self._interval_s)
             seen = now
             try:
                 self.round_once()
             except (KaskaError, StorageFullError) as error:
                 log.info("topic mirror of group %d: %s; again in a moment", self.group, error)
                 self._stop.wait(self._interval_s)
+
+    def _moved_from(self, metadata_commit: int) -> bool:
+        return self._stop.is_set() or self._metadata_node.state.commit != metadata_commit
 
     def round_once(self) -> list[MirrorAction]:
         """One reconciliation, if this broker leads the group: the actions taken."""

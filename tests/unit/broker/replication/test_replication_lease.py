@@ -28,6 +28,7 @@ from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
 from services.broker.body import RequestBody
 from services.broker.config import BrokerConfig
 from services.broker.context import BrokerContext
+from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.handlers import (
     fetch,
     fetch_committed,
@@ -37,7 +38,6 @@ from services.broker.handlers import (
     produce,
 )
 from services.broker.metrics import BrokerCollector, BrokerCounters
-from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.notifier import DataNotifier
 from services.broker.peer_gate import PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
