@@ -140,21 +140,8 @@ class LocalCluster:
 
     @staticmethod
     def _leader_seen_by(port: int) -> int | None:
-        try:
-            connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
-                                          connect_timeout_s=1.0)
-        except KaskaError:
-            return None
-        try:
-            response = connection.request(MetadataRequest((TOPIC,)))
-        except KaskaError:
-            return None
-        finally:
-            connection.close()
-        partitions = response.topics.get(TOPIC)
-        if not partitions or partitions[0].leader_id == NO_LEADER:
-            return None
-        return partitions[0].leader_id
+        leaders = _partition_leaders_seen_by(port, None, TOPIC)
+        return None if leaders is None else leaders[0]
 
     def leader_connection(self) -> BrokerConnection:
         return BrokerConnection(("127.0.0.1", self.ports[self.leader()]),
@@ -261,8 +248,10 @@ def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = Fal
     raise RuntimeError(f"{cluster.name}: partition leaders not settled within {timeout_s:.0f} s")
 
 
-def _partition_leaders_seen_by(port: int, partitions: int, topic: str
+def _partition_leaders_seen_by(port: int, partitions: int | None, topic: str
                                ) -> dict[int, int] | None:
+    """{partition: leader} of `topic` as the broker on `port` names them; None when it does
+    not answer, lacks the topic (or `partitions` of it) or names no leader for one."""
     try:
         connection = BrokerConnection(("127.0.0.1", port), request_timeout_s=2.0,
                                       connect_timeout_s=1.0)
@@ -275,7 +264,8 @@ def _partition_leaders_seen_by(port: int, partitions: int, topic: str
     finally:
         connection.close()
     infos = response.topics.get(topic)
-    if not infos or len(infos) != partitions or any(i.leader_id == NO_LEADER for i in infos):
+    if not infos or partitions not in (None, len(infos)) \
+            or any(i.leader_id == NO_LEADER for i in infos):
         return None
     return {info.partition: info.leader_id for info in infos}
 

@@ -30,6 +30,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NOT_LEADER_OR_FOLLOWER = 6
 
 
+def produce_in_background(bootstrap: str, topic: str, records, pace_s: float
+                          ) -> tuple[threading.Thread, dict, threading.Event]:
+    """An idempotent confluent-kafka producer on a thread of its own: (the started thread,
+    its result -- "delivered" or "error" --, set when it ended)."""
+    result: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["delivered"] = produce(bootstrap, topic, records, pace_s=pace_s,
+                                          **{"linger.ms": 20, "batch.num.messages": 100})
+        except (AssertionError, KafkaException) as exc:  # handed to the test thread
+            result["error"] = exc
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result, done
+
+
 def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name):
     leader = kafka_cluster.leader_id()
     follower = kafka_cluster.others(leader)[0]
@@ -75,21 +96,8 @@ def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, top
     leader = kafka_cluster.leader_id()
     count = 4000
     records = [(0, None, f"r{i}".encode()) for i in range(count)]
-    result: dict = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            # About 8 s of production (2 ms per record), so the kill lands in the middle.
-            result["delivered"] = produce(bootstrap, topic_name, records, pace_s=0.002,
-                                          **{"linger.ms": 20, "batch.num.messages": 100})
-        except (AssertionError, KafkaException) as exc:  # handed to the test thread
-            result["error"] = exc
-        finally:
-            done.set()
-
-    producer = threading.Thread(target=run)
-    producer.start()
+    # About 8 s of production (2 ms per record), so the kill lands in the middle.
+    producer, result, done = produce_in_background(bootstrap, topic_name, records, 0.002)
     wait_for(lambda: high_watermarks(bootstrap, topic_name, 1)[0] >= count // 4,
              "a quarter of the records acknowledged")
     assert high_watermarks(bootstrap, topic_name, 1)[0] < count and not done.is_set(), \
@@ -161,20 +169,7 @@ def test_partitions_led_by_three_brokers_and_a_killed_one_moves_only_its_own(
     victim = leaders[0]
     count = 6000
     records = [(i % partitions, None, f"r{i}".encode()) for i in range(count)]
-    result: dict = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            result["delivered"] = produce(bootstrap, topic_name, records, pace_s=0.0015,
-                                          **{"linger.ms": 20, "batch.num.messages": 100})
-        except (AssertionError, KafkaException) as exc:  # handed to the test thread
-            result["error"] = exc
-        finally:
-            done.set()
-
-    producer = threading.Thread(target=run)
-    producer.start()
+    producer, result, done = produce_in_background(bootstrap, topic_name, records, 0.0015)
     wait_for(lambda: sum(high_watermarks(bootstrap, topic_name, partitions)) >= count // 4,
              "a quarter of the records acknowledged")
     assert not done.is_set(), "production ended before the kill: the test would prove nothing"

@@ -343,20 +343,8 @@ class BrokerCluster:
                      min_epoch: int = 0) -> LeaderView:
         """As `leader`, for replication group `group`: every broker of `among` (default: the
         live ones) names the same leader of it, one of them, at the same epoch."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            ids = list(among) if among is not None else self.live_ids()
-            last = [self.group_view(i, group) for i in ids]
-            if all(view is not None for view in last):
-                named = {(view.leader_id, view.epoch) for view in last}
-                if len(named) == 1:
-                    leader_id, epoch = named.pop()
-                    if leader_id in ids and epoch >= min_epoch:
-                        return LeaderView(leader_id, leader_id, epoch)
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no agreed leader of group {group} among {ids} (epoch "
-                                     f">= {min_epoch}) within {timeout_s:.0f} s; views: {last}")
-            time.sleep(0.1)
+        return self._agreed(lambda i: self.group_view(i, group), f"leader of group {group}",
+                            timeout_s, among, min_epoch)
 
     def partition_offsets(self, i: int, topic: str) -> dict[int, tuple[int, int]] | None:
         """Broker i's {partition: (log end offset, high watermark)} of `topic` from its
@@ -408,20 +396,24 @@ class BrokerCluster:
     def leader(self, timeout_s: float = LEADER_TIMEOUT_S, among=None,
                min_epoch: int = 0) -> LeaderView:
         """Poll until every broker of `among` (default: the live ones) answers and names the
-        same leader, one of them, at the same epoch >= min_epoch; that view."""
+        same leader (of the metadata group), one of them, at the same epoch >= min_epoch; that
+        view."""
+        return self._agreed(self.view, "leader", timeout_s, among, min_epoch)
+
+    def _agreed(self, view, what: str, timeout_s: float, among, min_epoch: int) -> LeaderView:
         deadline = time.monotonic() + timeout_s
         last: list[LeaderView | None] = []
         while True:
             ids = list(among) if among is not None else self.live_ids()
-            last = [self.view(i) for i in ids]
-            if all(view is not None for view in last):
-                leaders = {(view.leader_id, view.epoch) for view in last}
+            last = [view(i) for i in ids]
+            if all(seen is not None for seen in last):
+                leaders = {(seen.leader_id, seen.epoch) for seen in last}
                 if len(leaders) == 1:
                     leader_id, epoch = leaders.pop()
                     if leader_id in ids and epoch >= min_epoch:
                         return LeaderView(leader_id, leader_id, epoch)
             if time.monotonic() > deadline:
-                raise AssertionError(f"no agreed leader among {ids} (epoch >= {min_epoch}) "
+                raise AssertionError(f"no agreed {what} among {ids} (epoch >= {min_epoch}) "
                                      f"within {timeout_s:.0f} s; views: {last}")
             time.sleep(0.1)
 
