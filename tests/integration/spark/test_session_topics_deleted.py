@@ -30,6 +30,7 @@ import pytest
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.topic_name import OFFSETS_TOPIC
 from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
+from services.broker.replication.placement import group_directory
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
 from spark.query_service import CLEANUP_GROUP, CONSUMER_GROUP
@@ -57,7 +58,9 @@ RESERVATION_STEP_BYTES = LogConfig().reserve_ahead_bytes + 4096
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with BrokerCluster(tmp_path_factory.mktemp("cluster"), size=3) as made:
+    # The default deployment's replication groups (one per broker): a session's partitions
+    # live in every group's directory, and every group must let go of them.
+    with BrokerCluster(tmp_path_factory.mktemp("cluster"), size=3, groups=3) as made:
         made.start()
         yield made
 
@@ -108,22 +111,28 @@ def run_client(cluster: BrokerCluster, data, results_dir: Path) -> str:
 
 
 def session_dirs(cluster: BrokerCluster, client_id: str) -> dict[int, list[str]]:
-    """Per broker: every entry of its data directory (trash included) of this session."""
+    """Per broker: every entry of its data directory and of every replication group's
+    directory in it (trash included) of this session."""
     found = {}
     for node_id, broker in cluster.brokers.items():
-        entries = [path for path in broker.data_dir.iterdir() if client_id in path.name]
-        for trash in (broker.data_dir / DELETED_DIR, broker.data_dir / STAGING_DIR):
-            entries += list(trash.iterdir()) if trash.is_dir() else []
+        entries = []
+        for group in range(cluster.groups):
+            directory = group_directory(broker.data_dir, group)
+            if not directory.is_dir():
+                continue
+            entries += [path for path in directory.iterdir() if client_id in path.name]
+            for trash in (directory / DELETED_DIR, directory / STAGING_DIR):
+                entries += list(trash.iterdir()) if trash.is_dir() else []
         found[node_id] = sorted(str(path) for path in entries)
     return found
 
 
 def allocated_bytes(data_dir: Path) -> dict[str, int]:
-    """Disk bytes (blocks) of every file of the data directory, outside the replication
-    journal (which keeps one small entry per batch ever written: it has no compaction)."""
+    """Disk bytes (blocks) of every file of the data directory, outside each replication
+    group's journal (which keeps one small entry per batch until it is compacted)."""
     usage = {}
     for root, dirs, files in os.walk(data_dir):
-        if Path(root) == data_dir and JOURNAL_DIR in dirs:
+        if JOURNAL_DIR in dirs:
             dirs.remove(JOURNAL_DIR)
         for name in files:
             path = Path(root) / name
