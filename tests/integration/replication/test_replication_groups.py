@@ -7,6 +7,8 @@
   writers are acknowledged all the while. The broker comes back (restarted, or resumed) and is
   handed its group again. Then every acknowledged record is read back exactly once where it was
   acknowledged, and every broker holds the same bytes of every partition (workload.py).
+- A network partition cuts the broker leading group 1 off from its peers: only group 1 moves,
+  and the broker gets it back after the heal.
 - A topic deleted and created again with another partition count: every group closes the old
   incarnation and opens the new one; nothing of the old one is readable, and each group's
   directory holds its own partitions only.
@@ -154,3 +156,57 @@ def test_a_topic_recreated_with_other_partitions_is_the_new_one_in_every_group(m
                 if topic_dir.exists() else []
             assert held == [p for p in (0, 1) if group_of(name, p, GROUPS) == group], \
                 f"broker {i} group {group} holds partitions {held} of {name}"
+
+
+@pytest.mark.timeout(300)
+def test_a_broker_cut_off_loses_only_its_group_and_gets_it_back_after_the_heal(make_cluster):
+    """A network partition: the broker leading group 1 (a follower of groups 0 and 2) is cut
+    off from its peers, for every group at once (its peer links go through proxies). Group 1
+    elects among the majority; groups 0 and 2 keep their leaders and epochs, their partitions
+    go on, and the cut-off follower disturbs nobody (pre-votes). Healed, it catches up and is
+    handed group 1 again; nothing acknowledged is lost or doubled."""
+    cluster = make_cluster(groups=GROUPS, peer_via_proxy=True, extra_args=FAST_ELECTIONS)
+    epochs = preferred_leaders_lead(cluster)
+    cluster.create_topic(TOPIC, len(PARTITIONS))
+    groups_of = {p: group_of(TOPIC, p, GROUPS) for p in PARTITIONS}
+    isolated_group = 1
+    isolated = preferred_leader(isolated_group, cluster.ids)
+    majority = cluster.others(isolated)
+    stop, progress = threading.Event(), threading.Condition()
+    writers = start_writers(cluster.bootstrap_of(majority), TOPIC, PARTITIONS, SEED + 7, stop,
+                            progress, pause_s=WRITER_PAUSE_S)
+    spared = [w for w in writers if groups_of[w.tally.partition] != isolated_group]
+    try:
+        wait_for_acks(writers, progress, more=3, what="before the cut")
+        cut = [pair for pair in cluster.proxies if isolated in pair]
+        for pair in cut:
+            cluster.proxies[pair].cut()
+        wait_for_acks(spared, progress, more=ACKS_WHILE_DOWN,
+                      what=f"groups broker {isolated} does not lead, while it is cut off")
+        successor = cluster.group_leader(isolated_group, among=majority,
+                                         min_epoch=epochs[isolated_group] + 1)
+        wait_for_acks(writers, progress, more=3, what=f"every partition during the cut "
+                      f"(group {isolated_group} now led by {successor.leader_id})")
+        for group in set(range(GROUPS)) - {isolated_group}:
+            kept = cluster.group_leader(group, among=majority)
+            assert (kept.leader_id, kept.epoch) == (preferred_leader(group, cluster.ids),
+                                                    epochs[group]), \
+                f"group {group} changed leader or epoch while broker {isolated} was cut off"
+        for pair in cut:
+            cluster.proxies[pair].heal()
+        wait_until(lambda: cluster.group_leader(isolated_group).leader_id == isolated,
+                   f"broker {isolated} leads group {isolated_group} again after the heal",
+                   timeout_s=60.0)
+        wait_for_acks(writers, progress, more=3, what="after the heal")
+    finally:
+        stop_writers(writers, stop)
+    unexpected = [error for writer in writers for error in writer.tally.unexpected]
+    assert not unexpected, f"non-retriable errors: {unexpected}"
+    stored, high_watermarks = read_back(cluster.bootstrap, TOPIC, PARTITIONS)
+    counts = check_acknowledged(stored, {w.name: w.tally for w in writers})
+    cluster.wait_caught_up(TOPIC, PARTITIONS)
+    codes = cluster.stop_all()
+    assert all(code == 0 for code in codes.values()), f"exit codes on SIGTERM: {codes}"
+    assert check_replicas_identical(cluster, TOPIC, PARTITIONS, high_watermarks) > 0
+    assert counts.acked_records > 0
+    assert not cluster.safety_lines(), cluster.safety_lines()
