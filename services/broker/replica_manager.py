@@ -1,11 +1,14 @@
-"""The seam between request handling and replication: who leads, what consumers may see, and
-how the leader appends (data, then its journal entry, then waiting for the acks asked for).
+"""The seam between request handling and replication, for one replication group: who leads,
+what consumers may see, and how the leader appends (data, then its journal entry, then waiting
+for the acks asked for).
 
 Handlers never decide leadership or visibility themselves: they ask the replica manager who
 leads a partition (NOT_LEADER answers carry its address), which offset is the high watermark
-and to append. One broker leads every partition today (the cluster's Raft leader); `role`
-takes the partition so that leadership can later be spread over brokers without touching the
-handlers. A broker without peers is a cluster of one: the same code, committing at once.
+and to append. A broker has one ReplicaManager per replication group; groups.py routes each
+partition to its group's (GroupedReplicas), so the handlers see one. The group's topic mirror
+(replication/topic_mirror.py) journals its opens and closes through `journal_create` and
+`journal_delete`. A broker without peers is a cluster of one: the same code, committing at
+once.
 
 Thread-safe: the replication state is an immutable snapshot read without a lock; appends take
 the partition lock, then `_metadata_lock` (so a topic's last batches can never land in the

@@ -1,5 +1,12 @@
 """The broker process: recover the log, then accept connections and serve them.
 
+Replication groups (replication/placement.py, groups.py): the broker opens one Log and one
+ReplicationNode per group (group 0 in the data directory, group g in `@group-<g>/`, after
+checking the group count the directory was written with), then, once it listens, a
+ReplicaManager per group behind GroupedReplicas and GroupedLog (what the handlers see), a
+topic mirror per data group and, with several groups, the leader balancer. Stopping stops the
+balancer and the mirrors first, then every group hands over what it leads, at once.
+
 Concurrency model — one thread per connection, at most `connections_max` of them:
 - The storage interface is synchronous: `append_from` calls back into the connection to
   `recv_into` the log's mapped region, and fetches end in `os.sendfile`. Both block in the
