@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ from common.kaska import Admin, Producer
 from common.kaska.retry import RetryPolicy
 from services.broker.replication.placement import group_directory, group_of, preferred_leader
 from tests.integration.replication.cluster import FAST_ELECTIONS
+from tests.integration.replication.test_replication_big_delete import wait_until
 from tests.integration.replication.workload import (
     CLIENT_TIMEOUTS,
     RIDE_OUT_RETRY,
@@ -46,13 +46,6 @@ ACKS_WHILE_DOWN = 5  # per writer of the groups that kept their leader
 SEED = 2424
 
 
-def wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
-        time.sleep(0.1)
-
-
 def preferred_leaders_lead(cluster) -> dict[int, int]:
     """Wait until every group is led by its preferred broker; {group: epoch}."""
     epochs = {}
@@ -62,6 +55,34 @@ def preferred_leaders_lead(cluster) -> dict[int, int]:
                    f"broker {preferred} leads group {group}")
         epochs[group] = cluster.group_leader(group).epoch
     return epochs
+
+
+def assert_groups_kept(cluster, epochs: dict[int, int], moved_group: int, among,
+                       why: str) -> None:
+    """Every group but `moved_group` still led by its preferred broker, at the same epoch."""
+    for group in set(range(GROUPS)) - {moved_group}:
+        kept = cluster.group_leader(group, among=among)
+        assert (kept.leader_id, kept.epoch) == (preferred_leader(group, cluster.ids),
+                                                epochs[group]), \
+            f"group {group} changed leader or epoch {why}"
+
+
+def reckon(cluster, writers, stop) -> None:
+    """Stop the writers; every acknowledged record read back once where it was acknowledged,
+    every broker stopped cleanly and holding the same bytes, no safety line logged."""
+    stop_writers(writers, stop)
+    unexpected = [error for writer in writers for error in writer.tally.unexpected]
+    assert not unexpected, f"non-retriable errors: {unexpected}"
+    stored, high_watermarks = read_back(cluster.bootstrap, TOPIC, PARTITIONS)
+    counts = check_acknowledged(stored, {w.name: w.tally for w in writers})
+    cluster.wait_caught_up(TOPIC, PARTITIONS)
+    codes = cluster.stop_all()
+    assert all(code == 0 for code in codes.values()), f"exit codes on SIGTERM: {codes}"
+    compared = check_replicas_identical(cluster, TOPIC, PARTITIONS, high_watermarks)
+    assert counts.acked_records > 0 and compared > 0
+    assert not cluster.safety_lines(), cluster.safety_lines()
+    print(f"{counts.acked_batches} batches acknowledged, {counts.stored_records} records "
+          f"stored, {compared} bytes per broker compared")
 
 
 @pytest.mark.timeout(300)
@@ -95,11 +116,8 @@ def test_a_fault_moves_only_its_brokers_group_and_the_group_comes_back(make_clus
                                          min_epoch=epochs[victim_group] + 1)
         wait_for_acks(hit, progress, more=3, what=f"group {victim_group}'s partitions after "
                       f"broker {successor.leader_id} took over")
-        for group in set(range(GROUPS)) - {victim_group}:
-            kept = cluster.group_leader(group, among=others)
-            assert (kept.leader_id, kept.epoch) == (preferred_leader(group, cluster.ids),
-                                                    epochs[group]), \
-                f"group {group} changed leader or epoch when broker {victim} went down"
+        assert_groups_kept(cluster, epochs, victim_group, others,
+                           f"when broker {victim} went down")
         assert all(len(w.tally.acks) > in_flight[w.name] for w in writers)
         if fault == "sigkill":
             cluster.start_broker(victim)
@@ -111,20 +129,10 @@ def test_a_fault_moves_only_its_brokers_group_and_the_group_comes_back(make_clus
                    f"broker {victim} leads group {victim_group} again (it led {back})",
                    timeout_s=60.0)
         wait_for_acks(writers, progress, more=3, what=f"after broker {victim} came back")
-    finally:
+    except BaseException:
         stop_writers(writers, stop)
-    unexpected = [error for writer in writers for error in writer.tally.unexpected]
-    assert not unexpected, f"non-retriable errors: {unexpected}"
-    stored, high_watermarks = read_back(cluster.bootstrap, TOPIC, PARTITIONS)
-    counts = check_acknowledged(stored, {w.name: w.tally for w in writers})
-    cluster.wait_caught_up(TOPIC, PARTITIONS)
-    codes = cluster.stop_all()
-    assert all(code == 0 for code in codes.values()), f"exit codes on SIGTERM: {codes}"
-    compared = check_replicas_identical(cluster, TOPIC, PARTITIONS, high_watermarks)
-    assert counts.acked_records > 0 and compared > 0
-    assert not cluster.safety_lines(), cluster.safety_lines()
-    print(f"{fault}: {counts.acked_batches} batches acknowledged, {counts.stored_records} "
-          f"records stored, {compared} bytes per broker compared")
+        raise
+    reckon(cluster, writers, stop)
 
 
 @pytest.mark.timeout(180)
@@ -187,26 +195,15 @@ def test_a_broker_cut_off_loses_only_its_group_and_gets_it_back_after_the_heal(m
                                          min_epoch=epochs[isolated_group] + 1)
         wait_for_acks(writers, progress, more=3, what=f"every partition during the cut "
                       f"(group {isolated_group} now led by {successor.leader_id})")
-        for group in set(range(GROUPS)) - {isolated_group}:
-            kept = cluster.group_leader(group, among=majority)
-            assert (kept.leader_id, kept.epoch) == (preferred_leader(group, cluster.ids),
-                                                    epochs[group]), \
-                f"group {group} changed leader or epoch while broker {isolated} was cut off"
+        assert_groups_kept(cluster, epochs, isolated_group, majority,
+                           f"while broker {isolated} was cut off")
         for pair in cut:
             cluster.proxies[pair].heal()
         wait_until(lambda: cluster.group_leader(isolated_group).leader_id == isolated,
                    f"broker {isolated} leads group {isolated_group} again after the heal",
                    timeout_s=60.0)
         wait_for_acks(writers, progress, more=3, what="after the heal")
-    finally:
+    except BaseException:
         stop_writers(writers, stop)
-    unexpected = [error for writer in writers for error in writer.tally.unexpected]
-    assert not unexpected, f"non-retriable errors: {unexpected}"
-    stored, high_watermarks = read_back(cluster.bootstrap, TOPIC, PARTITIONS)
-    counts = check_acknowledged(stored, {w.name: w.tally for w in writers})
-    cluster.wait_caught_up(TOPIC, PARTITIONS)
-    codes = cluster.stop_all()
-    assert all(code == 0 for code in codes.values()), f"exit codes on SIGTERM: {codes}"
-    assert check_replicas_identical(cluster, TOPIC, PARTITIONS, high_watermarks) > 0
-    assert counts.acked_records > 0
-    assert not cluster.safety_lines(), cluster.safety_lines()
+        raise
+    reckon(cluster, writers, stop)
