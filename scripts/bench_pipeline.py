@@ -3,7 +3,7 @@
     python -m scripts.bench_pipeline [--rows 2000000] [--seed 1] [--invalid-rate 0.01]
         [--data-dir DIR] [--work-dir DIR] [--warm-sessions 1] [--master local[2]]
         [--skip-spark-csv] [--skip-duckdb] [--topics-gone-timeout-s 120]
-        [--profile DIR [--profile-rate-hz 100] [--profile-gil]]
+        [--profile DIR [--profile-rate-hz 100] [--profile-gil]] [--perf DIR]
 
 On one machine, one after the other (so each has the machine to itself):
 1. **pipeline**: the embedded default (`scripts.run_local`'s platform: three health checkers,
@@ -30,6 +30,9 @@ spark-csv's counts must agree; any difference fails the run (BenchError, exit st
 table is followed by each process's CPU seconds and top functions by self time
 (`--profile-gil`: only the thread holding the GIL, profile.py says when that is the better
 measure). Sampling costs CPU: a profiled run's timings are not the yardstick.
+`--perf DIR`: Linux perf on the same processes (scripts/bench/kernel_profile.py), which sees
+what py-spy charges to the calling Python frame: the kernel's page faults (zeroing of fresh
+pages), its system calls, and self time by library; one summary line per process.
 
 Prints a table and one JSON line (`"bench": "pipeline"`); ratios: a session's total over
 spark-csv's first queries and over DuckDB's load + queries, and upload rows/s.
@@ -75,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-rate-hz", type=int, default=RATE_HZ_DEFAULT)
     parser.add_argument("--profile-gil", action="store_true",
                         help="sample only the thread holding the GIL (py-spy --gil)")
+    parser.add_argument("--perf", type=Path, default=None, metavar="DIR",
+                        help="Linux perf on every process per session into DIR: page faults, "
+                             "zeroing of fresh pages, system calls, self time by library")
     parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
@@ -90,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         result = bench(PipelineSettings(
             args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir,
             args.warm_sessions, args.master, args.skip_spark_csv, args.skip_duckdb,
-            args.topics_gone_timeout_s, args.profile, args.profile_rate_hz, args.profile_gil))
+            args.topics_gone_timeout_s, args.profile, args.profile_rate_hz, args.profile_gil,
+            args.perf))
     except BenchError as error:
         print(f"bench_pipeline failed: {type(error).__name__}: {error}", file=sys.stderr,
               flush=True)

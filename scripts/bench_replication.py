@@ -1,7 +1,8 @@
 """Replication's price and its failover time, measured side by side in one run.
 
     python -m scripts.bench_replication [--records N] [--record-bytes B] [--repeats 5]
-        [--failovers 20] [--failover-compare "BROKER ARGS"]
+        [--failovers 20] [--failover-compare "BROKER ARGS"] [--spread-partitions 6]
+        [--spread-repeats 5] [--perf DIR]
 
 Throughput: one broker alone and a three-broker cluster (acks=all, and acks=1) run at once on
 this machine, and beside them a second three-broker cluster started with
@@ -20,7 +21,9 @@ group per broker (leaders spread), interleaved `--spread-repeats` times; `spread
 = lone broker round time / spread cluster round time (issue 24's target: >= 0.8), with each
 broker's CPU seconds per round and `..._busiest_broker_mb_per_cpu_s` (payload MB per CPU second
 of the busiest broker: what bounds a cluster whose brokers have machines of their own) and the
-leadership moves logged during the rounds.
+leadership moves logged during the rounds. `--perf DIR` adds one round per cluster, not
+counted, with every broker under Linux perf (scripts/bench/kernel_profile.py): where each
+broker's CPU goes, the kernel's share included, which py-spy charges to the calling frame.
 
 Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, frozen
 with SIGSTOP, or stopped with SIGTERM (it hands leadership over first: issue 24), between two
@@ -41,6 +44,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from scripts.bench.replication import ReplicationSettings, bench
 
@@ -64,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also run every failover trial on a second cluster started with "
                              "these broker arguments (one string, e.g. "
                              "'--election-timeout-ms-min 500 --election-timeout-ms-max 1000')")
+    parser.add_argument("--perf", type=Path, default=None, dest="perf_dir", metavar="DIR",
+                        help="after the spread rounds, one more per cluster (not counted) with "
+                             "every broker under Linux perf: its files in DIR, a summary line "
+                             "per broker on stderr (page faults, zeroing of fresh pages, "
+                             "system calls, self time by library)")
     args = parser.parse_args(argv)
     args.failover_compare_args = tuple(shlex.split(args.failover_compare))
     del args.failover_compare

@@ -29,7 +29,14 @@ from functools import partial
 from pathlib import Path
 
 from scripts.bench.errors import BenchError
-from scripts.bench.process_stats import PeakRssWatch, TreeStats, disk_bytes, tree_stats
+from scripts.bench.kernel_profile import KernelProfiler
+from scripts.bench.process_stats import (
+    PeakRssWatch,
+    TreeStats,
+    descendants,
+    disk_bytes,
+    tree_stats,
+)
 from scripts.bench.profile import RATE_HZ_DEFAULT, SessionProfiler, format_summary
 from scripts.bench.result_gate import GateReport, gate
 from scripts.bench.spark_stages import StageCost, format_stage_costs, session_stage_costs
@@ -66,6 +73,9 @@ class PipelineSettings:
     profile_dir: Path | None = None
     profile_rate_hz: int = RATE_HZ_DEFAULT
     profile_gil: bool = False  # py-spy --gil: only the GIL's holder (profile.py says why)
+    # Linux perf on every process of each session (kernel_profile.py): where the CPU goes,
+    # the kernel's page faults and system calls included; files in perf_dir/session-<i>/.
+    perf_dir: Path | None = None
 
 
 # --- pipeline ---------------------------------------------------------------------------------
@@ -192,11 +202,13 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
     results_dir = work_dir / f"session-{index}"
     disk_before = disk_bytes(layout.brokers_data_dir)
     profiler = _session_profiler(settings, platform, index)
+    kernel_profiler = _session_kernel_profiler(settings, platform, index)
     cpu_before = _platform_stats(platform)
-    with DiskPeak(layout.brokers_data_dir) as disk_peak, profiler or nullcontext():
+    with DiskPeak(layout.brokers_data_dir) as disk_peak, profiler or nullcontext(), \
+            kernel_profiler or nullcontext():
         summary = _run_client(_client_argv(platform, flights, airports, results_dir),
                               work_dir / f"client-{index}.log",
-                              on_start=partial(profiler.attach, "client") if profiler else None)
+                              on_start=partial(_attach_client, profiler, kernel_profiler))
     cpu_after = _platform_stats(platform)
     stages = session_stage_costs(platform.spark_ui_url, f"session-{summary['client_id']}")
     disk_end = disk_bytes(layout.brokers_data_dir)
@@ -228,7 +240,34 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
         "journal_bytes": _journal_bytes(layout.brokers_data_dir),
         **({"profile": {name: profile.as_json() for name, profile in profiler.profiles.items()}}
            if profiler else {}),
+        **({"kernel_profile": {name: profile.as_json()
+                               for name, profile in kernel_profiler.profiles.items()},
+            "kernel_profile_lines": [profile.line()
+                                     for profile in kernel_profiler.profiles.values()]}
+           if kernel_profiler else {}),
     }
+
+
+def _attach_client(profiler: SessionProfiler | None, kernel_profiler: KernelProfiler | None,
+                   pid: int) -> None:
+    if profiler is not None:
+        profiler.attach("client", pid)
+    if kernel_profiler is not None:
+        kernel_profiler.start("client", pid)
+
+
+def _session_kernel_profiler(settings: PipelineSettings, platform: LocalPlatform,
+                             index: int) -> KernelProfiler | None:
+    """perf on every live platform process tree (the query service with its JVM and Python
+    workers as one), the client attached when it starts; None when no `--perf` was asked."""
+    if settings.perf_dir is None:
+        return None
+    profiler = KernelProfiler(settings.perf_dir / f"session-{index}")
+    for name in platform.registry.names():
+        pid = platform.registry.live_pid(name)
+        if pid is not None:
+            profiler.start(name, descendants(pid))
+    return profiler
 
 
 def _session_profiler(settings: PipelineSettings, platform: LocalPlatform,
@@ -369,6 +408,11 @@ def print_table(result: dict) -> None:
             cpu_s = {**s["platform_cpu_s"], "client": s["client_cpu_s"]}
             for name, profile in s["profile"].items():
                 print("\n".join(format_summary(name, profile, cpu_s.get(name))))
+        if "kernel_profile_lines" in s:
+            print(f"kernel profile of session {i} ({s['service']}), perf: shares of each "
+                  "process's samples")
+            for line in s["kernel_profile_lines"]:
+                print(f"  {line}")
 
 
 def _print_cpu_table(sessions: list[dict]) -> None:

@@ -40,6 +40,7 @@ from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
 from scripts.bench.child import Child, cpu_s, measured
+from scripts.bench.kernel_profile import KernelProfile, KernelProfiler
 from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
 from scripts.launcher.ports import free_ports
 
@@ -67,6 +68,9 @@ class ReplicationSettings:
     # A second cluster for the failover trials, started with these broker arguments (e.g.
     # other election timeouts) and interleaved with the default one: both share the noise.
     failover_compare_args: tuple[str, ...] = ()
+    # After the spread rounds, one more round per cluster under Linux perf (not counted in
+    # the figures): each broker's kernel and native profile in this directory (None: none).
+    perf_dir: Path | None = None
 
 
 class LocalCluster:
@@ -376,6 +380,7 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
                 walls[name].append(wall_s)
                 cpus[name].append(cpu)
                 moves[name] += moved
+        profiles = profiled_rounds(clusters, args, per_partition) if args.perf_dir else {}
     finally:
         for cluster in clusters.values():
             cluster.stop()
@@ -398,7 +403,37 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
         ratios = [s / c for s, c in zip(walls["single"], walls[name], strict=True)]
         result[f"spread_{name}_vs_single"] = round(statistics.median(ratios), 2)
         result[f"spread_{name}_vs_single_each"] = [round(r, 2) for r in ratios]
+    if profiles:
+        result["spread_kernel_profiles"] = {name: profile.as_json()
+                                            for name, profile in profiles.items()}
     return result
+
+
+def profiled_rounds(clusters: dict[str, LocalCluster], args: ReplicationSettings,
+                    per_partition: int) -> dict[str, KernelProfile]:
+    """One more spread round per cluster with every broker under `perf record`; prints each
+    broker's summary line (its role: lone, leader of the partitions, or follower) as it goes."""
+    profiles: dict[str, KernelProfile] = {}
+    for c, (name, cluster) in enumerate(clusters.items()):
+        spread_leaders = SPREAD_CLUSTERS[name][2]
+        leaders = set(partition_leaders(cluster, args.spread_partitions,
+                                        spread_leaders).values())
+        batches = {p: build_batches(per_partition, args.record_bytes, args.batch_bytes,
+                                    producer_id=(8000 + 10 * c + p).to_bytes(16, "big"))
+                   for p in range(args.spread_partitions)}
+        profiler = KernelProfiler(args.perf_dir)
+        for node, child in cluster.children.items():
+            role = "lone" if len(cluster.children) == 1 else \
+                "leader" if node in leaders else "follower"
+            profiler.start(f"{name}-broker-{node}-{role}", child.proc.pid)
+        try:
+            spread_round(cluster, batches, args.in_flight, spread_leaders)
+        finally:
+            found = profiler.stop()
+        for profile in found:
+            print(profile.line(), file=sys.stderr, flush=True)
+            profiles[profile.name] = profile
+    return profiles
 
 
 FAILOVER_PARTITIONS = 3  # partition 0 is the one whose leader is hit
