@@ -88,7 +88,7 @@ def _fake_perf(directory: Path) -> None:
     acknowledged, until SIGINT, and reports the texts above."""
     script = directory / "perf"
     script.write_text(f"""#!{sys.executable}
-import signal, sys, time
+import signal, sys
 args = sys.argv[1:]
 if args[0] == "record":
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
@@ -100,7 +100,7 @@ if args[0] == "record":
     with open(ack, "w") as answers:
         answers.write("ack\\n")
     while True:
-        time.sleep(0.01)
+        signal.pause()  # until the profiler's SIGINT
 print({WITH_CALLEES!r} if "--children" in args else {BY_OBJECT!r})
 """)
     script.chmod(0o755)
