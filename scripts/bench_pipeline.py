@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perf", type=Path, default=None, metavar="DIR",
                         help="Linux perf on every process per session into DIR: page faults, "
                              "zeroing of fresh pages, system calls, self time by library")
+    parser.add_argument("--warm-up-idle-passes", type=int, default=None, metavar="N",
+                        help="the query service's --warm-up-idle-passes (default: its own)")
+    parser.add_argument("--after-idle-warm-up", action="store_true",
+                        help="start the first session once the service's idle warm-up passes "
+                             "are over (a client that comes later), not at once")
     parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir,
             args.warm_sessions, args.master, args.skip_spark_csv, args.skip_duckdb,
             args.topics_gone_timeout_s, args.profile, args.profile_rate_hz, args.profile_gil,
-            args.perf))
+            args.perf, args.warm_up_idle_passes, args.after_idle_warm_up))
     except BenchError as error:
         print(f"bench_pipeline failed: {type(error).__name__}: {error}", file=sys.stderr,
               flush=True)

@@ -385,6 +385,13 @@ class QueryService:
         """Cancel the running jobs when stopping; give the workers a moment to end."""
         self._workers.stop()
 
+    def has_seen_sessions(self) -> bool:
+        """Whether a session started, ended or ran a job since this service started: the
+        idle warm-up (driver.py) then yields the cores to the sessions for good."""
+        with self._counts_lock:
+            seen = self.counts["sessions_started"] + self.counts["sessions_picked_up"]
+        return seen > 0 or self.metrics.snapshot()[0] > 0
+
     def _count(self, name: str) -> None:
         with self._counts_lock:
             self.counts[name] += 1

@@ -74,13 +74,14 @@ from common.service_cli import (
 from spark.driver import (
     spark_session,
     stop_spark_quietly,
+    warm_up_idle_in_background,
     warm_up_quietly,
     warm_up_when_settled,
 )
 from spark.metrics import query_service_registry
 from spark.query_service import QueryService
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
-from spark.service_settings import SERVICE_NAME, ServiceSettings
+from spark.service_settings import SERVICE_NAME, WARM_UP_IDLE_PASSES_DEFAULT, ServiceSettings
 from spark.warm_up import SAMPLE_ROWS_DEFAULT as WARM_UP_ROWS_DEFAULT
 
 log = logging.getLogger("spark.service")
@@ -126,6 +127,9 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
                         help="warm up beside serving instead, this many seconds after the "
                              "master granted a first executor (a deployment starting all its "
                              "JVMs at once); skipped if a session job runs by then")
+    parser.add_argument("--warm-up-idle-passes", type=int, default=WARM_UP_IDLE_PASSES_DEFAULT,
+                        help="then this many more passes over a small sample, each started "
+                             "only while no session job runs (0: none)")
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -152,7 +156,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         result_slice_pause_s=args.result_slice_pause_s,
         read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen,
         finished_session_retention_s=retention_s, ui_port=args.ui_port,
-        warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s)
+        warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s,
+        warm_up_idle_passes=max(0, args.warm_up_idle_passes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,11 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         if heartbeat is not None:
             heartbeat.stop()
         return 2
+
+    def busy() -> bool:
+        return service.metrics.snapshot()[0] > 0  # a session job runs
+
     if settings.warm_up_settle_s is None:
-        warm_up_quietly(spark, settings.warm_up_rows)
+        if warm_up_quietly(spark, settings.warm_up_rows):
+            warm_up_idle_in_background(spark, settings.warm_up_idle_passes, stop_requested,
+                                       service.has_seen_sessions)
     else:
         warm_up_when_settled(spark, settings.warm_up_rows, settings.warm_up_settle_s,
-                             stop_requested, lambda: service.metrics.snapshot()[0] > 0)
+                             stop_requested, busy, idle_passes=settings.warm_up_idle_passes,
+                             sessions_seen=service.has_seen_sessions)
     log.info("query service up: brokers %s, master %s, %d concurrent sessions, finished "
              "sessions' topics %s", settings.brokers, settings.master,
              settings.sessions_concurrent_max,

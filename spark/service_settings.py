@@ -19,6 +19,7 @@ from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
 from spark.warm_up import SAMPLE_ROWS_DEFAULT as WARM_UP_ROWS_DEFAULT
 
 SERVICE_NAME = "query-service"
+WARM_UP_IDLE_PASSES_DEFAULT = 6
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class ServiceSettings:
     # >= 0: warm up beside serving, this long after the first executor (0 s included);
     # None: before serving.
     warm_up_settle_s: float | None = None
+    # More warm-up passes once serving, each only while no session job runs (driver.py's
+    # `warm_up_while_idle`); 0: none.
+    warm_up_idle_passes: int = WARM_UP_IDLE_PASSES_DEFAULT
     # The driver's Spark UI: None = Spark's default port (4040) on a cluster and off in local
     # mode (tests start many drivers); 0 = off; a port = on, also in local mode.
     ui_port: int | None = None

@@ -41,7 +41,7 @@ from scripts.bench.profile import RATE_HZ_DEFAULT, SessionProfiler, format_summa
 from scripts.bench.result_gate import GateReport, gate
 from scripts.bench.spark_stages import StageCost, format_stage_costs, session_stage_costs
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
-from scripts.launcher.layout import RunLayout
+from scripts.launcher.layout import SERVICE_NAME, RunLayout
 from scripts.launcher.platform import REPO, LocalPlatform, start_platform
 from scripts.launcher.sample_data import InputFiles, sample_files
 
@@ -76,6 +76,14 @@ class PipelineSettings:
     # Linux perf on every process of each session (kernel_profile.py): where the CPU goes,
     # the kernel's page faults and system calls included; files in perf_dir/session-<i>/.
     perf_dir: Path | None = None
+    warm_up_idle_passes: int | None = None  # the query service's flag; None: its default
+    # Start the first session only once the service's idle warm-up passes are over: a client
+    # that comes some time after the service is up (by default it comes at once).
+    after_idle_warm_up: bool = False
+
+
+IDLE_WARM_UP_TIMEOUT_S = 600.0
+IDLE_WARM_UP_POLL_S = 0.2
 
 
 # --- pipeline ---------------------------------------------------------------------------------
@@ -179,13 +187,18 @@ def run_pipeline(settings: PipelineSettings, flights: Path, airports: Path,
                  work_dir: Path) -> dict:
     layout = RunLayout(work_dir, work_dir / "run" / "broker-data", keep_broker_data=False)
     layout.prepare()
-    platform = LocalPlatform(layout, settings.master)
+    service_argv_extra = () if settings.warm_up_idle_passes is None else (
+        "--warm-up-idle-passes", str(settings.warm_up_idle_passes))
+    platform = LocalPlatform(layout, settings.master, service_argv_extra=service_argv_extra)
     sessions = []
     try:
         started = time.monotonic()
         start_platform(platform)
         ready_s = platform.wait_for_service()
         platform_ready_s = time.monotonic() - started
+        idle_warm_up_s = (_wait_for_idle_warm_up(layout)
+                          if settings.after_idle_warm_up and settings.warm_up_idle_passes != 0
+                          else None)
         for index in range(1 + settings.warm_sessions):
             sessions.append(_one_session(settings, platform, layout, flights, airports, work_dir,
                                          index))
@@ -193,8 +206,29 @@ def run_pipeline(settings: PipelineSettings, flights: Path, airports: Path,
     finally:
         platform.stop_all(STOP_TIMEOUT_S)
     return {"platform_ready_s": round(platform_ready_s, 1),
-            "query_service_ready_s": round(ready_s, 1), "sessions": sessions,
+            "query_service_ready_s": round(ready_s, 1),
+            "idle_warm_up": _idle_warm_up_line(layout), "idle_warm_up_waited_s": idle_warm_up_s,
+            "sessions": sessions,
             "processes_at_end": processes}
+
+
+def _wait_for_idle_warm_up(layout: RunLayout) -> float:
+    """Seconds until the service logged the end of its idle warm-up passes."""
+    started = time.monotonic()
+    while _idle_warm_up_line(layout) is None:
+        if time.monotonic() - started > IDLE_WARM_UP_TIMEOUT_S:
+            raise BenchError(f"the query service's idle warm-up did not end within "
+                             f"{IDLE_WARM_UP_TIMEOUT_S:g} s")
+        time.sleep(IDLE_WARM_UP_POLL_S)
+    return round(time.monotonic() - started, 1)
+
+
+def _idle_warm_up_line(layout: RunLayout) -> str | None:
+    """The service's account of its idle warm-up passes (how many ran before the first
+    session job started), or None when it logged none."""
+    text = layout.log_path(SERVICE_NAME).read_text(errors="replace")
+    lines = [line for line in text.splitlines() if "idle warm-up:" in line]
+    return lines[-1].split("idle warm-up:", 1)[1].strip() if lines else None
 
 
 def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: RunLayout,
@@ -386,6 +420,11 @@ def ratios(result: dict) -> dict:
 
 
 def print_table(result: dict) -> None:
+    pipeline = result["pipeline"]
+    waited_s = pipeline.get("idle_warm_up_waited_s")
+    print(f"query service ready after {pipeline['query_service_ready_s']:.1f} s; idle warm-up: "
+          f"{pipeline.get('idle_warm_up') or 'none logged'}"
+          + ("" if waited_s is None else f"; the first session waited {waited_s:.1f} s for it"))
     print(f"{'what':<44}{'seconds':>10}  notes")
     for i, s in enumerate(result["pipeline"]["sessions"]):
         what = f"pipeline session {i} ({s['service']} query service)"

@@ -62,9 +62,11 @@ class LocalPlatform:
     UI and its /metrics."""
 
     def __init__(self, layout: RunLayout, master: str,
-                 broker_count: int = BROKERS_DEFAULT, status_port: int = 0) -> None:
+                 broker_count: int = BROKERS_DEFAULT, status_port: int = 0,
+                 service_argv_extra: tuple[str, ...] = ()) -> None:
         self.layout = layout
         self.master = master
+        self.service_argv_extra = service_argv_extra  # more `spark.service` flags (benchmarks)
         self.registry = LocalServiceRegistry(layout.registry_dir)
         # One call: distinct ports.
         ports = free_ports(3 * HEALTHCHECKERS + 2 * broker_count + 3)
@@ -165,7 +167,8 @@ class LocalPlatform:
             "--heartbeat-targets", self.heartbeat_targets,
             "--secret-file", str(self.secret_file),
             "--ui-port", str(self.spark_ui_port),
-            "--metrics-listen", f"127.0.0.1:{self.service_metrics_port}"])
+            "--metrics-listen", f"127.0.0.1:{self.service_metrics_port}",
+            *self.service_argv_extra])
         pid = self.spawn(SERVICE_NAME)
         console.say(f"  started {SERVICE_NAME:<16} pid {pid:<7} Spark {self.master}, "
                     f"its UI on {self.spark_ui_url}, /metrics on 127.0.0.1:"

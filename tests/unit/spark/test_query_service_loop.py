@@ -216,3 +216,16 @@ def test_until_the_broker_answers_retries_retriable_errors_and_raises_others_as_
     made.stop_requested.set()
     with pytest.raises(ServiceStopping):
         made._until_broker_answers(lambda: (_ for _ in ()).throw(ConnectionLostError("gone")))
+
+
+@pytest.mark.parametrize("first", ["started", "ended"])
+def test_a_session_seen_ends_the_idle_warm_up_whatever_record_comes_first(service, jobs,
+                                                                          first):
+    """The idle warm-up's rule (driver.warm_up_while_idle): it yields at a session's start,
+    an upload included, not only at its job; a malformed record is no session."""
+    service.handle(message(0, b"{not json"))
+    assert not service.has_seen_sessions()
+    record = SessionStarted("c5", 4) if first == "started" else ended("c5")
+    service.handle(message(1, encode(record)))
+    assert service.has_seen_sessions()
+    jobs.release("c5")

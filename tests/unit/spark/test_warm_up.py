@@ -57,3 +57,11 @@ def test_a_sample_that_yields_nothing_is_an_error():
         _check(10, {"q1": 1, "q2": 0, "q3": 1, "q4": 1}, 10)
     with pytest.raises(WarmUpError):
         _check(9, {"q1": 1, "q2": 1, "q3": 1, "q4": 1}, 10)
+
+
+def test_an_idle_pass_runs_every_query_over_its_small_sample(spark):
+    """The idle passes' sample (driver.IDLE_PASS_ROWS) still feeds every query: `warm_up`
+    raises WarmUpError on a sample that yields no rows for one of them."""
+    from spark.driver import IDLE_PASS_ROWS
+
+    assert warm_up(spark, IDLE_PASS_ROWS) > 0

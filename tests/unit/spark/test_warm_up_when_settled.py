@@ -45,12 +45,14 @@ def warmed(monkeypatch):
     calls: list[int] = []
     done = threading.Event()
 
-    def fake_warm_up_quietly(spark, rows: int) -> None:
+    def fake_warm_up_quietly(spark, rows: int) -> bool:
         calls.append(rows)
         done.set()
+        return True
 
     monkeypatch.setattr(driver, "warm_up_quietly", fake_warm_up_quietly)
     monkeypatch.setattr(driver, "SETTLE_POLL_S", 0.01)
+    monkeypatch.setattr(driver, "IDLE_FIRST_S", 0.0)
     return calls, done
 
 
@@ -63,6 +65,17 @@ def test_waits_for_a_first_executor_then_warms_up_in_its_own_pool(warmed):
     assert done.wait(WAIT_S)
     thread.join(WAIT_S)
     assert calls == [500] and spark.sparkContext.pools == [driver.WARM_UP_POOL]
+
+
+def test_idle_passes_follow_the_settled_warm_up_on_its_thread(warmed):
+    calls, _done = warmed
+    spark = FakeSpark("local[2]")
+    thread = driver.warm_up_when_settled(spark, 500, 0.0, threading.Event(), lambda: False,
+                                         idle_passes=3)
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert calls == [500, *[driver.IDLE_PASS_ROWS] * 3]
+    assert spark.sparkContext.pools == [driver.WARM_UP_POOL]
 
 
 def test_local_mode_needs_no_executor(warmed):
