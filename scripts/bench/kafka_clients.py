@@ -5,12 +5,13 @@ them (`brokers`, LocalCluster of replication.py; the leader's CPU is the one mea
 
 Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
 acks=all, into a fresh topic, one `produce()` call per record; (b) Kafka consume -- those N
-from offset 0; (c) Kafka produce of the same records through `produce_batch` (10,000 a call)
-into a third topic; (d) Kaska produce of the same values into another fresh topic; (e) Kaska
-consume. Reported per step: records per
-second (wall; dominated by the client and by whatever else runs on the machine) and the
-broker's CPU milliseconds per MB of record values (`server_cpu`, measured from /proc: the
-listener's real cost, transcoding included, and hardly moved by machine noise). Medians.
+from offset 0, by confluent-kafka in this process, then by kcat (librdkafka in C, a process of
+its own: no Python object per record); (c) Kafka produce of the same records through
+`produce_batch` (10,000 a call) into a third topic; (d) Kaska produce of the same values into
+another fresh topic; (e) Kaska consume. Reported per step: records per second (wall; dominated
+by the client and by whatever else runs on the machine) and the broker's CPU milliseconds per
+MB of record values (`server_cpu`, measured from /proc: the listener's real cost, transcoding
+included, and hardly moved by machine noise). Medians.
 
 Invariants: every round reads back exactly N records in each protocol, and the produce_batch
 topic holds exactly N (its high watermark; RuntimeError otherwise).
@@ -20,7 +21,9 @@ Threads: none of its own (librdkafka runs its own).
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -89,6 +92,21 @@ def kafka_consume(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError(f"Kafka consume read {got} of {count}")
 
 
+def kcat_consume(bootstrap: str, topic: str, count: int) -> None:
+    """The same records read by kcat (librdkafka in C, its own process): one byte printed per
+    record, so the figure is the consumer's and the broker's, not a Python loop's."""
+    if shutil.which("kcat") is None:
+        raise RuntimeError("kcat consume: kcat is not installed (apt-get install kcat)")
+    done = subprocess.run(
+        ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+         "-c", str(count), "-e", "-q", "-f", ".", "-X", "fetch.max.bytes=52428800",
+         "-X", "fetch.message.max.bytes=8388608"],
+        capture_output=True, timeout=CLIENT_TIMEOUT_S, check=False)
+    if done.returncode != 0 or len(done.stdout) != count:
+        raise RuntimeError(f"kcat consume read {len(done.stdout)} of {count} (exit "
+                           f"{done.returncode}): {done.stderr.decode(errors='replace')[-500:]}")
+
+
 def kaska_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer = KaskaProducer(bootstrap)
     futures = [producer.send(topic, value) for value in values]
@@ -116,8 +134,8 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
     # (and the objects around them) tracked, the consumer's collections tripled its time per
     # record (1M records of 100 B, one broker: 204k records/s, 634k with the collector off).
     gc.freeze()
-    steps = ("kafka_produce", "kafka_consume", "kafka_produce_batch", "kaska_produce",
-             "kaska_consume")
+    steps = ("kafka_produce", "kafka_consume", "kcat_consume", "kafka_produce_batch",
+             "kaska_produce", "kaska_consume")
     rounds: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         cluster = LocalCluster(Path(tmp), brokers, "kafka", kafka=True)
@@ -134,6 +152,8 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
                 rounds["kafka_produce"].append(measured(broker, lambda i=index: kafka_produce(
                     kafka, f"kafka{i}", values)))
                 rounds["kafka_consume"].append(measured(broker, lambda i=index: kafka_consume(
+                    kafka, f"kafka{i}", records)))
+                rounds["kcat_consume"].append(measured(broker, lambda i=index: kcat_consume(
                     kafka, f"kafka{i}", records)))
                 rounds["kafka_produce_batch"].append(measured(
                     broker, lambda i=index: kafka_produce_batches(kafka, f"kafkabatch{i}",
