@@ -62,9 +62,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measured(server: Child, run: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, the server process's CPU seconds) of one round. CPU time hardly depends
-    on what else the machine runs, so it tells the broker's cost apart from the noise."""
-    before = cpu_s(server.proc.pid)
+def measured(server: Child | list[Child], run: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, the server processes' CPU seconds together) of one round. CPU time
+    hardly depends on what else the machine runs, so it tells the brokers' cost apart from
+    the noise."""
+    pids = [child.proc.pid for child in (server if isinstance(server, list) else [server])]
+    before = sum(cpu_s(pid) for pid in pids)
     wall_s = timed(run)
-    return wall_s, cpu_s(server.proc.pid) - before
+    return wall_s, sum(cpu_s(pid) for pid in pids) - before

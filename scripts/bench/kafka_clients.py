@@ -1,7 +1,9 @@
 """The Kafka listener end to end: the broker's CPU per MB for the same records produced and
 consumed through Kafka's protocol (confluent-kafka: librdkafka, a fast native client) and
 through Kaska's own (the Python client), against one broker child process or a cluster of
-them (`brokers`, LocalCluster of replication.py; the leader's CPU is the one measured).
+them (`brokers`, LocalCluster of replication.py; every broker's CPU is measured and summed:
+since stop 36 each topic lands in one of several replication groups, whose leader need not be
+the cluster leader, which until stop 38 was the one broker measured).
 
 Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
 acks=all, into a fresh topic, one `produce()` call per record; (b) Kafka consume -- those N
@@ -9,9 +11,11 @@ from offset 0, by confluent-kafka in this process, then by kcat (librdkafka in C
 its own: no Python object per record); (c) Kafka produce of the same records through
 `produce_batch` (10,000 a call) into a third topic; (d) Kaska produce of the same values into
 another fresh topic; (e) Kaska consume. Reported per step: records per second (wall; dominated
-by the client and by whatever else runs on the machine) and the broker's CPU milliseconds per
-MB of record values (`server_cpu`, measured from /proc: the listener's real cost, transcoding
-included, and hardly moved by machine noise). Medians.
+by the client and by whatever else runs on the machine), the brokers' CPU milliseconds per MB
+of record values (`server_cpu`, all brokers together, measured from /proc: the listener's and
+replication's real cost, transcoding included, and hardly moved by machine noise) and the
+client's (`client_cpu`: this process, librdkafka's threads included, plus kcat's process).
+Medians.
 
 Invariants: every round reads back exactly N records in each protocol, and the produce_batch
 topic holds exactly N (its high watermark; RuntimeError otherwise).
@@ -21,6 +25,7 @@ Threads: none of its own (librdkafka runs its own).
 from __future__ import annotations
 
 import gc
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +46,13 @@ CLIENT_TIMEOUT_S = 300.0
 PRODUCE_BATCH_RECORDS = 10_000  # librdkafka's batch.num.messages default
 # Both Kafka producers: idempotent, acks=all (the issue's target), batches sent after 5 ms.
 PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
+# Both Kafka consumers (confluent-kafka and kcat): up to 8 MB per partition and 50 MB per fetch,
+# and a prefetch queue of up to 1M records. With librdkafka's defaults (1 MB per partition,
+# fetching paused while 100k records wait), confluent-kafka's consumer idled between fetches:
+# 1M records of 100 B from one broker, one probe, 2026-11-27: 714k records/s with the larger
+# fetches alone, 2.73M with the queue too (0.5 CPU-s in both: it waited, it did not work).
+CONSUMER_FETCH_SETTINGS = {"fetch.max.bytes": 52_428_800, "fetch.message.max.bytes": 8_388_608,
+                           "queued.min.messages": 1_000_000}
 
 
 def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -81,7 +93,7 @@ def kafka_produce_batches(bootstrap: str, topic: str, values: list[bytes]) -> No
 
 def kafka_consume(bootstrap: str, topic: str, count: int) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **CONSUMER_FETCH_SETTINGS})
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
@@ -99,8 +111,9 @@ def kcat_consume(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError("kcat consume: kcat is not installed (apt-get install kcat)")
     done = subprocess.run(
         ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
-         "-c", str(count), "-e", "-q", "-f", ".", "-X", "fetch.max.bytes=52428800",
-         "-X", "fetch.message.max.bytes=8388608"],
+         "-c", str(count), "-e", "-q", "-f", ".",
+         *[arg for key, value in CONSUMER_FETCH_SETTINGS.items()
+           for arg in ("-X", f"{key}={value}")]],
         capture_output=True, timeout=CLIENT_TIMEOUT_S, check=False)
     if done.returncode != 0 or len(done.stdout) != count:
         raise RuntimeError(f"kcat consume read {len(done.stdout)} of {count} (exit "
@@ -127,8 +140,22 @@ def kaska_consume(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError(f"Kaska consume read {got} of {count}")
 
 
+def _client_cpu_s() -> float:
+    """CPU seconds of this process (every thread, librdkafka's too) and its reaped children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measured_with_client(brokers: list, run_round) -> tuple[float, float, float]:
+    """(wall s, brokers' CPU s, client CPU s) of one round."""
+    before = _client_cpu_s()
+    wall_s, server_s = measured(brokers, run_round)
+    return wall_s, server_s, _client_cpu_s() - before
+
+
 def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict:
-    """`brokers`: 1, or an odd cluster size (the leader's CPU is the one measured)."""
+    """`brokers`: 1, or an odd cluster size (every broker's CPU, summed)."""
     values = [bytes([i % 251]) * record_bytes for i in range(records)]
     # Out of the collector's sight: the clients run in this process, and with a million values
     # (and the objects around them) tracked, the consumer's collections tripled its time per
@@ -136,32 +163,31 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
     gc.freeze()
     steps = ("kafka_produce", "kafka_consume", "kcat_consume", "kafka_produce_batch",
              "kaska_produce", "kaska_consume")
-    rounds: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
+    rounds: dict[str, list[tuple[float, float, float]]] = {step: [] for step in steps}
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         cluster = LocalCluster(Path(tmp), brokers, "kafka", kafka=True)
         kaska, kafka = cluster.bootstrap, cluster.kafka_bootstrap
         try:
             create_topic(cluster)  # and a leader elected
-            broker = cluster.children[cluster.agreed_leader()]
+            cluster.agreed_leader()
+            brokers_all = list(cluster.children.values())
             with Admin(kaska) as admin:
                 for index in range(repeats):
                     admin.create_topic(f"kafka{index}")
                     admin.create_topic(f"kafkabatch{index}")
                     admin.create_topic(f"kaska{index}")
             for index in range(repeats):
-                rounds["kafka_produce"].append(measured(broker, lambda i=index: kafka_produce(
-                    kafka, f"kafka{i}", values)))
-                rounds["kafka_consume"].append(measured(broker, lambda i=index: kafka_consume(
-                    kafka, f"kafka{i}", records)))
-                rounds["kcat_consume"].append(measured(broker, lambda i=index: kcat_consume(
-                    kafka, f"kafka{i}", records)))
-                rounds["kafka_produce_batch"].append(measured(
-                    broker, lambda i=index: kafka_produce_batches(kafka, f"kafkabatch{i}",
-                                                                  values)))
-                rounds["kaska_produce"].append(measured(broker, lambda i=index: kaska_produce(
-                    kaska, f"kaska{i}", values)))
-                rounds["kaska_consume"].append(measured(broker, lambda i=index: kaska_consume(
-                    kaska, f"kaska{i}", records)))
+                steps_of_round = {
+                    "kafka_produce": lambda i=index: kafka_produce(kafka, f"kafka{i}", values),
+                    "kafka_consume": lambda i=index: kafka_consume(kafka, f"kafka{i}", records),
+                    "kcat_consume": lambda i=index: kcat_consume(kafka, f"kafka{i}", records),
+                    "kafka_produce_batch": lambda i=index: kafka_produce_batches(
+                        kafka, f"kafkabatch{i}", values),
+                    "kaska_produce": lambda i=index: kaska_produce(kaska, f"kaska{i}", values),
+                    "kaska_consume": lambda i=index: kaska_consume(kaska, f"kaska{i}", records),
+                }
+                for step, run_round in steps_of_round.items():
+                    rounds[step].append(measured_with_client(brokers_all, run_round))
         finally:
             cluster.stop()
     volume_mb = records * record_bytes / MB
@@ -169,7 +195,10 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
                                        "record_bytes": record_bytes, "repeats": repeats}
     for step, measurements in rounds.items():
         summary[f"{step}_records_per_s"] = round(
-            records / statistics.median(wall for wall, _cpu in measurements))
+            records / statistics.median(wall for wall, _cpu, _client in measurements))
         summary[f"{step}_server_cpu_ms_per_mb"] = round(
-            statistics.median(cpu for _wall, cpu in measurements) * 1000 / volume_mb, 1)
+            statistics.median(cpu for _wall, cpu, _client in measurements) * 1000 / volume_mb, 1)
+        summary[f"{step}_client_cpu_ms_per_mb"] = round(
+            statistics.median(client for _wall, _cpu, client in measurements) * 1000
+            / volume_mb, 1)
     return summary
