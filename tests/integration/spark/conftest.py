@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker.broker_process import BrokerProcess
+from tests.integration.spark.service_process import ServiceProcess
 from tests.spark_session import local_spark_session
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,3 +44,19 @@ def broker(tmp_path_factory):
 def topic_name():
     """A topic name no other test uses, shaped like a session's data topic."""
     return f"flights.t{next(_names)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def services(tmp_path, broker):
+    """`services(*extra_args)` starts a query service against `broker` (the module's, or a
+    test module's own); every one started is killed afterwards."""
+    started: list[ServiceProcess] = []
+
+    def start(*extra_args: str) -> ServiceProcess:
+        service = ServiceProcess(broker.address, tmp_path / "service.log", *extra_args).start()
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.kill9()

@@ -38,20 +38,6 @@ def broker(tmp_path):
     process.kill()
 
 
-@pytest.fixture
-def services(tmp_path, broker):
-    started: list[ServiceProcess] = []
-
-    def start(*extra_args: str) -> ServiceProcess:
-        service = ServiceProcess(broker.address, tmp_path / "service.log", *extra_args).start()
-        started.append(service)
-        return service
-
-    yield start
-    for service in started:
-        service.kill9()
-
-
 def wait_until(condition, what: str, service: ServiceProcess, timeout_s: float = RESULTS_WAIT_S):
     deadline = time.monotonic() + timeout_s
     while True:
