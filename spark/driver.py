@@ -3,7 +3,7 @@
 Owns: `spark_session` (FAIR scheduling between session jobs, the `kaska` source registered,
 the driver UI per `ServiceSettings.ui_port`), `warm_up_quietly` (before serving),
 `warm_up_when_settled` (beside serving, once the deployment has settled), `warm_up_while_idle`
-(more passes once serving, only while no session job runs), `stop_spark_quietly`, and
+(more passes once serving, only until the first session comes), `stop_spark_quietly`, and
 `JOB_ERRORS`, the failures of a job that the next attempt may fix.
 
 Invariants: nothing here raises into the service for a Spark that is cold or already stopping:
@@ -121,8 +121,7 @@ def warm_up_when_settled(spark, sample_rows: int, settle_s: float, stop: threadi
             return
         spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, WARM_UP_POOL)
         if warm_up_quietly(spark, sample_rows):
-            warm_up_while_idle(lambda: warm_up_quietly(spark, IDLE_PASS_ROWS), idle_passes,
-                               stop, sessions_seen or busy, IDLE_FIRST_S)
+            _idle_passes(spark, idle_passes, stop, sessions_seen or busy)
 
     thread = threading.Thread(target=run, name="warm-up", daemon=True)
     thread.start()
@@ -138,12 +137,17 @@ def warm_up_idle_in_background(spark, passes: int, stop: threading.Event,
 
     def run() -> None:
         spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, WARM_UP_POOL)
-        warm_up_while_idle(lambda: warm_up_quietly(spark, IDLE_PASS_ROWS), passes, stop, busy,
-                           IDLE_FIRST_S)
+        _idle_passes(spark, passes, stop, busy)
 
     thread = threading.Thread(target=run, name="warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def _idle_passes(spark, passes: int, stop: threading.Event, busy: Callable[[], bool]) -> None:
+    """The idle passes over IDLE_PASS_ROWS, on the calling thread (already in the pool)."""
+    warm_up_while_idle(lambda: warm_up_quietly(spark, IDLE_PASS_ROWS), passes, stop, busy,
+                       IDLE_FIRST_S)
 
 
 def _has_executor(spark) -> bool:

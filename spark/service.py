@@ -128,8 +128,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
                              "master granted a first executor (a deployment starting all its "
                              "JVMs at once); skipped if a session job runs by then")
     parser.add_argument("--warm-up-idle-passes", type=int, default=WARM_UP_IDLE_PASSES_DEFAULT,
-                        help="then this many more passes over a small sample, each started "
-                             "only while no session job runs (0: none)")
+                        help="then this many more passes over a small sample, once serving "
+                             "and only until the first session comes (0: none)")
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)

@@ -46,7 +46,7 @@ class ServiceSettings:
     # >= 0: warm up beside serving, this long after the first executor (0 s included);
     # None: before serving.
     warm_up_settle_s: float | None = None
-    # More warm-up passes once serving, each only while no session job runs (driver.py's
+    # More warm-up passes once serving, only until the first session comes (driver.py's
     # `warm_up_while_idle`); 0: none.
     warm_up_idle_passes: int = WARM_UP_IDLE_PASSES_DEFAULT
     # The driver's Spark UI: None = Spark's default port (4040) on a cluster and off in local

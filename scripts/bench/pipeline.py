@@ -225,7 +225,7 @@ def _wait_for_idle_warm_up(layout: RunLayout) -> float:
 
 def _idle_warm_up_line(layout: RunLayout) -> str | None:
     """The service's account of its idle warm-up passes (how many ran before the first
-    session job started), or None when it logged none."""
+    session came), or None when it logged none."""
     text = layout.log_path(SERVICE_NAME).read_text(errors="replace")
     lines = [line for line in text.splitlines() if "idle warm-up:" in line]
     return lines[-1].split("idle warm-up:", 1)[1].strip() if lines else None
