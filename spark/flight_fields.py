@@ -1,14 +1,18 @@
 """The query fields of flight rows, derived once and columnar (pyarrow.compute) where the rows
 are decoded: in the `kaska` source's Python worker, before Spark sees a row (issue 23).
 
-`derive(table)` maps the seven string columns of `spark.queries.FLIGHT_COLUMNS` to
-`DERIVED_SCHEMA`: each row's first failed validity rule (null when valid) and, for valid rows,
-the parsed fare, the duration in minutes, the stopover count, the given distance when it is
-positive and finite, and only where a query can read them the stopovers text and the original
-`travelDuration` (rows with at least `Q1_STOPOVER_COUNT_MIN` stopovers: Q1 and Q3) and the
-airport chain (rows without a usable given distance: Q2 sums their legs). Spark then joins the
-airports and computes the queries from these narrow typed columns
-(`spark.queries.prepare_derived_flights`) instead of parsing seven strings per row itself.
+`derive(table, coordinates_json)` maps the seven string columns of
+`spark.queries.FLIGHT_COLUMNS` to `DERIVED_SCHEMA`, given the session's airports
+(`spark.airport_distances.AirportCoordinates` as JSON). Per row: its first failed validity
+rule (null when valid); for valid rows the route as one integer (`spark.route_id`), the parsed
+fare and whether both airports are known (Q2 counts the rows it skips); and only where a query
+prints them, the rest:
+- Q1 rows (at least `Q1_STOPOVER_COUNT_MIN` stopovers, which Q3 ranks): legId, the original
+  `travelDuration`, the duration in minutes and the stopovers text;
+- Q2 rows (a known total distance over `Q2_DETOUR_FACTOR` times the direct one): legId and the
+  total distance, the given one or the sum of the legs (`spark.airport_distances`).
+Spark then caches these narrow columns and computes the queries from them
+(`spark.derived_queries`): a long, a double and two booleans for most rows, not seven strings.
 
 The rules are those of `spark.queries` (QUERIES.md, and the decisions its module doc lists),
 written for RE2 and Arrow's casts; tests run every query suite through both paths and compare
@@ -27,32 +31,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark.airport_distances import AirportTable, airport_table, haversine_miles
 from spark.queries import (
     FLIGHT_COLUMNS,
     INVALID_KINDS,
     MINUTES_PER_DAY,
     MINUTES_PER_HOUR,
     Q1_STOPOVER_COUNT_MIN,
+    Q2_DETOUR_FACTOR,
     SECONDS_PER_MINUTE,
     SEGMENT_SEPARATOR,
     duration_component_digits_max,
 )
+from spark.route_id import AIRPORT_CODES, airport_code_numbers
 
-INVALID_KIND, FARE, DURATION_MINUTES = "invalid_kind", "totalFare", "duration_minutes"
-STOPOVER_COUNT, STOPOVERS, GIVEN_MILES, CHAIN = ("stopover_count", "stopovers", "given_miles",
-                                                 "chain")
+INVALID_KIND, ROUTE_ID, FARE, ENDPOINTS_KNOWN = ("invalid_kind", "route_id", "totalFare",
+                                                 "endpoints_known")
+DURATION_MINUTES, STOPOVERS, TOTAL_DISTANCE = "duration_minutes", "stopovers", "totalDistance"
 DERIVED_SCHEMA = pa.schema([
-    (INVALID_KIND, pa.string()),
-    ("legId", pa.string()),
-    ("startingAirport", pa.string()),
-    ("destinationAirport", pa.string()),
-    ("travelDuration", pa.string()),  # only where STOPOVERS is set (Q3 prints it)
+    (INVALID_KIND, pa.string()),  # null when valid; the columns below are null when invalid
+    (ROUTE_ID, pa.int64()),
     (FARE, pa.float64()),
+    (ENDPOINTS_KNOWN, pa.bool_()),  # both airports in the airports file
+    ("legId", pa.string()),  # Q1 and Q2 rows only
+    ("travelDuration", pa.string()),  # Q1 rows only (the three below too)
     (DURATION_MINUTES, pa.int64()),
-    (STOPOVER_COUNT, pa.int32()),
     (STOPOVERS, pa.string()),
-    (GIVEN_MILES, pa.float64()),
-    (CHAIN, pa.list_(pa.string())),
+    (TOTAL_DISTANCE, pa.float64()),  # Q2 rows only
 ])
 
 # RE2 forms of spark.queries' Java regexes (`\z`: the very end, as there).
@@ -136,35 +141,70 @@ def invalid_kinds(table: pa.Table, fare, duration_ok) -> pa.Array:
     return kind
 
 
-def derive(table: pa.Table) -> pa.Table:
-    """`DERIVED_SCHEMA` of a table holding (at least) FLIGHT_COLUMNS as strings."""
+def derive(table: pa.Table, coordinates_json: str) -> pa.Table:
+    """`DERIVED_SCHEMA` of a table holding (at least) FLIGHT_COLUMNS as strings, given the
+    session's airports (`AirportCoordinates.to_json()`)."""
+    airports = airport_table(coordinates_json)
     table = pa.Table.from_arrays([_array(table[name]) for name in FLIGHT_COLUMNS],
                                  names=list(FLIGHT_COLUMNS))
     fare = parse_number(table["totalFare"])
     duration_ok, minutes = duration_minutes(table["travelDuration"])
     kind = invalid_kinds(table, fare, duration_ok)
     valid = pc.is_null(kind)
+    valid_rows = valid.to_numpy(zero_copy_only=False)
     segments = _array(pc.split_pattern(pc.fill_null(table["segmentsArrivalAirportCode"], ""),
                                        SEGMENT_SEPARATOR))
-    count = pc.subtract(pc.list_value_length(segments), 1).cast(pa.int32())
-    given = parse_number(table["totalTravelDistance"])
-    given = pc.if_else(pc.and_(_is_finite(given), pc.fill_null(pc.greater(given, 0), False)),
-                       given, pa.scalar(None, pa.float64()))
+    count = pc.subtract(pc.list_value_length(segments), 1)
     q1_row = pc.and_(valid, pc.greater_equal(count, Q1_STOPOVER_COUNT_MIN))
-    needs_legs = pc.and_(valid, pc.is_null(given))
+    origins = airport_code_numbers(_array(table["startingAirport"]), valid_rows)
+    destinations = airport_code_numbers(_array(table["destinationAirport"]), valid_rows)
+    known, q2_distance = _q2_distances(airports, table, segments, valid_rows, origins,
+                                       destinations)
+    q2_row = pa.array(~np.isnan(q2_distance))
     return pa.Table.from_arrays([
         kind,
-        table["legId"],
-        table["startingAirport"],
-        table["destinationAirport"],
-        _where(q1_row, table["travelDuration"]),
+        pa.array(origins * AIRPORT_CODES + destinations, pa.int64(), mask=~valid_rows),
         _where(valid, fare),
-        _where(valid, minutes),
-        _where(valid, count),
+        pa.array(known, pa.bool_(), mask=~valid_rows),
+        _where(pc.or_(q1_row, q2_row), table["legId"]),
+        _where(q1_row, table["travelDuration"]),
+        _where(q1_row, minutes),
         _where(q1_row, _stopovers(segments)),
-        _where(valid, given),
-        _chains(needs_legs, table["startingAirport"], segments),
+        pa.array(q2_distance, pa.float64(), mask=~q2_row.to_numpy(zero_copy_only=False)),
     ], schema=DERIVED_SCHEMA)
+
+
+def _q2_distances(airports: AirportTable, table: pa.Table, segments: pa.ListArray,
+                  valid: np.ndarray, origins: np.ndarray, destinations: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(both airports known, per valid row; the total distance of each Q2 row, NaN for every
+    other row)."""
+    origin_lat, origin_lon = airports.locate_numbers(origins)
+    destination_lat, destination_lon = airports.locate_numbers(destinations)
+    known = valid & ~np.isnan(origin_lat) & ~np.isnan(destination_lat)
+    given = parse_number(table["totalTravelDistance"]).to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        given = np.where(np.isfinite(given) & (given > 0), given, np.nan)
+    total = np.full(len(valid), np.nan)
+    rows = np.flatnonzero(known)
+    total[rows] = given[rows]
+    # Only the rows without a usable given distance (~6 % of real rows) are summed by leg.
+    by_legs = rows[np.isnan(given[rows])]
+    indices = pa.array(by_legs, pa.int64())
+    total[by_legs] = airports.chain_miles(_array(table["startingAirport"]).take(indices),
+                                          segments.take(indices))
+    # Worked out once per distinct route: a batch holds a few hundred routes.
+    routes, first_rows, route_of_row = np.unique(origins[rows] * AIRPORT_CODES
+                                                 + destinations[rows], return_index=True,
+                                                 return_inverse=True)
+    firsts = rows[first_rows]
+    direct = np.full(len(valid), np.nan)
+    direct[rows] = haversine_miles(origin_lat[firsts], origin_lon[firsts],
+                                   destination_lat[firsts], destination_lon[firsts]
+                                   )[route_of_row]
+    with np.errstate(invalid="ignore"):
+        q2_row = total > Q2_DETOUR_FACTOR * direct  # False wherever either is NaN
+    return known, np.where(q2_row, total, np.nan)
 
 
 def _array(values) -> pa.Array:
@@ -190,25 +230,3 @@ def _stopovers(segments: pa.ListArray) -> pa.Array:
     shortened = pa.ListArray.from_arrays(
         pa.array(offsets - np.arange(len(offsets)), pa.int32()), values.filter(pa.array(keep)))
     return pc.binary_join(shortened, SEGMENT_SEPARATOR)
-
-
-def _chains(needs_legs, origins, segments: pa.ListArray) -> pa.Array:
-    """[origin, every segment's arrival...] where `needs_legs`, null elsewhere."""
-    rows = pa.array(np.flatnonzero(needs_legs.to_numpy(zero_copy_only=False)), pa.int64())
-    offsets, values = _list_parts(segments.take(rows))
-    firsts = offsets[:-1] + np.arange(len(offsets) - 1)  # where each origin lands
-    places = np.empty(len(values) + len(firsts), dtype=np.int64)
-    places[firsts] = len(values) + np.arange(len(firsts))  # an origin, from after the values
-    rest = np.ones(len(places), dtype=bool)
-    rest[firsts] = False
-    places[rest] = np.arange(len(values))
-    items = pa.concat_arrays([values, _array(origins).take(rows).cast(pa.string())]).take(
-        pa.array(places))
-    picked = pa.ListArray.from_arrays(pa.array(offsets + np.arange(len(offsets)), pa.int32()),
-                                      items)
-    chains = pa.nulls(len(needs_legs), picked.type)
-    # Scatter the picked chains back to their rows.
-    index = np.full(len(needs_legs), -1, dtype=np.int64)
-    index[rows.to_numpy()] = np.arange(len(rows))
-    positions = pa.array(index, mask=index < 0)
-    return picked.take(positions) if len(rows) else chains

@@ -25,7 +25,8 @@ Options (names case-insensitive, as Spark's Kafka source where they overlap):
   in the Python worker to every batch of up to `arrowBatchRowsMax` rows: derived fields
   computed vectorised where the rows are decoded (e.g. `spark.flight_fields:derive`). The
   output schema is the function's answer for an empty table, so it must not depend on the
-  rows.
+  rows. `arrowTransformArgument` (a string) is passed as its second argument when given
+  (e.g. a session's airports as JSON).
 - `offsetsPerSliceMax`: split a partition's range into input partitions of at most this many
   offsets (records) each (default: one input partition per topic partition).
 - `fetchBytesMax`, `retryDeadlineS` (how long a task rides out an unavailable broker before
@@ -117,6 +118,7 @@ class KaskaOptions:
     commit_group: str | None = None
     include_ids: bool = True
     arrow_transform: str | None = None
+    arrow_transform_argument: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> KaskaOptions:
@@ -141,6 +143,7 @@ class KaskaOptions:
             commit_group=lowered.get("commitgroup"),
             include_ids=_boolean(lowered, "includeids", True),
             arrow_transform=_arrow_transform_name(lowered),
+            arrow_transform_argument=_arrow_transform_argument(lowered),
         )
 
     def range_reader(self) -> RangeReader:
@@ -199,6 +202,13 @@ def _arrow_transform_name(options: Mapping[str, str]) -> str | None:
         raise KaskaOptionsError("`arrowTransform` needs the `columns` it reads")
     load_transform(name)  # fails here, on the driver, rather than in every task
     return name
+
+
+def _arrow_transform_argument(options: Mapping[str, str]) -> str | None:
+    argument = options.get("arrowtransformargument")
+    if argument is not None and "arrowtransform" not in options:
+        raise KaskaOptionsError("`arrowTransformArgument` needs an `arrowTransform`")
+    return argument
 
 
 def load_transform(name: str) -> Callable[[pa.Table], pa.Table]:
@@ -375,9 +385,18 @@ def read_range(options: KaskaOptions, columns: tuple[str, ...], arrow_schema: pa
     if options.arrow_transform is None:
         yield from batches
         return
-    transform = load_transform(options.arrow_transform)
+    transform = _bound_transform(options)
     for batch in batches:
         yield from _conformed(transform(pa.Table.from_batches([batch])), arrow_schema)
+
+
+def _bound_transform(options: KaskaOptions) -> Callable[[pa.Table], pa.Table]:
+    """`options.arrow_transform` as a function of the table alone."""
+    assert options.arrow_transform is not None
+    transform, argument = load_transform(options.arrow_transform), options.arrow_transform_argument
+    if argument is None:
+        return transform
+    return lambda table: transform(table, argument)
 
 
 def _range_batches(options: KaskaOptions, columns: tuple[str, ...],
@@ -414,7 +433,7 @@ def transform_schema(options: KaskaOptions) -> StructType:
 
     assert options.columns is not None and options.arrow_transform is not None
     empty = _arrow_schema(output_schema(options.columns, options.include_ids)).empty_table()
-    return from_arrow_schema(load_transform(options.arrow_transform)(empty).schema)
+    return from_arrow_schema(_bound_transform(options)(empty).schema)
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

@@ -6,16 +6,14 @@ Input frames (whatever their origin: the CSV files, or the `kaska` source's Arro
 - airports: string columns `Airport Code`, `Latitude`, `Longitude` (others ignored).
 Null and "" are the same thing here: Spark's CSV reader turns an empty field into null.
 
-Plan: `prepare_flights` classifies every row (the first validity rule it fails, or valid),
-derives route / stopovers / duration / direct distance through two broadcast joins with the
-airports, and is cached (a session job instead reads rows whose fields the `kaska` source's
-Python workers derived already, columnar, with `spark.flight_fields.derive`:
-`compute_all_derived` only joins the airports; measured on 2M rows, the query service's CPU per
-session fell from 27.6 to 18.4 CPU-s with that and the narrower reads); one aggregation over
+Plan (`compute_all`, what Spark does with the CSV files): `prepare_flights` classifies every
+row (the first validity rule it fails, or valid), derives route / stopovers / duration / direct
+distance through two broadcast joins with the airports, and is cached; one aggregation over
 the cache yields the invalid counts, the rows Q2 skips and Q4's mean; the four queries then
-read the cache. Only the ~6 % of rows without a
-usable `totalTravelDistance` are exploded into legs for Q2, joined with the broadcast airports
-and summed back in chain order.
+read the cache. Only the ~6 % of rows without a usable `totalTravelDistance` are exploded into
+legs for Q2, joined with the broadcast airports and summed back in chain order. A session job
+instead reads rows whose query fields the `kaska` source's Python workers derived already,
+columnar (`spark.derived_queries`, which shares this module's rules and helpers).
 
 Decisions QUERIES.md leaves open (the reference in tests makes the same ones):
 - numbers (`totalFare`, `totalTravelDistance`, coordinates) are plain decimal literals
@@ -139,15 +137,8 @@ def compute_all(flights: DataFrame, airports: DataFrame) -> QueryResults:
     return _compute(prepare_flights(flights, coordinates).cache(), coordinates)
 
 
-def compute_all_derived(derived: DataFrame, airports: DataFrame) -> QueryResults:
-    """`compute_all` over flights whose query fields were derived where they were decoded
-    (`spark.flight_fields.DERIVED_SCHEMA`, e.g. by the `kaska` source's `arrowTransform`)."""
-    coordinates = prepare_airports(airports).cache()
-    return _compute(prepare_derived_flights(derived, coordinates).cache(), coordinates)
-
-
 def _compute(prepared: DataFrame, coordinates: DataFrame) -> QueryResults:
-    counts = _count_rows(prepared)
+    counts = count_rows(prepared)
     mean_fare = counts["mean_fare"]
     return QueryResults(
         q1=q1(prepared),
@@ -170,7 +161,7 @@ def prepare_airports(airports: DataFrame) -> DataFrame:
     """`code, lat, lon` of every known airport, one row per code."""
     # The airports file starts with a byte-order mark; a reader other than ours may keep it.
     airports = strip_byte_order_mark(airports)
-    _require_columns(airports, AIRPORT_COLUMNS, "airports")
+    require_columns(airports, AIRPORT_COLUMNS, "airports")
     latitude = parse_number(F.col(AIRPORT_LATITUDE))
     longitude = parse_number(F.col(AIRPORT_LONGITUDE))
     known = (
@@ -185,7 +176,7 @@ def prepare_airports(airports: DataFrame) -> DataFrame:
 def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
     """One row per input row: its invalid kind (null when valid) and the derived fields."""
     flights = strip_byte_order_mark(flights)
-    _require_columns(flights, FLIGHT_COLUMNS, "flights")
+    require_columns(flights, FLIGHT_COLUMNS, "flights")
     # Three selects, so that each regex and parse runs once per row: Spark does not merge a
     # projection into the next when that would repeat an expensive expression.
     parsed = flights.select(
@@ -228,21 +219,8 @@ def prepare_flights(flights: DataFrame, coordinates: DataFrame) -> DataFrame:
     ), coordinates)
 
 
-# The columns of spark.flight_fields.DERIVED_SCHEMA.
-DERIVED_COLUMNS = (_INVALID_KIND, "legId", "startingAirport", "destinationAirport",
-                   "travelDuration", _FARE, _DURATION_MINUTES, _STOPOVER_COUNT, "stopovers",
-                   _GIVEN_MILES, _CHAIN)
-
-
-def prepare_derived_flights(derived: DataFrame, coordinates: DataFrame) -> DataFrame:
-    """`prepare_flights` for rows whose fields were derived already (DERIVED_COLUMNS)."""
-    _require_columns(derived, DERIVED_COLUMNS, "derived flights")
-    return _with_airports(derived.select(F.monotonically_increasing_id().alias(_ROW_KEY),
-                                         *DERIVED_COLUMNS), coordinates)
-
-
 def _with_airports(classified: DataFrame, coordinates: DataFrame) -> DataFrame:
-    """The prepared rows: `classified` (DERIVED_COLUMNS and the row key) joined with the
+    """The prepared rows: `classified` (its query fields and the row key) joined with the
     airports of both ends."""
     origin = _coordinates_as(coordinates, "origin")
     destination = _coordinates_as(coordinates, "destination")
@@ -277,7 +255,7 @@ def _coordinates_as(coordinates: DataFrame, prefix: str) -> DataFrame:
     return F.broadcast(renamed)
 
 
-def _require_columns(frame: DataFrame, names: tuple[str, ...], what: str) -> None:
+def require_columns(frame: DataFrame, names: tuple[str, ...], what: str) -> None:
     missing = [name for name in names if name not in frame.columns]
     if missing:
         raise MissingColumnsError(f"{what} frame lacks columns {missing}; has {frame.columns}")
@@ -387,7 +365,7 @@ def _positive_finite(number: Column) -> Column:
 # --- counts -----------------------------------------------------------------------------------
 
 
-def _count_rows(prepared: DataFrame) -> dict:
+def count_rows(prepared: DataFrame) -> dict:
     """One aggregation job: row counts, invalid counts by kind, Q2 skips and the mean fare."""
     kind = F.col(_INVALID_KIND)
     valid = kind.isNull()
@@ -405,19 +383,19 @@ def _count_rows(prepared: DataFrame) -> dict:
 # --- queries ----------------------------------------------------------------------------------
 
 
-def _valid(prepared: DataFrame) -> DataFrame:
+def valid_rows(prepared: DataFrame) -> DataFrame:
     return prepared.where(F.col(_INVALID_KIND).isNull())
 
 
 def q1(prepared: DataFrame) -> DataFrame:
     """`legId,route,totalFare,stopovers` of every valid row with at least 3 stopovers."""
-    rows = _valid(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
+    rows = valid_rows(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
     return rows.select(*Q1_COLUMNS)
 
 
 def q2(prepared: DataFrame, coordinates: DataFrame) -> DataFrame:
     """`legId,route,totalDistance` of every row flown over 4 times its direct distance."""
-    known = _valid(prepared).where(F.col(_ENDPOINTS_KNOWN))
+    known = valid_rows(prepared).where(F.col(_ENDPOINTS_KNOWN))
     given = known.where(F.col(_GIVEN_MILES).isNotNull()).select(
         "legId", "route", _DIRECT_MILES, F.col(_GIVEN_MILES).alias(_TOTAL_DISTANCE)
     )
@@ -456,27 +434,39 @@ def _distance_along_legs(known: DataFrame, coordinates: DataFrame) -> DataFrame:
 
 def q3(prepared: DataFrame) -> DataFrame:
     """`legId,route,stopovers,travelDuration`: per route, the 2 shortest Q1 rows."""
-    rows = _valid(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
-    order = Window.partitionBy("route").orderBy(
+    rows = valid_rows(prepared).where(F.col(_STOPOVER_COUNT) >= Q1_STOPOVER_COUNT_MIN)
+    return shortest_per_route(rows, "route").select(*Q3_COLUMNS)
+
+
+def shortest_per_route(q1_rows: DataFrame, route_key: str) -> DataFrame:
+    """Q3's rows of `q1_rows`: per `route_key`, the `Q3_ROWS_PER_ROUTE_MAX` shortest, ties
+    broken by legId, fare, stopovers, then travelDuration."""
+    order = Window.partitionBy(route_key).orderBy(
         _DURATION_MINUTES, "legId", _FARE, "stopovers", "travelDuration"
     )
-    ranked = rows.withColumn("rank", F.row_number().over(order))
-    return ranked.where(F.col("rank") <= Q3_ROWS_PER_ROUTE_MAX).select(*Q3_COLUMNS)
+    ranked = q1_rows.withColumn("rank", F.row_number().over(order))
+    return ranked.where(F.col("rank") <= Q3_ROWS_PER_ROUTE_MAX)
 
 
 def q4(prepared: DataFrame, mean_fare: float | None) -> DataFrame:
     """`route,avgFare,maxFare` over the valid rows whose fare is above the mean of all."""
-    valid = _valid(prepared)
+    above = rows_above_mean(valid_rows(prepared), mean_fare)
+    return fares_by_route(above, "route").select(*Q4_COLUMNS)
+
+
+def rows_above_mean(valid: DataFrame, mean_fare: float | None) -> DataFrame:
+    """The rows of `valid` whose fare is above `mean_fare` (none without a mean)."""
     if mean_fare is None:
-        above = valid.where(F.lit(False))
-    else:
-        # The mean as a column of a broadcast one-row frame, not a literal: Spark writes a
-        # literal into the generated Java, so every session's own mean would compile its
-        # Q4 stage anew (Janino, then the JIT: ~16 KB of code per session); a column keeps
-        # the code the same from session to session, and Spark's code cache serves it.
-        threshold = prepared.sparkSession.createDataFrame([(mean_fare,)], _Q4_MEAN_SCHEMA)
-        above = valid.crossJoin(F.broadcast(threshold)).where(
-            F.col(_FARE) > F.col(_Q4_MEAN))
-    return above.groupBy("route").agg(
-        F.avg(_FARE).alias("avgFare"), F.max(_FARE).alias("maxFare")
-    ).select(*Q4_COLUMNS)
+        return valid.where(F.lit(False))
+    # The mean as a column of a broadcast one-row frame, not a literal: Spark writes a
+    # literal into the generated Java, so every session's own mean would compile its
+    # Q4 stage anew (Janino, then the JIT: ~16 KB of code per session); a column keeps
+    # the code the same from session to session, and Spark's code cache serves it.
+    threshold = valid.sparkSession.createDataFrame([(mean_fare,)], _Q4_MEAN_SCHEMA)
+    return valid.crossJoin(F.broadcast(threshold)).where(F.col(_FARE) > F.col(_Q4_MEAN))
+
+
+def fares_by_route(rows: DataFrame, route_key: str) -> DataFrame:
+    """`route_key, avgFare, maxFare` of `rows`."""
+    return rows.groupBy(route_key).agg(F.avg(_FARE).alias("avgFare"),
+                                       F.max(_FARE).alias("maxFare"))

@@ -2,7 +2,8 @@
 
 `SessionEnded.end_offsets` names, for `airports.<cid>` and `flights.<cid>`, the end offset of
 every partition; the job reads [0, end) of each through the `kaska` source (only the columns
-the queries use), computes the queries (`spark.queries.compute_all`), and streams each query's
+the queries use; the flights' query fields derived in the source's workers, given the
+session's airports), computes the queries (`spark.derived_queries`), and streams each query's
 rows, sorted by Spark, through a `QueryResultWriter` (a slice at a time: the driver never holds
 a whole result).
 
@@ -33,8 +34,9 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from spark.derived_queries import airport_coordinates, compute_all_derived
 from spark.kaska_source import SOURCE_NAME, offsets_json
-from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS, compute_all_derived
+from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS
 from spark.result_order import sorted_result_rows
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT, QueryResultWriter
 
@@ -92,12 +94,13 @@ def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str
     context.setJobGroup(f"session-{cid}", f"queries of session {cid}", interruptOnCancel=True)
     try:
         started = time.monotonic()
-        # The flights' query fields are derived in the source's Python workers, columnar,
-        # before Spark sees a row (spark/flight_fields.py).
-        flights = _topic_frame(spark, settings, flights_topic(cid), ended, FLIGHT_COLUMNS,
-                               FLIGHT_FIELDS_TRANSFORM)
+        # The flights' query fields, the airports' distances included, are derived in the
+        # source's Python workers, columnar, before Spark sees a row (spark/flight_fields.py).
         airports = _topic_frame(spark, settings, airports_topic(cid), ended, AIRPORT_COLUMNS)
-        results = compute_all_derived(flights, airports)
+        coordinates = airport_coordinates(airports)
+        flights = _topic_frame(spark, settings, flights_topic(cid), ended, FLIGHT_COLUMNS,
+                               FLIGHT_FIELDS_TRANSFORM, coordinates.to_json())
+        results = compute_all_derived(flights)
         report.rows, report.valid_rows = results.rows, results.valid_rows
         report.seconds["read_and_prepare"] = time.monotonic() - started
         log.info("session %s: %d rows read (%d valid; invalid %s; %d unknown-airport rows "
@@ -114,7 +117,7 @@ def run_session_job(spark, ended: SessionEnded, settings: JobSettings, pool: str
 
 
 def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, columns,
-                 transform: str | None = None):
+                 transform: str | None = None, transform_argument: str | None = None):
     ends = ended.end_offsets[topic]
     reader = (spark.read.format(SOURCE_NAME)
               .option("brokers", settings.brokers).option("topic", topic)
@@ -125,6 +128,8 @@ def _topic_frame(spark, settings: JobSettings, topic: str, ended: SessionEnded, 
               .option("retryDeadlineS", str(settings.retry_deadline_s)))
     if transform is not None:
         reader = reader.option("arrowTransform", transform)
+    if transform_argument is not None:
+        reader = reader.option("arrowTransformArgument", transform_argument)
     if settings.token is not None:
         reader = reader.option("token", settings.token)
     return reader.load()

@@ -164,6 +164,19 @@ def test_an_arrow_transform_shapes_the_rows_and_the_schema_without_ids(spark, br
         for row in loaded.expected)
 
 
+def prefixed_notes(table: pa.Table, prefix: str) -> pa.Table:
+    """An `arrowTransform` with an argument: the note after `prefix`."""
+    return pa.table({"note": pa.compute.binary_join_element_wise(prefix, table["note"], "")})
+
+
+def test_an_arrow_transform_argument_reaches_the_transform(spark, broker, loaded):
+    frame = kaska_reader(spark, broker, loaded.topic, columns='["note"]', includeIds="false",
+                         arrowTransform=f"{__name__}:prefixed_notes",
+                         arrowTransformArgument="seen: ").load()
+    assert rows_of(frame) == by_repr(
+        ("seen: " + row[2] if row[2] is not None else None,) for row in loaded.expected)
+
+
 def test_an_arrow_transform_that_cannot_be_found_is_refused_when_planned(spark, broker, loaded):
     with pytest.raises(PySparkException, match="arrowTransform"):
         kaska_reader(spark, broker, loaded.topic, columns='["legId"]',

@@ -26,27 +26,30 @@ def collected(results: QueryResults) -> dict[str, list[tuple]]:
             results.frames().items()}
 
 
-def derived_frame(spark: SparkSession, flights: DataFrame) -> DataFrame:
+def derived_frame(spark: SparkSession, flights: DataFrame, airports: DataFrame) -> DataFrame:
     """`flights` (string columns) with its query fields derived as the `kaska` source's
-    `arrowTransform` derives them in the session job (spark/flight_fields.py)."""
+    `arrowTransform` derives them in the session job (spark/flight_fields.py), given the
+    airports as the job collects them."""
     import pyarrow as pa
 
+    from spark.derived_queries import airport_coordinates
     from spark.flight_fields import derive
     from spark.queries import FLIGHT_COLUMNS
 
     table = flights.toArrow()
     strings = pa.table({name: table[name].cast(pa.string()) if name in table.column_names
                         else pa.nulls(table.num_rows, pa.string()) for name in FLIGHT_COLUMNS})
-    return spark.createDataFrame(derive(strings))
+    return spark.createDataFrame(derive(strings, airport_coordinates(airports).to_json()))
 
 
 def compute(path: str, spark: SparkSession, flights: DataFrame, airports: DataFrame
             ) -> QueryResults:
     """Q1-Q4 the way `path` computes them: "spark" parses the strings in Spark
     (`compute_all`, the CSV path), "derived" as a session job does (`compute_all_derived`)."""
-    from spark.queries import compute_all, compute_all_derived, strip_byte_order_mark
+    from spark.derived_queries import compute_all_derived
+    from spark.queries import compute_all, strip_byte_order_mark
 
     if path == "derived":
-        return compute_all_derived(derived_frame(spark, strip_byte_order_mark(flights)),
-                                   airports)
+        return compute_all_derived(derived_frame(spark, strip_byte_order_mark(flights),
+                                                 airports))
     return compute_all(flights, airports)

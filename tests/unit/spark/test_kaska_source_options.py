@@ -69,6 +69,7 @@ def test_options_are_case_insensitive_with_batch_and_streaming_defaults():
     {"brokers": "h:1", "topic": TOPIC, "columns": '["row_id"]'},
     {"brokers": "h:1", "topic": TOPIC, "fetchBytesMax": "0"},
     {"brokers": "h:1", "topic": TOPIC, "retryDeadlineS": "soon"},
+    {"brokers": "h:1", "topic": TOPIC, "arrowTransformArgument": "{}"},  # no transform
 ])
 def test_bad_options_are_named_errors(options):
     with pytest.raises(KaskaOptionsError):

@@ -37,12 +37,13 @@ def test_partitions_together_yield_each_sample_row_once():
 def test_warm_up_runs_the_queries_over_the_sample(spark):
     assert warm_up(spark, SAMPLE_ROWS) > 0
     # The same counts as the reference, through the service's own plan.
-    from spark.queries import compute_all_derived
+    from spark.derived_queries import airport_coordinates, compute_all_derived
     from spark.warm_up import SOURCE_NAME
 
     reader = spark.read.format(SOURCE_NAME).option("rows", str(SAMPLE_ROWS))
-    results = compute_all_derived(reader.option("table", "flights").load(),
-                                  reader.option("table", "airports").load())
+    coordinates = airport_coordinates(reader.option("table", "airports").load())
+    results = compute_all_derived(reader.option("table", "flights")
+                                  .option("coordinates", coordinates.to_json()).load())
     try:
         counts = {q: frame.count() for q, frame in results.frames().items()}
     finally:
