@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.essential_threads import exit_on_essential_thread_death
@@ -184,6 +185,17 @@ def config_from_args(args: argparse.Namespace, secret: bytes | None = None) -> B
         kafka_advertised_port=kafka_advertised_port, kafka_peers=args.kafka_peers)
 
 
+def announce(line: str, stream: TextIO | None = None) -> None:
+    """`line` and its newline in one write: launchers read it from a log that the broker's
+    threads write to as well, and under PYTHONUNBUFFERED a print() writes the text and the
+    newline apart, so a log line could land between them and hide the line's end (seen once:
+    "listening on 127.0.0.1:53767" + a replication log line + "\n", and the launcher waited
+    30 s for a line it never recognised)."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -220,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)
         return 2
     host, port = server.address
-    print(f"kaska broker {args.node_id} listening on {host}:{port}", flush=True)
+    announce(f"kaska broker {args.node_id} listening on {host}:{port}")
     if server.kafka_address is not None:
-        print(f"kafka listener of broker {args.node_id} on {server.kafka_address[0]}:"
-              f"{server.kafka_address[1]}", flush=True)
+        announce(f"kafka listener of broker {args.node_id} on {server.kafka_address[0]}:"
+                 f"{server.kafka_address[1]}")
     # Python runs signal handlers on the main thread only, when it next wakes: a bare wait()
     # can sleep through a SIGTERM that the kernel handed to one of the busy server threads.
     while not stop_requested.wait(SIGNAL_POLL_S):
