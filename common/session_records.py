@@ -24,7 +24,7 @@ Pure functions; thread-safe.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 SESSIONS_TOPIC = "sessions"
 QUERIES = ("q1", "q2", "q3", "q4")
@@ -94,8 +94,11 @@ _TYPES: dict[str, type] = {cls.__name__: cls for cls in (SessionStarted, Session
 
 
 def encode(record: ControlRecord) -> bytes:
-    return json.dumps({"type": type(record).__name__, **asdict(record)},
-                      separators=(",", ":")).encode()
+    # The fields as they are, not `dataclasses.asdict`: that deep-copies a ResultRows' every
+    # row and value first (0.38 s of the driver's time for Q2's 114k rows at 2M input rows).
+    document = {"type": type(record).__name__}
+    document.update((f.name, getattr(record, f.name)) for f in fields(record))
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def decode(payload: bytes | memoryview) -> ControlRecord:

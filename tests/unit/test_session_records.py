@@ -1,20 +1,34 @@
 """Session control records: round trips and refusal of malformed documents."""
 
+import json
+from dataclasses import asdict
+
 import pytest
 
 from common import session_records as sr
 
 
-@pytest.mark.parametrize("record", [
+RECORDS = [
     sr.SessionStarted(client_id="c1", partitions=4),
     sr.SessionEnded(client_id="c1", end_offsets={"flights.c1": [3, 0, 2, 9]},
                     rows_sent={"flights": 10}, rows_rejected={"short_row": 1}),
     sr.ResultRows(query="q3", first_row=600, rows=[["a", "ATL-BOS", "DFW||ORD", "PT7H"]]),
     sr.QueryDone(query="q4", rows=12, invalid={"bad_fare": 2}),
     sr.ResultsAcked(client_id="0b7e6a52-9d1c-4c7e-a3b5-1f0e2d3c4b5a"),
-])
+]
+
+
+@pytest.mark.parametrize("record", RECORDS)
 def test_round_trip(record):
     assert sr.decode(sr.encode(record)) == record
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_the_bytes_are_those_of_the_record_as_a_dict(record):
+    """encode skips asdict's deep copy; the document, key order included, stays the same."""
+    expected = json.dumps({"type": type(record).__name__, **asdict(record)},
+                          separators=(",", ":")).encode()
+    assert sr.encode(record) == expected
 
 
 @pytest.mark.parametrize("payload", [
