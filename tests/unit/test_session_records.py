@@ -7,7 +7,6 @@ import pytest
 
 from common import session_records as sr
 
-
 RECORDS = [
     sr.SessionStarted(client_id="c1", partitions=4),
     sr.SessionEnded(client_id="c1", end_offsets={"flights.c1": [3, 0, 2, 9]},
