@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after-idle-warm-up", action="store_true",
                         help="start the first session once the service's idle warm-up passes "
                              "are over (a client that comes later), not at once")
+    parser.add_argument("--client-slice-bytes", type=int, default=None, metavar="BYTES",
+                        help="the client's --slice-bytes (default: its own)")
     parser.add_argument("--spark-csv-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--flights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--airports", type=Path, help=argparse.SUPPRESS)
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             args.rows, args.seed, args.invalid_rate, args.data_dir, args.work_dir,
             args.warm_sessions, args.master, args.skip_spark_csv, args.skip_duckdb,
             args.topics_gone_timeout_s, args.profile, args.profile_rate_hz, args.profile_gil,
-            args.perf, args.warm_up_idle_passes, args.after_idle_warm_up))
+            args.perf, args.warm_up_idle_passes, args.after_idle_warm_up,
+            args.client_slice_bytes))
     except BenchError as error:
         print(f"bench_pipeline failed: {type(error).__name__}: {error}", file=sys.stderr,
               flush=True)

@@ -80,6 +80,7 @@ class PipelineSettings:
     # Start the first session only once the service's idle warm-up passes are over: a client
     # that comes some time after the service is up (by default it comes at once).
     after_idle_warm_up: bool = False
+    client_slice_bytes: int | None = None  # the client's --slice-bytes; None: its default
 
 
 IDLE_WARM_UP_TIMEOUT_S = 600.0
@@ -90,10 +91,11 @@ IDLE_WARM_UP_POLL_S = 0.2
 
 
 def _client_argv(platform: LocalPlatform, flights: Path, airports: Path,
-                 results_dir: Path) -> list[str]:
+                 results_dir: Path, slice_bytes: int | None = None) -> list[str]:
+    extra = [] if slice_bytes is None else ["--slice-bytes", str(slice_bytes)]
     return [sys.executable, "-m", "client", "--flights", str(flights), "--airports",
             str(airports), "--brokers", platform.brokers, "--results-dir", str(results_dir),
-            "--client-id", str(uuid.uuid4()), "--rows-shown", "0"]
+            "--client-id", str(uuid.uuid4()), "--rows-shown", "0", *extra]
 
 
 def _run_client(argv: list[str], log_path: Path,
@@ -240,7 +242,8 @@ def _one_session(settings: PipelineSettings, platform: LocalPlatform, layout: Ru
     cpu_before = _platform_stats(platform)
     with DiskPeak(layout.brokers_data_dir) as disk_peak, profiler or nullcontext(), \
             kernel_profiler or nullcontext():
-        summary = _run_client(_client_argv(platform, flights, airports, results_dir),
+        summary = _run_client(_client_argv(platform, flights, airports, results_dir,
+                                           settings.client_slice_bytes),
                               work_dir / f"client-{index}.log",
                               on_start=partial(_attach_client, profiler, kernel_profiler))
     cpu_after = _platform_stats(platform)
