@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 from spark.airport_distances import AirportCoordinates
 from spark.flight_fields import DERIVED_SCHEMA, FARE, ROUTE_ID, STOPOVERS, TOTAL_DISTANCE
 from spark.queries import (
-    INVALID_KINDS,
     Q1_COLUMNS,
     Q2_COLUMNS,
     Q3_COLUMNS,
@@ -54,19 +53,9 @@ def compute_all_derived(derived: DataFrame) -> QueryResults:
     require_columns(derived, DERIVED_COLUMNS, "derived flights")
     prepared = derived.cache()
     counts = count_rows(prepared)
-    mean_fare = counts["mean_fare"]
-    return QueryResults(
-        q1=q1(prepared),
-        q2=q2(prepared),
-        q3=q3(prepared),
-        q4=q4(prepared, mean_fare),
-        rows=counts["rows"],
-        valid_rows=counts["valid_rows"],
-        invalid_counts={kind: counts[kind] for kind in INVALID_KINDS},
-        q2_skipped=counts["q2_skipped"],
-        mean_fare=mean_fare,
-        cached=(prepared,),
-    )
+    frames = {"q1": q1(prepared), "q2": q2(prepared), "q3": q3(prepared),
+              "q4": q4(prepared, counts["mean_fare"])}
+    return QueryResults.of(counts, frames, cached=(prepared,))
 
 
 def _route() -> F.Column:

@@ -122,6 +122,15 @@ class QueryResults:
     mean_fare: float | None  # Q4's threshold; None without valid rows
     cached: tuple[DataFrame, ...]  # what `release` unpersists
 
+    @classmethod
+    def of(cls, counts: dict, frames: dict[str, DataFrame],
+           cached: tuple[DataFrame, ...]) -> QueryResults:
+        """The results of `frames` (q1 ... q4) and of `count_rows`' `counts`."""
+        return cls(**frames, rows=counts["rows"], valid_rows=counts["valid_rows"],
+                   invalid_counts={kind: counts[kind] for kind in INVALID_KINDS},
+                   q2_skipped=counts["q2_skipped"], mean_fare=counts["mean_fare"],
+                   cached=cached)
+
     def frames(self) -> dict[str, DataFrame]:
         return {"q1": self.q1, "q2": self.q2, "q3": self.q3, "q4": self.q4}
 
@@ -139,19 +148,9 @@ def compute_all(flights: DataFrame, airports: DataFrame) -> QueryResults:
 
 def _compute(prepared: DataFrame, coordinates: DataFrame) -> QueryResults:
     counts = count_rows(prepared)
-    mean_fare = counts["mean_fare"]
-    return QueryResults(
-        q1=q1(prepared),
-        q2=q2(prepared, coordinates),
-        q3=q3(prepared),
-        q4=q4(prepared, mean_fare),
-        rows=counts["rows"],
-        valid_rows=counts["valid_rows"],
-        invalid_counts={kind: counts[kind] for kind in INVALID_KINDS},
-        q2_skipped=counts["q2_skipped"],
-        mean_fare=mean_fare,
-        cached=(prepared, coordinates),
-    )
+    frames = {"q1": q1(prepared), "q2": q2(prepared, coordinates), "q3": q3(prepared),
+              "q4": q4(prepared, counts["mean_fare"])}
+    return QueryResults.of(counts, frames, cached=(prepared, coordinates))
 
 
 # --- inputs -----------------------------------------------------------------------------------
