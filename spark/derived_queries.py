@@ -42,8 +42,8 @@ DERIVED_COLUMNS = tuple(DERIVED_SCHEMA.names)
 
 
 def airport_coordinates(airports: DataFrame) -> AirportCoordinates:
-    """The session's known airports, collected to the driver (one row per code: a few
-    thousand at most)."""
+    """The session's known airports, collected to the driver (one row per code: 7,886 in the
+    real airports file, ~280 KB as JSON; nothing bounds a client's file)."""
     rows = prepare_airports(airports).collect()
     return AirportCoordinates({row["code"]: (row["lat"], row["lon"]) for row in rows})
 
