@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark.queries import EARTH_RADIUS_MILES
-from spark.route_id import AIRPORT_CODES, airport_code_number
+from spark.route_id import AIRPORT_CODES, airport_code_number, is_airport_code
 
 _DEGREES_TO_RADIANS = math.pi / 180  # Java's Math.toRadians multiplies by the same double
 _AIRPORT_TABLES_CACHED_MAX = 4  # distinct sessions' airports a worker keeps parsed
@@ -76,7 +76,7 @@ class AirportTable:
         self._longitudes = np.array([coordinates.by_code[c][1] for c in codes] + [math.nan])
         self._by_number = np.full(AIRPORT_CODES, len(codes), dtype=np.int64)
         for index, code in enumerate(codes):
-            if len(code) == 3 and code.isascii() and code.isalpha() and code.isupper():
+            if is_airport_code(code):
                 self._by_number[airport_code_number(code)] = index
 
     def locate(self, codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,8 @@ written for RE2 and Arrow's casts; tests run every query suite through both path
 them with the plain-Python reference:
 - RE2 has no lookahead: `DURATION_REGEX`'s "at least one component" and "a T is followed by a
   component" are checks on the captured groups instead;
+- the airport-code rule is `spark.route_id.is_airport_code`, checked once per distinct code
+  in the pass that also numbers the codes for the route id;
 - numbers match `NUMBER_REGEX` first, then Arrow's cast (correctly rounded, as Java's
   `Double.parseDouble`; an overflow is infinity there too, which the finiteness rule refuses).
 
@@ -43,7 +45,7 @@ from spark.queries import (
     SEGMENT_SEPARATOR,
     duration_component_digits_max,
 )
-from spark.route_id import AIRPORT_CODES, airport_code_numbers
+from spark.route_id import AIRPORT_CODES, airport_codes
 
 INVALID_KIND, ROUTE_ID, FARE, ENDPOINTS_KNOWN = ("invalid_kind", "route_id", "totalFare",
                                                  "endpoints_known")
@@ -61,7 +63,6 @@ DERIVED_SCHEMA = pa.schema([
 ])
 
 # RE2 forms of spark.queries' Java regexes (`\z`: the very end, as there).
-_AIRPORT_CODE_RE2 = r"^[A-Z]{3}\z"
 _NUMBER_RE2 = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\z"
 _N = f"(?P<{{}}>[0-9]{{{{1,{duration_component_digits_max}}}}})"
 _DURATION_RE2 = (rf"^P(?:{_N.format('days')}D)?(?P<time>T(?:{_N.format('hours')}H)?"
@@ -124,13 +125,12 @@ def _component(parts, name: str) -> pa.Array:
     return pc.cast(pc.if_else(pc.equal(text, ""), "0", text), pa.int64())
 
 
-def invalid_kinds(table: pa.Table, fare, duration_ok) -> pa.Array:
-    """The first validity rule each row fails (INVALID_KINDS order), null when valid."""
-    airports_ok = pc.and_(_matches(table["startingAirport"], _AIRPORT_CODE_RE2),
-                          _matches(table["destinationAirport"], _AIRPORT_CODE_RE2))
+def invalid_kinds(table: pa.Table, fare, duration_ok, airports_ok: np.ndarray) -> pa.Array:
+    """The first validity rule each row fails (INVALID_KINDS order), null when valid;
+    `airports_ok`: both airports are codes (`spark.route_id.airport_codes`)."""
     fails = [
         _is_empty(table["legId"]),
-        pc.invert(airports_ok),
+        pa.array(~airports_ok),
         pc.invert(duration_ok),
         pc.invert(pc.and_(_is_finite(fare), pc.fill_null(pc.greater_equal(fare, 0), False))),
         _is_empty(table["segmentsArrivalAirportCode"]),
@@ -149,15 +149,15 @@ def derive(table: pa.Table, coordinates_json: str) -> pa.Table:
                                  names=list(FLIGHT_COLUMNS))
     fare = parse_number(table["totalFare"])
     duration_ok, minutes = duration_minutes(table["travelDuration"])
-    kind = invalid_kinds(table, fare, duration_ok)
+    origin_ok, origins = airport_codes(_array(table["startingAirport"]))
+    destination_ok, destinations = airport_codes(_array(table["destinationAirport"]))
+    kind = invalid_kinds(table, fare, duration_ok, origin_ok & destination_ok)
     valid = pc.is_null(kind)
     valid_rows = valid.to_numpy(zero_copy_only=False)
     segments = _array(pc.split_pattern(pc.fill_null(table["segmentsArrivalAirportCode"], ""),
                                        SEGMENT_SEPARATOR))
     count = pc.subtract(pc.list_value_length(segments), 1)
     q1_row = pc.and_(valid, pc.greater_equal(count, Q1_STOPOVER_COUNT_MIN))
-    origins = airport_code_numbers(_array(table["startingAirport"]), valid_rows)
-    destinations = airport_code_numbers(_array(table["destinationAirport"]), valid_rows)
     known, q2_distance = _q2_distances(airports, table, segments, valid_rows, origins,
                                        destinations)
     q2_row = pa.array(~np.isnan(q2_distance))

@@ -7,7 +7,7 @@ text back. Valid rows only: both airports of a valid row are three letters A-Z (
 so `route_id = code(origin) * 26**3 + code(destination)` with `code("XYZ") = (X-65)*26**2 +
 (Y-65)*26 + (Z-65)` is exact and the same in every worker, with no dictionary to share.
 
-`airport_code_numbers` (numpy, in the workers) encodes; `route_text` (a Spark column) and `route_of`
+`airport_codes` (numpy, in the workers) encodes; `route_text` (a Spark column) and `route_of`
 (Python, for tests) decode. Pure functions; thread-safe.
 """
 
@@ -25,22 +25,33 @@ AIRPORT_CODES = LETTERS ** CODE_LETTERS  # 17,576: every three-letter code A-Z
 _FIRST_LETTER = ord("A")
 
 
+def is_airport_code(code: str) -> bool:
+    """QUERIES.md's rule: three letters A-Z (`spark.queries.AIRPORT_CODE_REGEX`)."""
+    return len(code) == CODE_LETTERS and code.isascii() and code.isalpha() and code.isupper()
+
+
 def airport_code_number(code: str) -> int:
     """0 .. AIRPORT_CODES - 1 for a three-letter code A-Z."""
-    assert len(code) == CODE_LETTERS and code.isascii() and code.isupper(), code
+    assert is_airport_code(code), code
     number = 0
     for letter in code:
         number = number * LETTERS + ord(letter) - _FIRST_LETTER
     return number
 
 
-def airport_code_numbers(codes: pa.Array, valid: np.ndarray) -> np.ndarray:
-    """Each row's `airport_code_number` where `valid` (the caller vouches for its codes),
-    0 elsewhere. Worked out once per distinct code: a batch holds a few hundred."""
-    distinct = pc.dictionary_encode(pc.if_else(pa.array(valid), codes, "AAA"))
-    numbers = np.array([airport_code_number(code) for code in
-                        distinct.dictionary.to_pylist()], dtype=np.int64)
-    return numbers[distinct.indices.to_numpy(zero_copy_only=False)]
+def airport_codes(codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether the text is an airport code (`is_airport_code`; null is not), and its
+    `airport_code_number` (0 where it is not). Worked out once per distinct text: a batch
+    holds a few hundred airports, so one pass over the rows serves both the validity rule
+    and the route id."""
+    distinct = pc.dictionary_encode(codes)
+    texts = distinct.dictionary.to_pylist()
+    # One slot past the distinct texts, for the nulls.
+    ok = np.array([is_airport_code(text) for text in texts] + [False])
+    numbers = np.array([airport_code_number(text) if is_airport_code(text) else 0
+                        for text in texts] + [0], dtype=np.int64)
+    index = pc.fill_null(distinct.indices, len(texts)).to_numpy(zero_copy_only=False)
+    return ok[index], numbers[index]
 
 
 def route_of(route_id: int) -> str:

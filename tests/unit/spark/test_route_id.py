@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
+import re
+
 import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from spark.queries import AIRPORT_CODE_REGEX
 from spark.route_id import (
     AIRPORT_CODES,
     airport_code_number,
-    airport_code_numbers,
+    airport_codes,
+    is_airport_code,
     route_of,
     route_text,
 )
@@ -29,12 +34,18 @@ def test_ids_are_distinct_and_decode_to_their_route():
     assert _id("AAA-AAA") == 0 and _id("ZZZ-ZZZ") == AIRPORT_CODES ** 2 - 1
 
 
-def test_code_numbers_of_valid_rows_only():
-    codes = pa.array(["ATL", "bad", None, "ZZZ", "ATL"])
-    valid = np.array([True, False, False, True, True])
-    numbers = airport_code_numbers(codes, valid)
-    assert numbers.tolist() == [airport_code_number("ATL"), 0, 0, AIRPORT_CODES - 1,
-                                airport_code_number("ATL")]
+def test_codes_are_checked_and_numbered_per_row():
+    codes = pa.array(["ATL", "atl", None, "ZZZ", "AT", "ATLX", "A1C", "", "ÀTL", "ATL"])
+    ok, numbers = airport_codes(codes)
+    assert ok.tolist() == [True, False, False, True, False, False, False, False, False, True]
+    assert numbers.tolist() == [airport_code_number("ATL"), 0, 0, AIRPORT_CODES - 1, 0, 0, 0,
+                                0, 0, airport_code_number("ATL")]
+
+
+@given(st.text(max_size=5))
+def test_the_code_rule_is_the_queries_regex(text):
+    assert is_airport_code(text) == bool(re.fullmatch(AIRPORT_CODE_REGEX.removesuffix(r"\z"),
+                                                      text))
 
 
 def test_spark_decodes_ids_as_python_does(spark):
