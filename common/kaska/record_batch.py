@@ -99,19 +99,23 @@ def encode_batch(
         raise ValueError("producer_id is 16 bytes")
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
-    body = bytearray()
+    # The checksum runs over the parts and the batch is joined once: building it in a growing
+    # bytearray and copying it twice more cost 6 ms per 3 MB payload (a client's slice), ~1
+    # CPU-s per 2M uploaded rows, against ~0.2 ms for one join.
+    parts = [b""]  # the header, once its checksum is known
     for record in records:
-        body += _RECORD_LEN.pack(len(record))
-        body += record
-    batch_length = HEADER_BYTES - LENGTH_FIELD_END + len(body)
+        parts += (_RECORD_LEN.pack(len(record)), record)
+    batch_length = HEADER_BYTES - LENGTH_FIELD_END + sum(len(part) for part in parts)
     head = bytearray(_HEADER.pack(
         0, batch_length, 0, 0, FORMAT_VERSION, 0, len(records), producer_id, sequence,
         timestamp_ms,
     ))
-    out = head + body
-    crc = crc32c.crc32c(memoryview(out)[CRC_COVERED_FROM:])
-    struct.pack_into(">I", out, 16, crc)
-    return bytes(out)
+    crc = crc32c.crc32c(memoryview(head)[CRC_COVERED_FROM:])
+    for part in parts[1:]:
+        crc = crc32c.crc32c(part, value=crc)
+    struct.pack_into(">I", head, 16, crc)
+    parts[0] = head
+    return b"".join(parts)
 
 
 def peek_total_bytes(buf) -> int:
