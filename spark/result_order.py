@@ -31,7 +31,6 @@ from pyspark.serializers import NoOpSerializer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.traceback_utils import SCCallSiteSync
 from pyspark.util import _local_iterator_from_socket
 
 from spark.result_columns import format_table
@@ -40,6 +39,7 @@ from spark.result_columns import format_table
 # the session.
 INPUT_ROWS_PER_RESULT_RANGE = 1_000_000
 LARGE_VAR_TYPES_CONF = "spark.sql.execution.arrow.useLargeVarTypes"
+CALL_SITE = f"arrow_tables at {__file__}"
 
 
 def sorted_result_rows(query: str, frame: DataFrame, input_rows: int
@@ -62,8 +62,14 @@ def arrow_tables(frame: DataFrame) -> Iterator[pa.Table]:
     large_types = spark.conf.get(LARGE_VAR_TYPES_CONF, "false") == "true"
     schema = to_arrow_schema(frame.schema, error_on_duplicated_field_names_in_struct=True,
                              timezone="UTC", prefers_large_types=large_types)
-    with SCCallSiteSync(spark.sparkContext):  # the jobs are named after the caller's line
+    context = spark.sparkContext
+    # The jobs start later, in the thread serving the batches, which inherits the call site
+    # that names them (Spark's UI, bench_pipeline's stage table) from this one.
+    context._jsc.setCallSite(CALL_SITE)
+    try:
         batches = frame._jdf.toArrowBatchRdd()
-        served = spark.sparkContext._jvm.PythonRDD.toLocalIteratorAndServe(batches, True)
+        served = context._jvm.PythonRDD.toLocalIteratorAndServe(batches, True)
+    finally:
+        context._jsc.setCallSite(None)
     for message in _local_iterator_from_socket(served, NoOpSerializer()):
         yield pa.Table.from_batches([ipc.read_record_batch(pa.py_buffer(message), schema)])
