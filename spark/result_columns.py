@@ -67,7 +67,7 @@ def format_table(query: str, table: pa.Table) -> list[tuple[str, ...]]:
     assert table.num_columns == len(header), (
         f"{query} rows have {len(header)} fields, got {table.num_columns}")
     columns = [column_texts(column) for column in table.columns]
-    return list(zip(*columns))
+    return list(zip(*columns, strict=True))
 
 
 def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -51,8 +51,9 @@ def test_chunked_columns_are_read_whole():
 def test_format_table_is_format_row_for_every_row():
     rows = [("a,b", "ATL-BOS", 248.6, "ORD||DEN||LAX"), ("", "BOS-ATL", 1e16, None),
             ("c", "JFK-LAX", -0.0, "x\ny")]
-    table = pa.table({name: list(values) for name, values in zip(
-        ("legId", "route", "totalFare", "stopovers"), zip(*rows))})
+    names = ("legId", "route", "totalFare", "stopovers")
+    table = pa.table({name: list(values)
+                      for name, values in zip(names, zip(*rows, strict=True), strict=True)})
     assert [list(row) for row in format_table("q1", table)] == [
         format_row("q1", row) for row in rows]
 
