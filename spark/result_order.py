@@ -13,10 +13,10 @@ The rows travel as Arrow, not as pickled Rows: the JVM turns each partition into
 batches itself (`toArrowBatchRdd`, what `toArrow` runs), the driver fetches them a partition at
 a time (`PythonRDD.toLocalIteratorAndServe`, what `toLocalIterator` runs) and formats their
 columns (`spark.result_columns`). For Q2's 114k rows of a 2M-row session, pickled Rows and their
-per-value formatting took 1.0-1.3 s and 1.4-1.8 CPU-s (JVM and driver), the Arrow batches
-0.2-0.25 s and 0.4 CPU-s (measured side by side). These are PySpark's own internal entry
-points (no public API streams Arrow a partition at a time); the pinned pyspark version and
-the tests hold them.
+per-value formatting took 1.0-1.6 s and 1.4-2.7 CPU-s (JVM and driver), the Arrow batches
+0.2-0.44 s and 0.37-0.8 CPU-s (measured side by side, docs/benchmarks.md "Stop 40"). These
+are PySpark's own internal entry points (no public API streams Arrow a partition at a time);
+the pinned pyspark version and the tests hold them.
 
 Pure planning; thread-safe as Spark's DataFrame API is.
 """
