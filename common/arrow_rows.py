@@ -155,3 +155,8 @@ def with_row_ids(batch: pa.RecordBatch, first_row_id: int) -> pa.RecordBatch:
     """`batch` plus a `row_id` column numbering its rows from `first_row_id`."""
     row_ids = pa.array(np.arange(first_row_id, first_row_id + batch.num_rows, dtype=np.int64))
     return batch.append_column(ROW_ID, row_ids)
+
+
+def whole_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`values` as one array: a chunked array's chunks combined, an array as it is."""
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

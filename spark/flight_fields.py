@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.arrow_rows import whole_array
 from spark.airport_distances import AirportTable, airport_table, haversine_miles
 from spark.queries import (
     FLIGHT_COLUMNS,
@@ -96,7 +97,7 @@ def duration_minutes(text) -> tuple[pa.Array, pa.Array]:
     millions of rows, and the regex with its captures is the costliest step of `derive`
     (200k generated rows in 10k-row batches: 0.073 CPU-s row by row, 0.043 per distinct
     text, hashing included; `derive` 0.155 -> 0.124)."""
-    distinct = pc.dictionary_encode(_array(pc.fill_null(text, "")))
+    distinct = pc.dictionary_encode(whole_array(pc.fill_null(text, "")))
     ok, minutes = _duration_minutes_distinct(distinct.dictionary)
     return ok.take(distinct.indices), minutes.take(distinct.indices)
 
@@ -145,16 +146,16 @@ def derive(table: pa.Table, coordinates_json: str) -> pa.Table:
     """`DERIVED_SCHEMA` of a table holding (at least) FLIGHT_COLUMNS as strings, given the
     session's airports (`AirportCoordinates.to_json()`)."""
     airports = airport_table(coordinates_json)
-    table = pa.Table.from_arrays([_array(table[name]) for name in FLIGHT_COLUMNS],
+    table = pa.Table.from_arrays([whole_array(table[name]) for name in FLIGHT_COLUMNS],
                                  names=list(FLIGHT_COLUMNS))
     fare = parse_number(table["totalFare"])
     duration_ok, minutes = duration_minutes(table["travelDuration"])
-    origin_ok, origins = airport_codes(_array(table["startingAirport"]))
-    destination_ok, destinations = airport_codes(_array(table["destinationAirport"]))
+    origin_ok, origins = airport_codes(whole_array(table["startingAirport"]))
+    destination_ok, destinations = airport_codes(whole_array(table["destinationAirport"]))
     kind = invalid_kinds(table, fare, duration_ok, origin_ok & destination_ok)
     valid = pc.is_null(kind)
     valid_rows = valid.to_numpy(zero_copy_only=False)
-    segments = _array(pc.split_pattern(pc.fill_null(table["segmentsArrivalAirportCode"], ""),
+    segments = whole_array(pc.split_pattern(pc.fill_null(table["segmentsArrivalAirportCode"], ""),
                                        SEGMENT_SEPARATOR))
     count = pc.subtract(pc.list_value_length(segments), 1)
     q1_row = pc.and_(valid, pc.greater_equal(count, Q1_STOPOVER_COUNT_MIN))
@@ -191,7 +192,7 @@ def _q2_distances(airports: AirportTable, table: pa.Table, segments: pa.ListArra
     # Only the rows without a usable given distance (~6 % of real rows) are summed by leg.
     by_legs = rows[np.isnan(given[rows])]
     indices = pa.array(by_legs, pa.int64())
-    total[by_legs] = airports.chain_miles(_array(table["startingAirport"]).take(indices),
+    total[by_legs] = airports.chain_miles(whole_array(table["startingAirport"]).take(indices),
                                           segments.take(indices))
     # Worked out once per distinct route: a batch holds a few hundred routes.
     routes, first_rows, route_of_row = np.unique(origins[rows] * AIRPORT_CODES
@@ -207,12 +208,9 @@ def _q2_distances(airports: AirportTable, table: pa.Table, segments: pa.ListArra
     return known, np.where(q2_row, total, np.nan)
 
 
-def _array(values) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-
 
 def _where(mask, values) -> pa.Array:
-    values = _array(values)
+    values = whole_array(values)
     return pc.if_else(mask, values, pa.scalar(None, values.type))
 
 

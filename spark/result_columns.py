@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.arrow_rows import whole_array
 from common.result_csv import QUERY_HEADERS
 
 # Python's repr writes a double in fixed notation when its decimal exponent is in [-4, 16).
@@ -32,7 +33,7 @@ REPR_FIXED_MIN, REPR_FIXED_BELOW = 1e-4, 1e16
 
 def double_texts(values: pa.Array | pa.ChunkedArray) -> list[str]:
     """`repr` of every double ("" for a null), in order."""
-    values = _array(values)
+    values = whole_array(values)
     texts = pc.cast(values, pa.string())
     magnitude = pc.abs(values)
     in_fixed_range = pc.and_(
@@ -69,6 +70,3 @@ def format_table(query: str, table: pa.Table) -> list[tuple[str, ...]]:
     columns = [column_texts(column) for column in table.columns]
     return list(zip(*columns, strict=True))
 
-
-def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

@@ -14,6 +14,7 @@ from common.arrow_rows import (
     open_rows,
     read_all,
     read_rows,
+    whole_array,
     with_row_ids,
 )
 
@@ -155,3 +156,11 @@ def test_a_torn_large_slice_is_a_named_error():
     for cut in (whole[:8], whole[: len(whole) // 2], whole[:-1]):
         with pytest.raises(MalformedRowsPayloadError):
             read_rows(cut, ["legId"])
+
+
+def test_whole_array_combines_chunks_and_keeps_an_array():
+    chunked = pa.chunked_array([["a"], [], [None, "b"]])
+    combined = whole_array(chunked)
+    assert isinstance(combined, pa.Array) and combined.to_pylist() == ["a", None, "b"]
+    array = pa.array([1, 2])
+    assert whole_array(array) is array
