@@ -170,7 +170,7 @@ def derive(table: pa.Table, coordinates_json: str) -> pa.Table:
         _where(pc.or_(q1_row, q2_row), table["legId"]),
         _where(q1_row, table["travelDuration"]),
         _where(q1_row, minutes),
-        _where(q1_row, _stopovers(segments)),
+        _only_at(q1_row.to_numpy(zero_copy_only=False), _stopovers, segments),
         pa.array(q2_distance, pa.float64(), mask=~q2_row.to_numpy(zero_copy_only=False)),
     ], schema=DERIVED_SCHEMA)
 
@@ -212,6 +212,17 @@ def _q2_distances(airports: AirportTable, table: pa.Table, segments: pa.ListArra
 def _where(mask, values) -> pa.Array:
     values = whole_array(values)
     return pc.if_else(mask, values, pa.scalar(None, values.type))
+
+
+def _only_at(rows: np.ndarray, compute, values: pa.Array) -> pa.Array:
+    """`compute(values)` at `rows` (a mask) and null elsewhere, computed for those rows only
+    (Q1's stopovers: a few rows in a thousand)."""
+    chosen = np.flatnonzero(rows)
+    computed = compute(values.take(pa.array(chosen, pa.int64())))
+    # Every other row takes the one null appended after the computed values.
+    positions = np.full(len(rows), len(chosen), dtype=np.int64)
+    positions[chosen] = np.arange(len(chosen))
+    return pa.concat_arrays([computed, pa.nulls(1, computed.type)]).take(positions)
 
 
 def _list_parts(lists: pa.ListArray) -> tuple[np.ndarray, pa.Array]:
