@@ -332,7 +332,7 @@ class ClientSession:
         assert self.state.results_saved
         if not self.state.results_acked:
             try:
-                self.control.write_acked()
+                self.control.write_acked(self.summary.rows_per_query)
             except BrokerWaitError as error:
                 log.error("session %s: results saved, but not acknowledged (%s); run again with "
                           "--client-id %s to let the query service delete the session's "

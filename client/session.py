@@ -109,9 +109,11 @@ class SessionControl:
         assert ended.client_id == self.client_id
         self._write(encode(ended), SESSION_ENDED_SEQUENCE)
 
-    def write_acked(self) -> None:
-        """The results are on disk: the query service may delete the session's topics."""
-        self._write(encode(ResultsAcked(self.client_id)), RESULTS_ACKED_SEQUENCE)
+    def write_acked(self, rows_per_query: dict[str, int]) -> None:
+        """The results are on disk (`rows_per_query` rows of each query, when known): the query
+        service may delete the session's topics."""
+        self._write(encode(ResultsAcked(self.client_id, dict(rows_per_query))),
+                    RESULTS_ACKED_SEQUENCE)
 
     def _write(self, payload: bytes, sequence: int) -> None:
         def write_once() -> None:

@@ -4,7 +4,8 @@
     SessionStarted{client_id, partitions}
     SessionEnded{client_id, end_offsets: {topic: [end offset per partition]}, rows_sent: {file: n},
                  rows_rejected: {kind: n}}
-    ResultsAcked{client_id}    the client saved every result file durably: the session's
+    ResultsAcked{client_id, rows_per_query: {query: n}}
+                               the client saved every result file durably: the session's
                                topics (`session_topics`) may go (spark/session_cleanup.py)
 `results.<client_id>` topic (1 partition), written by the query service, read by the client:
     ResultRows{query, first_row, rows: [[field, ...], ...]}   a slice of one query's CSV rows
@@ -16,7 +17,7 @@ Result rows are numbered per query (`first_row`), so a reader can drop a repeate
 
 A reader meets records of types it does not know (an older service, a newer client): `decode`
 raises MalformedSessionRecordError for them and the reader skips them. Older logs simply lack
-ResultsAcked and still decode.
+ResultsAcked, or its `rows_per_query`, and still decode.
 
 Pure functions; thread-safe.
 """
@@ -83,9 +84,14 @@ class QueryDone:
 @dataclass(frozen=True)
 class ResultsAcked:
     """The client holds every result file on disk (written and fsynced, its checkpoint says
-    so): it will never read the session's topics again."""
+    so): it will never read the session's topics again.
+
+    `rows_per_query` says how many rows of each query it saved, for readers that may never see
+    the results topic: the status page polls once a second, and a small session's topics can
+    be written, read and deleted within one poll. Empty in acks written before it existed."""
 
     client_id: str
+    rows_per_query: dict[str, int] = field(default_factory=dict)
 
 
 ControlRecord = SessionStarted | SessionEnded | ResultsAcked | ResultRows | QueryDone
@@ -117,7 +123,16 @@ def decode(payload: bytes | memoryview) -> ControlRecord:
         raise MalformedSessionRecordError(f"bad fields for {cls.__name__}: {err}") from err
     if isinstance(record, ResultRows | QueryDone) and record.query not in QUERIES:
         raise MalformedSessionRecordError(f"unknown query {record.query!r}")
-    if isinstance(record, ResultsAcked) and not (isinstance(record.client_id, str)
-                                                 and record.client_id):
-        raise MalformedSessionRecordError(f"bad client_id {record.client_id!r}")
+    if isinstance(record, ResultsAcked):
+        _check_acked(record)
     return record
+
+
+def _check_acked(record: ResultsAcked) -> None:
+    if not (isinstance(record.client_id, str) and record.client_id):
+        raise MalformedSessionRecordError(f"bad client_id {record.client_id!r}")
+    counts = record.rows_per_query
+    if not (isinstance(counts, dict) and all(
+            query in QUERIES and isinstance(rows, int) and not isinstance(rows, bool)
+            and rows >= 0 for query, rows in counts.items())):
+        raise MalformedSessionRecordError(f"bad rows_per_query {str(counts)[:200]!r}")

@@ -82,10 +82,14 @@ class SessionLedger:
         elif type(record).__name__ == ACKED_RECORD and record.client_id in self.sessions:
             # Matched by name: logs written before this record type existed lack it, and this
             # reader must read both. Once acked, the query service may delete the results
-            # topic, so the queries are done whatever was read of it.
+            # topic, so the queries are done whatever was read of it, with the rows the client
+            # says it saved (acks written before that field existed say nothing).
             old = self.sessions[record.client_id]
+            saved = getattr(record, "rows_per_query", None) or {}
             self.sessions[record.client_id] = replace(old, acked=True, queries={
-                query: replace(progress, done=True) for query, progress in old.queries.items()})
+                query: replace(progress, done=True,
+                               result_rows=max(progress.result_rows, saved.get(query, 0)))
+                for query, progress in old.queries.items()})
 
     def apply_result_record(self, client_id: str, record) -> None:
         session = self.sessions.get(client_id)

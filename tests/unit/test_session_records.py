@@ -14,6 +14,7 @@ RECORDS = [
     sr.ResultRows(query="q3", first_row=600, rows=[["a", "ATL-BOS", "DFW||ORD", "PT7H"]]),
     sr.QueryDone(query="q4", rows=12, invalid={"bad_fare": 2}),
     sr.ResultsAcked(client_id="0b7e6a52-9d1c-4c7e-a3b5-1f0e2d3c4b5a"),
+    sr.ResultsAcked(client_id="c1", rows_per_query={"q1": 3, "q2": 0, "q3": 1, "q4": 7}),
 ]
 
 
@@ -37,6 +38,11 @@ def test_the_bytes_are_those_of_the_record_as_a_dict(record):
     b'{"type":"ResultsAcked"}', b'{"type":"ResultsAcked","client_id":""}',
     b'{"type":"ResultsAcked","client_id":7}', b'{"type":"ResultsAcked","client_id":null}',
     b'{"type":"ResultsAcked","client_id":"c","end_offsets":{}}',
+    b'{"type":"ResultsAcked","client_id":"c","rows_per_query":[]}',
+    b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q9":1}}',
+    b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q1":-1}}',
+    b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q1":"7"}}',
+    b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q1":true}}',
     b'{"type":"SessionArchived","client_id":"c"}',  # a type from a newer writer
 ])
 def test_malformed_records_raise_a_named_error(payload):
@@ -50,7 +56,12 @@ def test_topic_names():
 
 
 def test_an_ack_is_encoded_as_a_small_fixed_document():
-    assert sr.encode(sr.ResultsAcked("c1")) == b'{"type":"ResultsAcked","client_id":"c1"}'
+    assert sr.encode(sr.ResultsAcked("c1", {"q1": 2})) == \
+        b'{"type":"ResultsAcked","client_id":"c1","rows_per_query":{"q1":2}}'
+
+
+def test_an_ack_written_before_its_row_counts_existed_still_decodes():
+    assert sr.decode(b'{"type":"ResultsAcked","client_id":"c1"}') == sr.ResultsAcked("c1", {})
 
 
 def test_records_written_before_results_acked_existed_still_decode():

@@ -130,7 +130,7 @@ def test_a_client_killed_between_saving_and_acking_acks_on_resume(broker, servic
     client_id = str(uuid.uuid4())
     results_dir = tmp_path / "r"
 
-    def die(self) -> None:
+    def die(self, rows_per_query) -> None:
         raise Killed()
 
     with monkeypatch.context() as patched:

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from common.session_records import QueryDone, ResultRows, SessionEnded, SessionStarted
+from common.session_records import (
+    QueryDone,
+    ResultRows,
+    ResultsAcked,
+    SessionEnded,
+    SessionStarted,
+)
 from healthchecker.status import status_document
 from services.status.brokers import MalformedBrokerMetricsError, broker_report_from_text
 from services.status.checkers import MalformedCheckerStatusError, parse_checker_status
@@ -90,6 +96,18 @@ def test_an_acknowledged_session_is_done_even_if_its_results_were_never_read():
     session = ledger.sessions["c1"]
     assert session.acked and session.done
     assert session.queries["q1"].result_rows == 7 and session.queries["q2"].done
+
+
+def test_an_ack_gives_the_rows_the_client_saved_when_the_results_were_never_read():
+    """A small session's results can be written, read and deleted between two polls."""
+    ledger = SessionLedger(sessions_max=4)
+    ledger.apply_session_record(SessionStarted("c1", 4))
+    ledger.apply_result_record("c1", ResultRows("q2", 0, [["x", "A-B", "1.0"]] * 3))
+    ledger.apply_session_record(ResultsAcked("c1", {"q1": 5, "q2": 9, "q3": 0, "q4": 2}))
+    session = ledger.sessions["c1"]
+    assert session.done
+    assert {q: p.result_rows for q, p in session.queries.items()} == {
+        "q1": 5, "q2": 9, "q3": 0, "q4": 2}
 
 
 def test_the_ledger_keeps_the_newest_sessions_only():
