@@ -34,6 +34,9 @@ Rules (docs/replication.md has the why):
   commits, so it is documented instead (docs/replication.md);
 - followers fetch `(fetch_end, last_fetched_epoch)`; the leader answers entries, or where the
   follower's journal diverges (OffsetsForLeaderEpoch), and the follower truncates there;
+- the leader notes when each follower last held its whole journal (`caught_up_s`, Kafka's
+  lastCaughtUpTime, see `_note_follower_caught_up`); in_sync.py derives the in-sync replicas
+  from it. It decides nothing here: commit and lease count `match` and `heard_s`;
 - a follower's commit index counts only entries known to match the leader: the prefix the
   leader's answer vouched for plus the entries appended from that answer (Raft Figure 2:
   min(leaderCommit, index of the last NEW entry)), never whatever else its journal holds (a
@@ -203,6 +206,11 @@ class RaftState:
     # Leader: peer → the latest time (this broker's clock) at which the peer is known to have
     # heard from it as leader of this epoch (FetchRequest.confirmed_s); the lease.
     heard_s: MappingProxyType = field(default_factory=lambda: _frozen({}))
+    # Leader: peer → the latest time (this broker's clock) at which the peer is known to have
+    # held this leader's whole journal (Kafka's lastCaughtUpTime; in_sync.py reads it), and
+    # peer → this leader's journal end when that peer's last fetch arrived.
+    caught_up_s: MappingProxyType = field(default_factory=lambda: _frozen({}))
+    end_at_fetch: MappingProxyType = field(default_factory=lambda: _frozen({}))
     # The end of this broker's fsynced journal prefix (fsync policy `entry`): a leader counts
     # only it toward the majority. None: no fsync policy, the whole journal counts (Kafka's
     # durability through replication alone).
@@ -583,7 +591,8 @@ def _become_leader(config, state, now, actions):
                     votes=frozenset(), pre_voting=False, epoch_start=epoch_start,
                     match=_frozen({peer: 0 for peer in config.peers}),
                     last_fetch_s=_frozen({peer: now for peer in config.peers}),
-                    heard_s=_frozen({}), learners=frozenset())
+                    heard_s=_frozen({}), learners=frozenset(), caught_up_s=_frozen({}),
+                    end_at_fetch=_frozen({}))
     return _advance_leader_commit(config, state, actions)
 
 
@@ -675,7 +684,10 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
         actions.append(AnswerFetch(Outcome.NOT_LEADER, state.epoch, state.leader_id,
                                    state.commit))
         return state
-    state = replace(state, last_fetch_s=_frozen({**state.last_fetch_s, event.follower: now}))
+    previous_fetch = (state.last_fetch_s.get(event.follower),
+                      state.end_at_fetch.get(event.follower))
+    state = replace(state, last_fetch_s=_frozen({**state.last_fetch_s, event.follower: now}),
+                    end_at_fetch=_frozen({**state.end_at_fetch, event.follower: state.log.end}))
     state = _note_identity(state, event)
     if event.confirmed_s is not None and event.confirmed_s > state.heard_s.get(
             event.follower, float("-inf")):
@@ -690,6 +702,8 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     # Below fetch_end the follower's journal equals ours (Raft's log matching); it may be
     # lower than before (a wiped disk), so match follows it down rather than up only.
     state = replace(state, match=_frozen({**state.match, event.follower: event.fetch_end}))
+    state = _note_follower_caught_up(state, event.follower, event.fetch_end, previous_fetch,
+                                     now)
     state = _advance_leader_commit(config, state, actions)
     if (state.transfer_to == event.follower and event.fetch_end >= state.log.end
             and event.follower not in state.learners):
@@ -705,6 +719,27 @@ def _on_fetch_request(config, state, event: FetchRequest, now, rng, actions):
     return state
 
 
+def _note_follower_caught_up(state: RaftState, follower: int, fetch_end: int,
+                             previous_fetch: tuple[float | None, int | None],
+                             now: float) -> RaftState:
+    """Kafka's lastCaughtUpTime. A fetch from this leader's end: the follower holds the whole
+    journal now. A fetch from at least the end this leader had at the follower's previous fetch
+    (`previous_fetch`: its time and that end): it held, once that fetch's answer arrived,
+    everything this leader held when that fetch came: caught up as of then, one fetch round
+    trip behind (Kafka's rule). A follower that keeps fetching from further back (stuck, or
+    outpaced by the writers) earns nothing."""
+    previous_s, previous_end = previous_fetch
+    if fetch_end >= state.log.end:
+        caught_up = now
+    elif previous_s is not None and previous_end is not None and fetch_end >= previous_end:
+        caught_up = previous_s
+    else:
+        return state
+    if caught_up <= state.caught_up_s.get(follower, float("-inf")):
+        return state
+    return replace(state, caught_up_s=_frozen({**state.caught_up_s, follower: caught_up}))
+
+
 def _note_identity(state: RaftState, event: FetchRequest) -> RaftState:
     """A follower with another broker incarnation than before lost its journal (or is another
     directory): what the leader knew it held is void, so its match starts again from 0."""
@@ -712,7 +747,10 @@ def _note_identity(state: RaftState, event: FetchRequest) -> RaftState:
     known = state.incarnations.get(follower)
     if event.incarnation and known != event.incarnation:
         if known is not None:
-            state = replace(state, match=_frozen({**state.match, follower: 0}))
+            # Nor did it catch up: what it held then is gone.
+            state = replace(state, match=_frozen({**state.match, follower: 0}),
+                            caught_up_s=_frozen({k: v for k, v in state.caught_up_s.items()
+                                                 if k != follower}))
         state = replace(state, incarnations=_frozen({**state.incarnations,
                                                      follower: event.incarnation}))
     learners = state.learners | {follower} if event.learner else state.learners - {follower}
