@@ -127,3 +127,4 @@ class ReplicationCounters:
     transfers_handed_over: int = 0  # TIMEOUT_NOW sent: this leader handed over and stepped down
     transfers_abandoned: int = 0  # hand-overs that found no caught-up voter in time
     transfer_candidacies: int = 0  # elections this broker stood in on a TIMEOUT_NOW
+    followers_stalled: int = 0  # episodes of a follower stuck behind this leader (reported once)

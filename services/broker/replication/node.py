@@ -112,6 +112,7 @@ from services.broker.replication.fetch_answers import (
     entries_to_send,
     refusal,
 )
+from services.broker.replication.follower_progress import FollowerProgress
 from services.broker.replication.identity import (
     BrokerIdentity,
 )
@@ -167,6 +168,7 @@ class ReplicationNode:
         self._on_partition_visible = on_partition_visible or (lambda _t, _p: None)
         self._peers = {peer.node_id: peer for peer in config.peers}
         self.counters = ReplicationCounters()
+        self.follower_progress = FollowerProgress()
         opened = open_replication_state(config, log_store, data_dir)
         self._directory = opened.directory
         self._space = log_store.space
