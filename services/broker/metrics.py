@@ -27,7 +27,12 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   (-1: none known), `_lease_held` (1 while it leads with its leader lease), `_commit_index`,
   `_journal_end_index`, and on the group's leader, per follower,
   `kaska_replication_follower_match_index`, `_follower_lag_entries` (journal entries the
-  follower does not have yet) and `_follower_last_fetch_age_seconds`; counters
+  follower does not have yet) and `_follower_last_fetch_age_seconds`; the group's health:
+  `kaska_replication_group_voters` (its configured voters: each partition's replicas),
+  `kaska_replication_in_sync_replicas` (on its leader only: the voters caught up to the
+  leader's journal end within the last few seconds, replication/in_sync.py) and
+  `kaska_under_replicated_partitions` (the group's partitions this broker leads while not all
+  its voters are in sync; 0 elsewhere, so the sum over the brokers is the cluster's); counters
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
   `_stale_divergences_total` (a leader's DIVERGING answer below this broker's commit index:
   nothing truncated; logged too), `_requests_refused_total{reason}`,
@@ -56,6 +61,8 @@ from prometheus_client.registry import Collector
 
 from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
 from common.kaska.protocol.frames import Api
+from services.broker.replication.in_sync import REPLICA_LAG_TIME_MAX_S, in_sync_replicas
+from services.broker.replication.placement import group_of
 from services.broker.replication.raft import Role, holds_lease
 
 NO_LEADER_ID = -1
@@ -309,6 +316,8 @@ class BrokerCollector(Collector):
         end = GaugeMetricFamily("kaska_replication_journal_end_index",
                                 "Journal entries held by this broker.", labels=labels)
         followers = _FollowerFamilies()
+        in_sync = _InSyncFamilies()
+        partitions = _partitions_per_group(self._log.topics(), len(groups))
         counters = _ReplicationCounterFamilies()
         for number, node in groups:
             state = node.state  # one immutable snapshot: every value below agrees with the others
@@ -323,6 +332,7 @@ class BrokerCollector(Collector):
             commit.add_metric([group], state.commit)
             end.add_metric([group], state.log.end)
             followers.add(group, node, state, self._clock())
+            in_sync.add(group, node, state, self._clock(), partitions.get(number, 0))
             counters.add(group, node.counters)
         yield from (role, epoch, leader, voter, lease)
         yield CounterMetricFamily("kaska_leader_lease_refusals",
@@ -331,7 +341,49 @@ class BrokerCollector(Collector):
                                   value=self._counters.lease_refusals)
         yield from (commit, end)
         yield from followers.families()
+        yield from in_sync.families()
         yield from counters.families()
+
+
+def _partitions_per_group(topics: dict[str, int], groups: int) -> Counter[int]:
+    """group -> the partitions it replicates, of the topics this broker knows."""
+    counts: Counter[int] = Counter()
+    for topic, count in topics.items():
+        for partition in range(count):
+            counts[group_of(topic, partition, groups)] += 1
+    return counts
+
+
+class _InSyncFamilies:
+    """A group's in-sync replicas, as only its leader knows them (replication/in_sync.py)."""
+
+    def __init__(self) -> None:
+        labels = ["group"]
+        self.voters = GaugeMetricFamily(
+            "kaska_replication_group_voters", "Voters the group is configured with, learners "
+            "included: the replicas each of its partitions has.", labels=labels)
+        self.in_sync = GaugeMetricFamily(
+            "kaska_replication_in_sync_replicas",
+            "Replicas of the group that caught up to its leader's journal end within the last "
+            f"{REPLICA_LAG_TIME_MAX_S:g} s, the leader included, learners never. Only the "
+            "group's leader reports it (no other broker can know).", labels=labels)
+        self.under_replicated = GaugeMetricFamily(
+            "kaska_under_replicated_partitions",
+            "Partitions of the group that this broker leads while fewer of the group's voters "
+            "than all are in sync (0 where it does not lead).", labels=labels)
+
+    def add(self, group: str, node, state, now: float, partitions: int) -> None:
+        voters = node.raft_config.voters
+        self.voters.add_metric([group], len(voters))
+        in_sync = in_sync_replicas(node.raft_config, state, now)
+        if in_sync is None:
+            self.under_replicated.add_metric([group], 0)
+            return
+        self.in_sync.add_metric([group], len(in_sync))
+        self.under_replicated.add_metric([group], partitions if in_sync < voters else 0)
+
+    def families(self) -> tuple[Metric, ...]:
+        return self.voters, self.in_sync, self.under_replicated
 
 
 class _FollowerFamilies:

@@ -8,7 +8,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
@@ -18,6 +18,7 @@ from services.broker.metrics import api_label, records_in_slices
 from services.broker.replication.raft import Role
 from services.broker.storage.errors import StorageFullError
 from tests.unit.metrics_fakes import (
+    NOW_S,
     FakeLog,
     fake_broker_registry,
     families,
@@ -161,3 +162,37 @@ def test_bad_metrics_listen_exits_2_naming_the_flag(capsys):
         parse_args(["--node-id", "1", "--data-dir", "/tmp/d", "--metrics-listen", "9400"])
     assert exited.value.code == 2
     assert "--metrics-listen: MetricsListenError" in capsys.readouterr().err
+
+
+def _in_sync_values(state) -> dict[str, dict]:
+    found = families(fake_broker_registry(state))
+    return {name: {s.labels["group"]: s.value for s in found[name].samples}
+            for name in ("kaska_replication_group_voters", "kaska_replication_in_sync_replicas",
+                         "kaska_under_replicated_partitions")}
+
+
+def test_a_leader_with_a_follower_out_of_sync_counts_its_partitions_under_replicated():
+    # Broker 2 caught up 1 s ago, broker 3 never: 2 of 3 in sync; group 0 replicates the
+    # fake log's three partitions (flights.c1 0 and 1, gone 0).
+    state = replace(leader_state(), caught_up_s=MappingProxyType({2: NOW_S - 1.0}))
+    assert _in_sync_values(state) == {
+        "kaska_replication_group_voters": {"0": 3},
+        "kaska_replication_in_sync_replicas": {"0": 2},
+        "kaska_under_replicated_partitions": {"0": 3}}
+
+
+def test_a_leader_with_every_follower_in_sync_has_no_under_replicated_partition():
+    state = replace(leader_state(), caught_up_s=MappingProxyType({2: NOW_S - 1.0,
+                                                                 3: NOW_S - 4.9}))
+    values = _in_sync_values(state)
+    assert values["kaska_replication_in_sync_replicas"] == {"0": 3}
+    assert values["kaska_under_replicated_partitions"] == {"0": 0}
+
+
+def test_a_follower_reports_no_in_sync_replicas_and_leads_no_under_replicated_partition():
+    state = replace(leader_state(), role=Role.FOLLOWER, leader_id=2,
+                    caught_up_s=MappingProxyType({2: NOW_S - 1.0}))
+    values = _in_sync_values(state)
+    assert values["kaska_replication_in_sync_replicas"] == {}, "only a leader can know"
+    assert values["kaska_under_replicated_partitions"] == {"0": 0}
+    assert values["kaska_replication_group_voters"] == {"0": 3}
