@@ -36,7 +36,9 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_replication_elections_won_total`, `_truncations_total`, `_entries_applied_total`,
   `_stale_divergences_total` (a leader's DIVERGING answer below this broker's commit index:
   nothing truncated; logged too), `_requests_refused_total{reason}`,
-  `_leadership_transfers_total{outcome}` (handed_over, abandoned, stood), and
+  `_leadership_transfers_total{outcome}` (handed_over, abandoned, stood),
+  `_followers_stalled_total` (on a leader: a follower that makes no progress while the
+  leader has entries for it, once per episode; follower_progress.py), and
   `kaska_leader_lease_refusals_total` (requests refused as leader for lack of a lease);
 - peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
@@ -443,6 +445,10 @@ class _ReplicationCounterFamilies:
         self.incarnations = CounterMetricFamily(
             "kaska_replication_peer_incarnation_changes", "Followers that came back with "
             "another data directory (their match index reset).", labels=labels)
+        self.stalled = CounterMetricFamily(
+            "kaska_replication_followers_stalled", "Episodes of a follower that fetched from "
+            "one journal end while this leader held entries past it, for long enough to be "
+            "reported (each counted and logged once).", labels=labels)
 
     def add(self, group: str, counters) -> None:
         self.elections.add_metric([group], counters.elections_won)
@@ -455,10 +461,11 @@ class _ReplicationCounterFamilies:
         self.transfers.add_metric([group, "abandoned"], counters.transfers_abandoned)
         self.transfers.add_metric([group, "stood"], counters.transfer_candidacies)
         self.incarnations.add_metric([group], counters.peer_incarnation_changes)
+        self.stalled.add_metric([group], counters.followers_stalled)
 
     def families(self) -> tuple[Metric, ...]:
         return (self.elections, self.truncations, self.applied, self.divergences,
-                self.refused, self.transfers, self.incarnations)
+                self.refused, self.transfers, self.incarnations, self.stalled)
 
 
 def broker_registry(server) -> CollectorRegistry:

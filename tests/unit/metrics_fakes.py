@@ -88,7 +88,8 @@ class FakeReplicas:
         counters = ReplicationCounters(unknown_replica_requests=1, stale_epoch_requests=2,
                                        elections_won=3, truncations=4, entries_applied=5,
                                        stale_divergences=6, transfers_handed_over=7,
-                                       transfers_abandoned=8, transfer_candidacies=9)
+                                       transfers_abandoned=8, transfer_candidacies=9,
+                                       followers_stalled=10)
         self.node = SimpleNamespace(state=state, counters=counters,
                                     raft_config=RaftConfig(1, frozenset({1, 2, 3})))
         self._high_watermarks = high_watermarks

@@ -196,3 +196,10 @@ def test_a_follower_reports_no_in_sync_replicas_and_leads_no_under_replicated_pa
     assert values["kaska_replication_in_sync_replicas"] == {}, "only a leader can know"
     assert values["kaska_under_replicated_partitions"] == {"0": 0}
     assert values["kaska_replication_group_voters"] == {"0": 3}
+
+
+def test_stalled_followers_are_a_counter_per_group():
+    stalled = families(fake_broker_registry())["kaska_replication_followers_stalled"]
+    assert stalled.type == "counter"
+    assert sample_values(stalled) == {
+        ("kaska_replication_followers_stalled_total", (("group", "0"),)): 10}
