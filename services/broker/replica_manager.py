@@ -34,7 +34,7 @@ from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
-from services.broker.replication.journal import JournalEntry, TopicId, carrying
+from services.broker.replication.journal import JournalEntry, TopicId, carrying, closing
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.storage.log import PARTITIONS_MAX, Log
@@ -259,18 +259,20 @@ class ReplicaManager:
             with self._metadata_lock:
                 self._deleting.discard(name)
 
-    def journal_delete(self, name: str) -> JournalEntry:
+    def journal_delete(self, name: str, metadata_end: int = 0) -> JournalEntry:
         """As leader, journal a DELETE_TOPIC without waiting for its commit (a data group's
-        close of a deleted incarnation: replication/topic_mirror.py). Produce requests for the
-        topic are refused from now on, here."""
+        close of a deleted incarnation, decided on the metadata group's prefix below
+        `metadata_end`: replication/topic_mirror.py). Produce requests for the topic are
+        refused from now on, here."""
         role = self.require_leader(name, 0, lease=False)
-        return self._journal_delete(name, role.leader_epoch)
+        return self._journal_delete(name, role.leader_epoch, metadata_end)
 
-    def _journal_delete(self, name: str, epoch: int) -> JournalEntry:
+    def _journal_delete(self, name: str, epoch: int, metadata_end: int = 0) -> JournalEntry:
         with self._metadata_lock:
             self._deleting.add(name)
             try:
-                entry = self.node.journal.append(epoch, EntryKind.DELETE_TOPIC, topic=name)
+                entry = self.node.journal.append(epoch, EntryKind.DELETE_TOPIC, topic=name,
+                                                 **closing(metadata_end))
             except BaseException:
                 self._deleting.discard(name)
                 raise

@@ -100,6 +100,10 @@ def check_fetch_response(response: ReplicaFetchResponse) -> ReplicaFetchResponse
             # (journal.py): its epoch + 1 and its index.
             in_range("entry carried id epoch", entry.record_count, 0, EPOCH_MAX + 1)
             in_range("entry carried id index", entry.base_offset, 0, INDEX_MAX)
+        elif entry.kind is EntryKind.DELETE_TOPIC:
+            # A data group's DELETE_TOPIC carries the metadata group's prefix end it was
+            # decided on (journal.py).
+            in_range("entry carried metadata end", entry.base_offset, 0, INDEX_MAX)
     if response.snapshot is not None:
         check_snapshot(response.snapshot)
     return response
@@ -123,6 +127,7 @@ def check_snapshot(snapshot: Snapshot) -> Snapshot:
     for end in snapshot.partition_ends:
         in_range("snapshot partition", end.partition, 0, PARTITIONS_MAX - 1)
         in_range("snapshot partition end", end.end_offset, 0, OFFSET_MAX)
+    in_range("snapshot metadata end seen", snapshot.metadata_end_seen, 0, INDEX_MAX)
     return snapshot
 
 

@@ -8,10 +8,15 @@ journal file), the state the journal prefix below `end` leaves behind:
     i64 end | u32 n × (i32 epoch | i64 start)                         the epoch cache
             | u32 n × (str topic | i32 id_epoch | i64 id_index | u32 partitions)  live topics
             | u32 n × (str topic | u32 partition | i64 end_offset)    every partition's end
+            | i64 metadata_end_seen                                   the mirror's watermark
 
 A live topic is named by its TopicId (the CREATE_TOPIC entry that made it); a partition end is
 the largest end offset of the prefix's BATCH/SKIPPED entries of the topic's live incarnation
 (internal topics such as `__offsets` have no CREATE entry: partition ends only).
+`metadata_end_seen`: in a data group, the longest metadata group prefix the prefix's topic
+mirror entries were decided on (services/broker/replication/snapshot.py); 0 elsewhere. A table
+written before it existed (a journal file of format version 2) ends after the partition ends:
+`read(reader, with_metadata_end=False)`, which takes 0.
 
 Request:  i32 follower | i32 epoch | str topic | i32 id_epoch | i64 id_index | u32 partition
           | i64 offset | i64 end_offset | u32 max_bytes
@@ -64,6 +69,7 @@ class Snapshot:
     epochs: tuple[tuple[int, int], ...] = ()  # (epoch, first index), ascending
     topics: tuple[SnapshotTopic, ...] = ()  # sorted by name
     partition_ends: tuple[PartitionEnd, ...] = ()  # sorted by (topic, partition)
+    metadata_end_seen: int = 0  # a data group's topic mirror watermark (see the docstring)
 
     @property
     def last_epoch(self) -> int:
@@ -81,13 +87,15 @@ class Snapshot:
         writer.u32(len(self.partition_ends))
         for end in self.partition_ends:
             writer.string(end.topic).u32(end.partition).i64(end.end_offset)
-        return writer
+        return writer.i64(self.metadata_end_seen)
 
     def encode(self) -> bytes:
         return self.write(BodyWriter()).getvalue()
 
     @classmethod
-    def read(cls, reader: BodyReader) -> Snapshot:
+    def read(cls, reader: BodyReader, *, with_metadata_end: bool = True) -> Snapshot:
+        """`with_metadata_end`: False for a table written before `metadata_end_seen` existed
+        (it reads as 0)."""
         end = reader.i64("snapshot end")
         epochs = tuple((reader.i32("snapshot epoch"), reader.i64("snapshot epoch start"))
                        for _ in range(reader.count(_EPOCH_BYTES, "snapshot epochs")))
@@ -97,12 +105,14 @@ class Snapshot:
         ends = tuple(PartitionEnd(reader.string("snapshot partition topic"),
                                   reader.u32("partition"), reader.i64("end_offset"))
                      for _ in range(reader.count(_PARTITION_BYTES_MIN, "snapshot partitions")))
-        return cls(end, epochs, topics, ends)
+        metadata_end_seen = reader.i64("metadata_end_seen") if with_metadata_end else 0
+        return cls(end, epochs, topics, ends, metadata_end_seen)
 
     @classmethod
-    def decode(cls, buf, error=InvalidResponseError) -> Snapshot:
+    def decode(cls, buf, error=InvalidResponseError, *,
+               with_metadata_end: bool = True) -> Snapshot:
         reader = BodyReader(buf, error)
-        snapshot = cls.read(reader)
+        snapshot = cls.read(reader, with_metadata_end=with_metadata_end)
         reader.finish()
         return snapshot
 

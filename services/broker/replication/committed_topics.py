@@ -16,6 +16,11 @@ nothing else can invalidate the view; a `commit` below its end returns it as it 
 `pending(commit)` is the same view carried through the uncommitted tail too, and names the
 topics whose DELETE_TOPIC is in that tail: what a leader appended but has not seen committed.
 
+Both views carry `metadata_end_seen`, the largest `JournalEntry.metadata_end_seen` of the
+entries they cover, the snapshot's included (journal.py, snapshot.py): in a data group, the
+longest metadata group prefix its topic mirror's entries were decided on. It never decreases
+along a journal.
+
 Thread-safe: one lock around the cached view; the journal takes its own.
 """
 
@@ -37,11 +42,12 @@ class LiveTopic:
 @dataclass(frozen=True, slots=True)
 class TopicsView:
     """Live topics after the entries below `end`; `deleting`: topics whose DELETE_TOPIC lies in
-    the uncommitted tail (only for `pending`)."""
+    the uncommitted tail (only for `pending`); `metadata_end_seen`: see the module docstring."""
 
     end: int
     topics: dict[str, LiveTopic]
     deleting: frozenset[str] = frozenset()
+    metadata_end_seen: int = 0
 
 
 class CommittedTopics:
@@ -65,13 +71,16 @@ class CommittedTopics:
             return self.pending(commit)  # compacted meanwhile: read again
         topics = dict(committed.topics)
         deleting: set[str] = set()
+        metadata_end_seen = committed.metadata_end_seen
         for entry in tail:
             _apply(topics, entry)
+            metadata_end_seen = max(metadata_end_seen, entry.metadata_end_seen)
             if entry.kind is EntryKind.DELETE_TOPIC:
                 deleting.add(entry.topic)
             elif entry.kind is EntryKind.CREATE_TOPIC:
                 deleting.discard(entry.topic)
-        return TopicsView(committed.end + len(tail), topics, frozenset(deleting))
+        return TopicsView(committed.end + len(tail), topics, frozenset(deleting),
+                          metadata_end_seen)
 
     def _advanced(self, view: TopicsView, commit: int) -> TopicsView:
         journal = self._journal
@@ -85,9 +94,11 @@ class CommittedTopics:
                 break
             view = _UNREAD  # compacted or replaced between the reads: from its snapshot
         topics = dict(view.topics)
+        metadata_end_seen = view.metadata_end_seen
         for entry in entries:
             _apply(topics, entry)
-        return TopicsView(view.end + len(entries), topics)
+            metadata_end_seen = max(metadata_end_seen, entry.metadata_end_seen)
+        return TopicsView(view.end + len(entries), topics, metadata_end_seen=metadata_end_seen)
 
 
 _UNREAD = TopicsView(-1, {})
@@ -97,7 +108,7 @@ def _from_snapshot(journal: Journal) -> TopicsView:
     snapshot = journal.snapshot
     return TopicsView(snapshot.end, {
         topic.name: LiveTopic(TopicId(topic.id_epoch, topic.id_index), topic.partitions)
-        for topic in snapshot.topics})
+        for topic in snapshot.topics}, metadata_end_seen=snapshot.metadata_end_seen)
 
 
 def _apply(topics: dict[str, LiveTopic], entry: JournalEntry) -> None:

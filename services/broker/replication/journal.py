@@ -6,9 +6,11 @@ partition files hold the bytes BATCH entries point at.
 File format (`DIR/journal.log`), big-endian:
 
     0   4  magic           b"KJNL"
-    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 2 for a compacted journal
+    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 3 for a compacted journal (2: one
+                           compacted before the snapshot table ended with the topic mirror's
+                           watermark; still read, the watermark 0)
     6   2  reserved        0
-    (version 2 only)  u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
+    (versions 2, 3)   u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
                       of the compacted prefix, every entry below its `end` (snapshot.py)
     ..  records back to back, one per entry, the first one's index the snapshot's end (0 for
         version 1):
@@ -60,7 +62,11 @@ A data group's CREATE_TOPIC (replication/topic_mirror.py) opens, in its own jour
 incarnation the metadata group created: it carries that incarnation's id (`carries`: its
 `record_count` holds the id's epoch + 1, its `base_offset` the id's index; both are unused by a
 CREATE_TOPIC otherwise, so a metadata group's CREATE_TOPIC carries nothing) and names it,
-not itself, so one incarnation has one id in every group.
+not itself, so one incarnation has one id in every group. A data group's DELETE_TOPIC carries
+the end of the metadata group's committed prefix its close was decided on (`closing`: in its
+`base_offset`, unused by a DELETE_TOPIC otherwise; 0, as in the metadata group's own deletes:
+nothing carried). `metadata_end_seen` of an entry is that end, or for a carried id its index
++ 1 (the open was decided on a prefix holding that CREATE): the topic mirror's watermark.
 
 Full disk: the journal is written with `write` (no map), so a full disk is an ordinary error:
 the failed or short write is cut off again and `append` / `append_replica` raise
@@ -136,7 +142,9 @@ log = logging.getLogger(__name__)
 JOURNAL_FILE = "journal.log"
 JOURNAL_MAGIC = b"KJNL"
 JOURNAL_FORMAT_VERSION = 1
-JOURNAL_FORMAT_VERSION_COMPACTED = 2  # a snapshot follows the header
+JOURNAL_FORMAT_VERSION_COMPACTED = 3  # a snapshot follows the header
+# A snapshot follows whose table predates `metadata_end_seen` (read, never written).
+JOURNAL_FORMAT_VERSION_COMPACTED_V2 = 2
 NO_EPOCH = -1  # end_of_epoch's answer when no epoch qualifies (same value as raft.NO_EPOCH)
 TOPIC_BYTES_MAX = 249
 
@@ -192,6 +200,15 @@ class JournalEntry:
         docstring); None for every other entry."""
         return carried_topic_id(self.kind, self.base_offset, self.record_count)
 
+    @property
+    def metadata_end_seen(self) -> int:
+        """The metadata group's prefix end a data group's CREATE_TOPIC or DELETE_TOPIC was
+        decided on, at least (see the module docstring); 0 for every other entry."""
+        if self.kind is EntryKind.DELETE_TOPIC:
+            return self.base_offset
+        carried = self.carried_topic_id
+        return carried.index + 1 if carried is not None else 0
+
 
 def carried_topic_id(kind: EntryKind, base_offset: int, record_count: int) -> TopicId | None:
     if kind is not EntryKind.CREATE_TOPIC or record_count == 0:
@@ -202,6 +219,12 @@ def carried_topic_id(kind: EntryKind, base_offset: int, record_count: int) -> To
 def carrying(topic_id: TopicId) -> dict[str, int]:
     """The fields of a CREATE_TOPIC that opens the incarnation `topic_id` in a data group."""
     return {"base_offset": topic_id.index, "record_count": topic_id.epoch + 1}
+
+
+def closing(metadata_end: int) -> dict[str, int]:
+    """The fields of a DELETE_TOPIC that closes a topic in a data group, decided on the
+    metadata group's committed prefix below `metadata_end`."""
+    return {"base_offset": metadata_end}
 
 
 # -- the record codec ---------------------------------------------------------------------
@@ -405,7 +428,7 @@ def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
         raise CorruptJournalError(f"{path}: bad magic {magic!r}")
     if version == JOURNAL_FORMAT_VERSION:
         return Snapshot(), FILE_HEADER_BYTES
-    if version != JOURNAL_FORMAT_VERSION_COMPACTED:
+    if version not in (JOURNAL_FORMAT_VERSION_COMPACTED, JOURNAL_FORMAT_VERSION_COMPACTED_V2):
         raise CorruptJournalError(f"{path}: unknown format version {version}")
     # The snapshot was fsynced before the file was renamed into place: no crash tears it.
     prefix = os.pread(fd, RECORD_PREFIX_BYTES, FILE_HEADER_BYTES)
@@ -417,7 +440,8 @@ def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
         raise CorruptJournalError(f"{path}: the snapshot ({length} bytes) is cut short or "
                                   "fails its crc32c")
     try:
-        snapshot = check_snapshot(Snapshot.decode(payload))
+        snapshot = check_snapshot(Snapshot.decode(
+            payload, with_metadata_end=version == JOURNAL_FORMAT_VERSION_COMPACTED))
     except (InvalidResponseError, OutOfRangeFieldError) as exc:
         raise CorruptJournalError(f"{path}: unreadable snapshot: {exc}") from None
     return snapshot, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + length

@@ -13,7 +13,11 @@ replication need of the prefix:
   partition counts: later entries derive their topic ids from them, `reconcile` expects them
   on disk, and a DELETE_TOPIC after the snapshot names them;
 - every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
-  live incarnation): the high watermark the prefix makes, and the bytes `reconcile` expects.
+  live incarnation): the high watermark the prefix makes, and the bytes `reconcile` expects;
+- in a data group, `metadata_end_seen`: the largest metadata group prefix end its topic mirror
+  entries carried (journal.py, `metadata_end_seen`): the mirror never acts on a copy of the
+  metadata group shorter than that (topic_mirror.py), so it must outlive the entries that
+  carried it. It never decreases.
 
 Only committed (and applied) entries are ever folded in, so a DELETE_TOPIC in the prefix has
 been carried out: its topic is simply gone from the snapshot (deleted incarnations are not kept:
@@ -52,6 +56,9 @@ class CommittedEntry(Protocol):
     @property
     def carried_topic_id(self) -> tuple[int, int] | None: ...
 
+    @property
+    def metadata_end_seen(self) -> int: ...
+
 __all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "partition_ends"]
 
 
@@ -62,9 +69,11 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
     topics = {topic.name: topic for topic in snapshot.topics}
     ends = partition_ends(snapshot)
     end = snapshot.end
+    metadata_end_seen = snapshot.metadata_end_seen
     for entry in entries:
         assert entry.index == end, f"entry {entry.index} does not follow {end}"
         end += 1
+        metadata_end_seen = max(metadata_end_seen, entry.metadata_end_seen)
         if not epochs or epochs[-1][0] != entry.epoch:
             epochs.append((entry.epoch, entry.index))
         kind, name = entry.kind, entry.topic
@@ -81,7 +90,8 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
             ends[key] = max(ends.get(key, 0), entry.end_offset)
     return Snapshot(end, tuple(epochs), tuple(topics[name] for name in sorted(topics)),
                     tuple(PartitionEnd(topic, partition, offset)
-                          for (topic, partition), offset in sorted(ends.items())))
+                          for (topic, partition), offset in sorted(ends.items())),
+                    metadata_end_seen)
 
 
 def forget_topic(ends: dict[tuple[str, int], int], topic: str) -> None:

@@ -15,6 +15,19 @@ reconciles its journal with them, as Kafka's brokers follow the metadata log:
   that prefix does not hold it live. Merely missing is not enough: a leader whose copy of the
   metadata group lags must never close a topic a better-informed leader opened.
 
+The same lag must never re-open what was closed: a leader whose copy of the metadata group
+is behind (just restarted with a commit index persisted a while ago, or a follower of the
+metadata group that has not heard of the latest commit yet) still sees an incarnation the
+group's previous leader closed as live. So a data group remembers, in its own journal, how
+far into the metadata group its decisions reached: a DELETE_TOPIC carries the end of the
+metadata prefix it was decided on, a CREATE_TOPIC the incarnation it opens (whose CREATE lies
+in that prefix). The largest of these, the group's watermark (`TopicsView.metadata_end_seen`,
+kept in snapshots), only grows, and `decide` does nothing while this broker's copy of the
+metadata group ends below it. Every committed prefix at or past the watermark holds the
+deletes the group acted on, and an incarnation once deleted is never live again (its id is
+its CREATE's position), so the group never opens an incarnation it closed, nor one whose
+delete lies below its watermark. It waits instead, until this broker's copy catches up.
+
 Inside the data group, CREATE_TOPIC and DELETE_TOPIC then do what they do in any journal
 (entry_effects.py, reconcile.py, snapshots): a DELETE removes only the incarnation it names.
 
@@ -58,6 +71,7 @@ class OpenTopic:
 class CloseTopic:
     topic: str
     topic_id: TopicId
+    metadata_end: int  # the end of the metadata prefix that shows it deleted
 
 
 MirrorAction = OpenTopic | CloseTopic
@@ -67,14 +81,17 @@ def decide(metadata: TopicsView, mine: TopicsView,
            holds_any: Callable[[str, int], bool]) -> list[MirrorAction]:
     """What this data group appends: `metadata` is the metadata group's committed view,
     `mine` this group's pending view (uncommitted tail included), `holds_any(topic,
-    partitions)` whether this group replicates a partition of such a topic."""
+    partitions)` whether this group replicates a partition of such a topic. Nothing while
+    `metadata` ends below the group's watermark (see the module docstring)."""
+    if metadata.end < mine.metadata_end_seen:
+        return []
     actions: list[MirrorAction] = []
     for name, live in sorted(mine.topics.items()):
         wanted = metadata.topics.get(name)
         if wanted is not None and wanted.topic_id == live.topic_id:
             continue
         if live.topic_id.index < metadata.end:  # its CREATE is committed there: deleted since
-            actions.append(CloseTopic(name, live.topic_id))
+            actions.append(CloseTopic(name, live.topic_id, metadata.end))
     for name, wanted in sorted(metadata.topics.items()):
         if name in mine.topics or name in mine.deleting:
             continue
@@ -155,7 +172,7 @@ class TopicMirror:
             log.info("group %d: opened topic %r (incarnation %s)", self.group, action.topic,
                      tuple(action.topic_id))
         else:
-            self._replicas.journal_delete(action.topic)
+            self._replicas.journal_delete(action.topic, metadata_end=action.metadata_end)
             self.closed += 1
             log.info("group %d: closed topic %r (incarnation %s, deleted in the metadata "
                      "group)", self.group, action.topic, tuple(action.topic_id))

@@ -4,14 +4,26 @@ the topic mirror's decisions and the preferred-leader rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import struct
 from types import MappingProxyType
 
+import crc32c
 import pytest
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic, TopicsView
-from services.broker.replication.journal import Journal, JournalEntry, TopicId, carrying
+from services.broker.replication.journal import (
+    FILE_HEADER_BYTES,
+    JOURNAL_FILE,
+    RECORD_PREFIX_BYTES,
+    Journal,
+    JournalEntry,
+    TopicId,
+    carrying,
+    closing,
+)
 from services.broker.replication.leader_balance import BalanceRule
 from services.broker.replication.placement import (
     GROUPS_FILE,
@@ -139,6 +151,82 @@ def test_a_data_groups_create_names_the_metadata_incarnation_it_opens(tmp_path):
         reopened.close()
 
 
+def _data_group_journal(path) -> Journal:
+    """A data group's journal: 0 NOOP, 1 open t (metadata id (1, 3)), 2 close t (decided on
+    a metadata prefix ending at 9), 3 open u (metadata id (2, 6)); only the close carries a
+    prefix end past its ids."""
+    journal = Journal(path)
+    journal.append_replica(JournalEntry(0, 1, EntryKind.NOOP))
+    journal.append_replica(JournalEntry(1, 1, EntryKind.CREATE_TOPIC, "t", partitions=1,
+                                        **carrying(TopicId(1, 3))))
+    journal.append_replica(JournalEntry(2, 1, EntryKind.DELETE_TOPIC, "t", **closing(9)))
+    journal.append_replica(JournalEntry(3, 1, EntryKind.CREATE_TOPIC, "u", partitions=1,
+                                        **carrying(TopicId(2, 6))))
+    return journal
+
+
+def test_a_data_groups_watermark_is_kept_by_compaction_and_a_restart(tmp_path):
+    journal = _data_group_journal(tmp_path / "j")
+    try:
+        entries = journal.entries()
+        assert [entry.metadata_end_seen for entry in entries] == [0, 4, 9, 7]
+        assert entries[2].topic_id == TopicId(1, 3), "the close names the incarnation"
+        topics = CommittedTopics(journal)
+        assert topics.at(2).metadata_end_seen == 4
+        assert topics.pending(2).metadata_end_seen == 9, "the uncommitted close counts"
+        journal.compact(4)  # the close is folded: its watermark lives on in the snapshot
+        assert journal.snapshot.metadata_end_seen == 9
+        assert CommittedTopics(journal).pending(4).metadata_end_seen == 9
+    finally:
+        journal.close()
+    reopened = Journal(tmp_path / "j")
+    try:
+        assert reopened.snapshot.metadata_end_seen == 9
+        assert CommittedTopics(reopened).at(4) == TopicsView(
+            4, {"u": LiveTopic(TopicId(2, 6), 1)}, metadata_end_seen=9)
+    finally:
+        reopened.close()
+
+
+def test_a_metadata_groups_own_entries_carry_no_watermark(tmp_path):
+    journal = _metadata_journal(tmp_path)
+    try:
+        assert [entry.metadata_end_seen for entry in journal.entries()] == [0] * 6
+        journal.compact(6)
+        assert journal.snapshot.metadata_end_seen == 0
+    finally:
+        journal.close()
+
+
+def test_a_journal_compacted_before_the_watermark_existed_still_opens(tmp_path):
+    """Format version 2: its snapshot table ends after the partition ends; it reads as
+    watermark 0, and the next compaction writes version 3."""
+    journal = _data_group_journal(tmp_path / "j")
+    journal.compact(2)
+    snapshot = journal.snapshot
+    journal.close()
+    path = tmp_path / "j" / JOURNAL_FILE
+    table = snapshot.encode()
+    records = path.read_bytes()[FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + len(table):]
+    old_table = table[:-8]  # without the trailing i64 watermark
+    path.write_bytes(b"KJNL\x00\x02\x00\x00" + struct.pack(
+        ">II", len(old_table), crc32c.crc32c(old_table)) + old_table + records)
+    reopened = Journal(tmp_path / "j")
+    try:
+        assert reopened.snapshot == dataclasses.replace(snapshot, metadata_end_seen=0)
+        assert [entry.index for entry in reopened.entries()] == [2, 3]
+        assert CommittedTopics(reopened).pending(2).metadata_end_seen == 9, "from the entries"
+        reopened.compact(4)
+    finally:
+        reopened.close()
+    assert path.read_bytes()[:8] == b"KJNL\x00\x03\x00\x00"
+    again = Journal(tmp_path / "j")
+    try:
+        assert again.snapshot.metadata_end_seen == 9
+    finally:
+        again.close()
+
+
 # -- committed topics ------------------------------------------------------------------------
 
 
@@ -208,10 +296,10 @@ def test_the_mirror_opens_what_the_metadata_group_committed():
 
 def test_the_mirror_closes_an_incarnation_the_metadata_group_deleted():
     mine = view(4, t=((1, 3), 4))
-    assert decide(view(10), mine, holds_all) == [CloseTopic("t", TopicId(1, 3))]
+    assert decide(view(10), mine, holds_all) == [CloseTopic("t", TopicId(1, 3), 10)]
     # Re-created there: the old one closes first, the new one opens once the close committed.
     recreated = view(10, t=((2, 8), 2))
-    assert decide(recreated, mine, holds_all) == [CloseTopic("t", TopicId(1, 3))]
+    assert decide(recreated, mine, holds_all) == [CloseTopic("t", TopicId(1, 3), 10)]
     closing = view(5, deleting={"t"})
     assert decide(recreated, closing, holds_all) == [], "its delete is not committed yet"
     assert decide(recreated, view(5), holds_all) == [OpenTopic("t", 2, TopicId(2, 8))]
@@ -223,7 +311,20 @@ def test_a_lagging_copy_of_the_metadata_group_never_closes_what_it_has_not_seen(
     mine = view(4, t=((2, 7), 4))
     assert decide(view(3), mine, holds_all) == []
     assert decide(view(3, t=((1, 1), 4)), mine, holds_all) == [], "an older incarnation there"
-    assert decide(view(8), mine, holds_all) == [CloseTopic("t", TopicId(2, 7))]
+    assert decide(view(8), mine, holds_all) == [CloseTopic("t", TopicId(2, 7), 8)]
+
+
+def test_a_copy_of_the_metadata_group_behind_the_groups_watermark_decides_nothing():
+    """The group closed t's incarnation (1, 3) on a metadata prefix ending at 10: a leader
+    whose copy ends at 6 still holds that incarnation live, and must neither re-open it nor
+    open anything else its stale copy shows, until its copy reaches 10."""
+    closed = TopicsView(12, {}, metadata_end_seen=10)
+    stale = view(6, t=((1, 3), 4), u=((1, 5), 1))
+    assert decide(stale, closed, holds_all) == []
+    assert decide(view(9, t=((1, 3), 4)), closed, holds_all) == []
+    assert decide(view(10), closed, holds_all) == [], "caught up: t is deleted there"
+    assert decide(view(11, t=((3, 10), 2)), closed, holds_all) == [
+        OpenTopic("t", 2, TopicId(3, 10))], "a newer incarnation opens once seen"
 
 
 # -- preferred leaders --------------------------------------------------------------------------
