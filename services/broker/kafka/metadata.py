@@ -3,11 +3,14 @@
 Leadership is the replica manager's (replica_manager.py): a partition's leader is named only when
 it holds its lease and is a broker with a known Kafka address; otherwise the partition answers
 LEADER_NOT_AVAILABLE, which clients retry. A partition's leader is its replication group's
-(partitions of one topic may have different leaders). Every broker holds every partition, so
-replicas and ISR list every broker (the ISR is approximate: Kaska's commit rule is a majority,
-not an ISR). The controller is the metadata group's leader (where CreateTopics/DeleteTopics
-go). Topics are never
-created by a Metadata request; internal topics (`__offsets`) are not shown.
+(partitions of one topic may have different leaders). A partition's replicas are its group's
+voters (every broker). Its ISR is what the group's leader knows (replication/in_sync.py: the
+voters that caught up to its journal end within the last few seconds): a broker that leads the
+group answers it; any other broker cannot know it and names the leader alone (always in sync),
+or nobody when it knows no leader -- ask the leader for the whole set. Commits need a majority,
+not the ISR: the ISR is for operators and tools. The controller is the metadata group's leader
+(where CreateTopics/DeleteTopics go). Topics are never created by a Metadata request; internal
+topics (`__offsets`) are not shown.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.topic_name import is_internal
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import LEADER_NOT_AVAILABLE, NONE, UNKNOWN_TOPIC_OR_PARTITION
+from services.broker.replication.in_sync import in_sync_replicas
 
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
@@ -59,12 +63,23 @@ def _topic(kctx: KafkaContext, name: str, partitions: int | None):
     if partitions is None or is_internal(name):
         return Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
                      partitions=[])
-    replicas = [b.node_id for b in kctx.brokers]
     found = []
     for index in range(partitions):
         leader, epoch = leader_for(kctx, name, index)
+        replicas, isr = replicas_and_isr(kctx, name, index, leader)
         found.append(Partition(
             error_code=NONE if leader != NO_LEADER else LEADER_NOT_AVAILABLE,
             partition_index=index, leader_id=leader, leader_epoch=epoch,
-            replica_nodes=replicas, isr_nodes=replicas, offline_replicas=[]))
+            replica_nodes=replicas, isr_nodes=isr, offline_replicas=[]))
     return Topic(error_code=NONE, name=name, is_internal=False, partitions=found)
+
+
+def replicas_and_isr(kctx: KafkaContext, topic: str, partition: int,
+                     leader: int) -> tuple[list[int], list[int]]:
+    """(the partition's group's voters, its in-sync replicas as this broker can know them):
+    the group's ISR where this broker leads it, else `leader` alone (none for NO_LEADER)."""
+    node = kctx.broker.replicas.groups.of(topic, partition).node
+    in_sync = in_sync_replicas(node.raft_config, node.state, node.clock())
+    if in_sync is None:
+        in_sync = () if leader == NO_LEADER else (leader,)
+    return sorted(node.raft_config.voters), sorted(in_sync)
