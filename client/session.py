@@ -31,7 +31,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from common.kaska import Admin, Consumer, Producer
-from common.kaska.errors import DuplicateSequenceError, TopicAlreadyExistsError
+from common.kaska.errors import (
+    DuplicateSequenceError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.session_records import (
     SESSIONS_TOPIC,
@@ -91,12 +95,21 @@ class SessionControl:
                           f"create topic {topic}")
 
     def _ensure_topic(self, topic: str, partitions: int) -> None:
+        """Create `topic`, or check the one that exists has `partitions`. Both answers are
+        committed ones: "already exists" is told once the existing topic is committed, and the
+        topic list is the metadata leader's committed one, so a topic missing from it was
+        deleted in between: UnknownTopicOrPartitionError (retriable), and `persist` creates
+        it again."""
         try:
             self.admin.create_topic(topic, partitions)
             return
         except TopicAlreadyExistsError:
             pass  # a resumed session, or `sessions` made by another client: check its shape
         existing = self.admin.topics().get(topic)
+        if existing is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic} existed, then was deleted "
+                                               "before its partitions were read; creating it "
+                                               "again")
         if existing != partitions:
             raise TopicLayoutError(
                 f"topic {topic} has {existing} partitions; this session needs {partitions}")

@@ -1,12 +1,27 @@
-"""Admin client: create, delete and list topics (kafka-topics, in Python)."""
+"""Admin client: create, delete and list topics (kafka-topics, in Python).
+
+What the answers promise (docs/replication.md, "What the topic list promises"):
+- `create_topic` returns once the topic is committed, with its incarnation (topic id);
+- `topics` and `topic_ids` come from the metadata group's leader holding its lease: every
+  create or delete acknowledged before the call is in them, an uncommitted create never is;
+- `delete_topic` deletes one incarnation: the one named, or the one `topic_ids` shows when it
+  starts. Its retries (after an answer that may have been lost) name that incarnation too, so
+  a topic of the same name created by someone else meanwhile is never deleted by a retry.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from common.kaska.cluster import Cluster
-from common.kaska.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from common.kaska.errors import (
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 from common.kaska.protocol import CreateTopicRequest, DeleteTopicRequest, ListTopicsRequest
+from common.kaska.protocol.list_topics import ListTopicsResponse
+from common.kaska.protocol.topic_id import TopicId
 from common.kaska.topic_name import validate_topic_name
 
 
@@ -15,24 +30,42 @@ class Admin:
                  **cluster_options) -> None:
         self._cluster = Cluster(brokers, token=token, **cluster_options)
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
-        """TopicAlreadyExistsError when it exists (unless our own retried create made it)."""
+    def create_topic(self, name: str, partitions: int = 1) -> TopicId | None:
+        """The new topic's incarnation, once committed; None when an earlier attempt of this
+        call made it and its answer was lost (the retry finds it: TopicAlreadyExistsError,
+        taken as success). TopicAlreadyExistsError when it exists already."""
         validate_topic_name(name)
         if partitions < 1:
             raise ValueError("a topic has at least one partition")
-        self._cluster.call(CreateTopicRequest(name, partitions),
-                           ok_after_delivery=(TopicAlreadyExistsError,))
+        answer = self._cluster.call(CreateTopicRequest(name, partitions),
+                                    ok_after_delivery=(TopicAlreadyExistsError,))
+        return None if answer is None else answer.topic_id
 
-    def delete_topic(self, name: str) -> None:
-        """UnknownTopicOrPartitionError at once when there is no such topic."""
+    def delete_topic(self, name: str, topic_id: TopicId | None = None) -> None:
+        """Delete incarnation `topic_id` of `name`, by default the one live now;
+        UnknownTopicOrPartitionError at once when there is none, UnknownTopicIdError when
+        `topic_id` is no longer the live one (another incarnation is: it is left alone). Done
+        when that incarnation is gone already (deleted by this call's lost attempt or by
+        someone else)."""
         validate_topic_name(name)
-        self._cluster.call(DeleteTopicRequest(name),
-                           ok_after_delivery=(UnknownTopicOrPartitionError,),
-                           no_retry=(UnknownTopicOrPartitionError,))
+        if topic_id is None:
+            topic_id = self.topic_ids().get(name)
+            if topic_id is None:
+                raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        self._cluster.call(DeleteTopicRequest(name, topic_id),
+                           ok_after_delivery=(UnknownTopicIdError,))
 
     def topics(self, include_internal: bool = False) -> dict[str, int]:
         """Topic name → partition count."""
-        return self._cluster.call(ListTopicsRequest(include_internal)).topics
+        return self._list(include_internal).topics
+
+    def topic_ids(self) -> dict[str, TopicId]:
+        """Topic name → the incarnation live now (internal topics have none)."""
+        return {name: topic_id for name, topic_id in self._list(False).topic_ids.items()
+                if topic_id is not None}
+
+    def _list(self, include_internal: bool) -> ListTopicsResponse:
+        return self._cluster.call(ListTopicsRequest(include_internal))
 
     def ntopics(self) -> int:
         return len(self.topics())

@@ -33,6 +33,7 @@ from common.kaska.protocol.authenticate import AuthenticateRequest
 from common.kaska.protocol.frames import (
     CORRELATION_ID_MODULUS,
     RESPONSE_HEADER,
+    VERSION,
     ErrorBody,
     decode_response_header,
     encode_request_header,
@@ -139,7 +140,7 @@ class BrokerConnection:
         """This end of the connection (host, port): what the broker sees as its peer."""
         return self._sock.getsockname()[:2]
 
-    def send(self, api: int, parts: list) -> Future:
+    def send(self, api: int, parts: list, version: int = VERSION) -> Future:
         """Send one request; the future resolves to (error code, body bytes)."""
         body_bytes = sum(len(part) for part in parts)
         with self._lock:
@@ -149,7 +150,7 @@ class BrokerConnection:
             self._next_correlation_id = (correlation_id + 1) % CORRELATION_ID_MODULUS
             future: Future = Future()
             self._pending[correlation_id] = future
-            header = encode_request_header(api, correlation_id, body_bytes)
+            header = encode_request_header(api, correlation_id, body_bytes, version)
             try:
                 send_parts(self._sock, [header, *parts])
             except OSError as exc:
@@ -167,13 +168,15 @@ class BrokerConnection:
         """
         parts = list(request.encode_parts()) if hasattr(request, "encode_parts") \
             else [request.encode()]
-        future = self.send(request.API, parts)
+        # A request of a version other than 0 carries its version and decodes its answer.
+        future = self.send(request.API, parts, getattr(request, "version", VERSION))
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         code, body = self._wait(future, timeout_s, watch)
         if code:
             raise error_from_answer(code, body)
         try:
-            return RESPONSE_TYPES[request.API].decode(body)
+            decode = getattr(request, "decode_response", RESPONSE_TYPES[request.API].decode)
+            return decode(body)
         except InvalidResponseError as exc:
             self.close(f"unreadable answer: {exc}")
             raise

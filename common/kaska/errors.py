@@ -95,6 +95,14 @@ class TopicAlreadyExistsError(KaskaError):
     code = 36
 
 
+class UnknownTopicIdError(KaskaError):
+    """A request naming a topic's incarnation (topic id) while another incarnation of that name
+    is live: nothing was done to it (Kafka's UNKNOWN_TOPIC_ID). Not retriable: the incarnation
+    asked for is gone for good."""
+
+    code = 100
+
+
 class NotEnoughReplicasError(KaskaError):
     """A majority did not confirm the write in time, or the broker stopped leading meanwhile."""
 

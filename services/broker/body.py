@@ -57,12 +57,14 @@ class ReceiveBuffer:
 class RequestBody:
     def __init__(self, sock: socket.socket, nbytes: int, timeout_s: float = float("inf"),
                  clock: Callable[[], float] = time.monotonic, session=None,
-                 buffer: ReceiveBuffer | None = None) -> None:
+                 buffer: ReceiveBuffer | None = None, version: int = 0) -> None:
         """`timeout_s`: how long after now the rest may take to arrive. `session`: the
         connection's PeerSession (peer_gate.py), for replication requests. `buffer`: the
-        connection's landing area for `receive_rest`."""
+        connection's landing area for `receive_rest`. `version`: the request header's API
+        version (the connection checked the handler serves it)."""
         assert nbytes >= 0 and timeout_s > 0
         self.session = session
+        self.version = version
         self._buffer = buffer if buffer is not None else ReceiveBuffer()
         self._sock = sock
         self.remaining = nbytes

@@ -178,7 +178,8 @@ class Connection:
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
         body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s,
-                           session=self._peer_session, buffer=self._receive_buffer)
+                           session=self._peer_session, buffer=self._receive_buffer,
+                           version=header.version)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
             self._send_error(header.api, header.correlation_id, error)

@@ -30,7 +30,7 @@ from common.kaska.errors import NotEnoughReplicasError, UnknownTopicOrPartitionE
 from common.kaska.protocol.metadata import BrokerInfo
 from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.replica_manager import PartitionRole, ReplicaManager
-from services.broker.replication.committed_topics import CommittedTopics
+from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
 from services.broker.replication.journal import TopicId
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.placement import METADATA_GROUP, group_of, partitions_of
@@ -181,10 +181,11 @@ class GroupedReplicas:
 
     # -- topics ------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int) -> None:
-        """Create in the metadata group; answer once every data group holding a partition of
-        it has committed its opening here (NotEnoughReplicasError, retriable, past the ack
-        timeout: the topic exists, its retry answers TOPIC_ALREADY_EXISTS)."""
+    def create_topic(self, name: str, partitions: int) -> TopicId:
+        """Create in the metadata group; answer (its incarnation) once every data group
+        holding a partition of it has committed its opening here (NotEnoughReplicasError,
+        retriable, past the ack timeout: the topic exists, its retry answers
+        TOPIC_ALREADY_EXISTS)."""
         started = self._clock()
         topic_id = self._metadata.create_topic(name, partitions)
         for group in self._groups.with_partitions_of(name, partitions):
@@ -194,10 +195,22 @@ class GroupedReplicas:
                     f"topic {name!r} is created, but replication group {group.number} has not "
                     f"opened its partitions within {self._ack_timeout_s:.0f} s (is its "
                     "leader elected?)")
+        return topic_id
 
-    def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
-        """Delete in the metadata group; every data group closes its partitions after it."""
-        self._metadata.delete_topic(name, forget_offsets)
+    def delete_topic(self, name: str, forget_offsets: Callable[[str], None],
+                     topic_id: TopicId | None = None) -> None:
+        """Delete in the metadata group (only incarnation `topic_id` when given); every data
+        group closes its partitions after it."""
+        self._metadata.delete_topic(name, forget_offsets, topic_id)
+
+    def committed_topics(self) -> dict[str, LiveTopic]:
+        """The metadata group's committed topics on this broker (may lag; never uncommitted)."""
+        return self._metadata.committed_topics()
+
+    def leader_committed_topics(self) -> dict[str, LiveTopic]:
+        """The same, current, from the metadata group's leader holding its lease (else
+        NotLeaderError naming the leader)."""
+        return self._metadata.leader_committed_topics()
 
     @staticmethod
     def _wait_opened(group: ReplicationGroup, name: str, topic_id: TopicId,

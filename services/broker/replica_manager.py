@@ -26,6 +26,7 @@ from common.kaska.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     TopicAlreadyExistsError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
@@ -34,11 +35,21 @@ from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
+from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
 from services.broker.replication.journal import JournalEntry, TopicId, carrying, closing
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.storage.log import PARTITIONS_MAX, Log
 from services.broker.storage.partition import AppendResult, PartitionLog
+
+# A create that finds its name on disk waits for the journal's commit and tries again: once
+# for a delete of that name that was not committed yet, once more for a concurrent re-create.
+CREATE_ATTEMPTS_MAX = 3
+
+
+class _IncarnationMovedError(Exception):
+    """The incarnation a delete was decided for stopped being the live one before its entry
+    was journaled (another delete or create came first): decide again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +65,9 @@ class PartitionRole:
 
 class ReplicaManager:
     def __init__(self, node: ReplicationNode, advertised: tuple[str, int], log: Log,
-                 ack_timeout_s: float, counters: BrokerCounters | None = None) -> None:
+                 ack_timeout_s: float, counters: BrokerCounters | None = None,
+                 topics: CommittedTopics | None = None) -> None:
+        """`topics`: the group's committed topics view (a new one over its journal if None)."""
         self.node = node
         self._counters = counters or BrokerCounters()
         self._log = log
@@ -63,6 +76,7 @@ class ReplicaManager:
         self._brokers = (self._self, *node.config.peers)
         self._metadata_lock = threading.Lock()
         self._deleting: set[str] = set()
+        self._topics = topics if topics is not None else CommittedTopics(node.journal)
 
     # -- roles -------------------------------------------------------------------------------
 
@@ -222,10 +236,23 @@ class ReplicaManager:
     # -- topics ------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int) -> TopicId:
-        """Journal the topic and return its incarnation once committed."""
-        entry, epoch = self.journal_create(name, partitions)
-        self._await_entry(entry, epoch, name)
-        return TopicId(entry.epoch, entry.index)
+        """Journal the topic and return its incarnation once committed. A name this leader
+        holds already is TopicAlreadyExistsError, told only once the entries that made it are
+        committed (a create still in the uncommitted tail may be truncated away); a name whose
+        delete is in that tail is created once the delete is committed."""
+        for _ in range(CREATE_ATTEMPTS_MAX):
+            try:
+                entry, epoch = self.journal_create(name, partitions)
+            except TopicAlreadyExistsError:
+                epoch = self.require_leader(name, 0, lease=False).leader_epoch
+                self._await_settled(epoch, name)
+                if name in self.committed_topics():
+                    raise
+                continue  # its delete is committed now: the name is free
+            self._await_entry(entry, epoch, name)
+            return TopicId(entry.epoch, entry.index)
+        raise TopicAlreadyExistsError(f"topic {name!r} is on disk here, and neither committed "
+                                      "nor being deleted")
 
     def journal_create(self, name: str, partitions: int, opens: TopicId | None = None
                        ) -> tuple[JournalEntry, int]:
@@ -245,14 +272,29 @@ class ReplicaManager:
         self.node.leader_appended()
         return entry, role.leader_epoch
 
-    def delete_topic(self, name: str, forget_offsets: Callable[[str], None]) -> None:
+    def delete_topic(self, name: str, forget_offsets: Callable[[str], None],
+                     topic_id: TopicId | None = None) -> None:
         """Tombstone the topic's committed offsets, then journal the delete; every broker
-        removes the files once the delete is committed."""
+        removes the files once the delete is committed. `topic_id`: only that incarnation
+        (a retried delete never removes a topic re-created meanwhile): already gone, the
+        delete is done; another incarnation live, UnknownTopicIdError. An answer that rests
+        on uncommitted entries (a create or delete in the tail) waits for their commit."""
         role = self.require_leader(name, 0, lease=False)  # answered once committed
-        if name not in self._log.topics():
-            raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        epoch = role.leader_epoch
+        live = self._live_incarnation(name)
+        if live is None or (topic_id is not None and live != topic_id):
+            self._await_settled(epoch, name)
+            if live is None and topic_id is not None:
+                return
+            if live is None:
+                raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+            raise UnknownTopicIdError(f"topic {name!r} is incarnation {live} now, not "
+                                      f"{topic_id}: not deleted")
         forget_offsets(name)
-        entry = self._journal_delete(name, role.leader_epoch)
+        try:
+            entry = self._journal_delete(name, epoch, expected=live)
+        except _IncarnationMovedError:
+            return self.delete_topic(name, forget_offsets, topic_id)  # decide afresh
         try:
             self._await_entry(entry, role.leader_epoch, name)
         finally:
@@ -267,8 +309,13 @@ class ReplicaManager:
         role = self.require_leader(name, 0, lease=False)
         return self._journal_delete(name, role.leader_epoch, metadata_end)
 
-    def _journal_delete(self, name: str, epoch: int, metadata_end: int = 0) -> JournalEntry:
+    def _journal_delete(self, name: str, epoch: int, metadata_end: int = 0,
+                        expected: TopicId | None = None) -> JournalEntry:
+        """`expected`: journal it only while that incarnation is the live one (checked under
+        the lock the appends take), else _IncarnationMovedError."""
         with self._metadata_lock:
+            if expected is not None and self._live_incarnation(name) != expected:
+                raise _IncarnationMovedError(name)
             self._deleting.add(name)
             try:
                 entry = self.node.journal.append(epoch, EntryKind.DELETE_TOPIC, topic=name,
@@ -278,6 +325,40 @@ class ReplicaManager:
                 raise
         self.node.leader_appended()
         return entry
+
+    def committed_topics(self) -> dict[str, LiveTopic]:
+        """The topics of this broker's committed prefix of the group's journal, each with its
+        incarnation: possibly behind the leader's (a follower learns a commit on its next
+        fetch), never holding a create that is not committed."""
+        return self._topics.at(self.node.state.commit).topics
+
+    def leader_committed_topics(self) -> dict[str, LiveTopic]:
+        """The committed topics as the group's leader holding its lease has them: every create
+        or delete committed before the call is in them (the lease holds only once the leader
+        committed its epoch's first entry, so its commit index is the group's).
+        NotLeaderError, naming the leader, on any other broker."""
+        role = self.role("", 0)
+        if not role.is_leader:
+            if role.lease_expired:
+                self.lease_refused()
+            raise self._not_leader("the topic list (the metadata group's leader answers it)",
+                                   role)
+        return self.committed_topics()
+
+    def _live_incarnation(self, name: str) -> TopicId | None:
+        """The incarnation of `name` live after the whole journal, uncommitted tail included."""
+        live = self._topics.pending(self.node.state.commit).topics.get(name)
+        return None if live is None else live.topic_id
+
+    def _await_settled(self, epoch: int, what: str) -> None:
+        """Return once every entry in this leader's journal now is committed: an answer read
+        from them (exists, already gone) is given only once no truncation can undo it, as
+        KRaft's controller answers a write that appends nothing once the records it read are
+        committed. NotLeaderError or NotEnoughReplicasError (both retriable) otherwise."""
+        end = self.node.journal.end
+        entry_epoch = self.node.journal.epoch_of(end - 1) if end else None
+        if entry_epoch is not None:
+            self._await_entry(JournalEntry(end - 1, entry_epoch, EntryKind.NOOP), epoch, what)
 
     def pending_deletes(self) -> list[str]:
         """The topics this leader journaled a delete of and still refuses produce for."""

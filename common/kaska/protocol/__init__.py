@@ -3,7 +3,7 @@ module per API holding its request and response bodies."""
 
 from common.kaska.protocol.authenticate import AuthenticateRequest
 from common.kaska.protocol.commit_offset import CommitOffsetRequest
-from common.kaska.protocol.create_topic import CreateTopicRequest
+from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.fetch import FetchRequest, FetchResponse
 from common.kaska.protocol.fetch_committed import FetchCommittedRequest, FetchCommittedResponse
@@ -39,7 +39,7 @@ RESPONSE_TYPES = {
     Api.FETCH: FetchResponse,
     Api.LIST_OFFSETS: ListOffsetsResponse,
     Api.METADATA: MetadataResponse,
-    Api.CREATE_TOPIC: EmptyResponse,
+    Api.CREATE_TOPIC: CreateTopicResponse,
     Api.DELETE_TOPIC: EmptyResponse,
     Api.LIST_TOPICS: ListTopicsResponse,
     Api.MESSAGE_LENGTH: MessageLengthResponse,
@@ -54,6 +54,7 @@ assert set(REQUEST_TYPES) == set(Api) == set(RESPONSE_TYPES)
 
 __all__ = [
     "Api", "AuthenticateRequest", "CommitOffsetRequest", "CreateTopicRequest",
+    "CreateTopicResponse",
     "DeleteTopicRequest", "EmptyResponse", "ErrorBody", "FetchCommittedRequest",
     "FetchCommittedResponse", "FetchRequest", "FetchResponse", "ListOffsetsRequest",
     "ListOffsetsResponse", "ListTopicsRequest", "ListTopicsResponse", "MessageLengthRequest",

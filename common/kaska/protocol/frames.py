@@ -41,7 +41,8 @@ REPLICATION_APIS = frozenset({Api.VOTE, Api.REPLICA_FETCH, Api.SNAPSHOT_FETCH})
 assert {api for api in Api if api in REPLICATION_APIS_RESERVED} == REPLICATION_APIS
 assert all(api < REPLICATION_APIS_RESERVED.start for api in Api if api not in REPLICATION_APIS)
 
-VERSION = 0  # every API is at version 0; a broker answers other versions UnsupportedVersion
+# Every API has version 0; the topic APIs also 1 (their modules); others: UnsupportedVersion.
+VERSION = 0
 
 REQUEST_HEADER = struct.Struct(">IHHI")
 RESPONSE_HEADER = struct.Struct(">IIH")

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.kaska.protocol.create_topic import VERSIONS as CREATE_TOPIC_VERSIONS
+from common.kaska.protocol.delete_topic import VERSIONS as DELETE_TOPIC_VERSIONS
 from common.kaska.protocol.frames import VERSION, Api
+from common.kaska.protocol.list_topics import VERSIONS as LIST_TOPICS_VERSIONS
 from services.broker.handlers import (
     authenticate,
     commit_offset,
@@ -43,9 +46,9 @@ HANDLERS: dict[int, Handler] = {
     Api.FETCH: _v0(fetch),
     Api.LIST_OFFSETS: _v0(list_offsets),
     Api.METADATA: _v0(metadata),
-    Api.CREATE_TOPIC: _v0(create_topic),
-    Api.DELETE_TOPIC: _v0(delete_topic),
-    Api.LIST_TOPICS: _v0(list_topics),
+    Api.CREATE_TOPIC: Handler(CREATE_TOPIC_VERSIONS, create_topic.handle),
+    Api.DELETE_TOPIC: Handler(DELETE_TOPIC_VERSIONS, delete_topic.handle),
+    Api.LIST_TOPICS: Handler(LIST_TOPICS_VERSIONS, list_topics.handle),
     Api.MESSAGE_LENGTH: _v0(message_length),
     Api.COMMIT_OFFSET: _v0(commit_offset),
     Api.FETCH_COMMITTED: _v0(fetch_committed),

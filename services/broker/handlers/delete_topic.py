@@ -1,17 +1,22 @@
 """DELETE_TOPIC: tombstones for its committed offsets, then a journaled delete; every broker
-removes the files (and wakes the topic's long-polls) once the delete is committed."""
+removes the files (and wakes the topic's long-polls) once the delete is committed. Version 1
+names the incarnation: only that one is deleted (gone already: success; another one live:
+UNKNOWN_TOPIC_ID), so a retried delete never removes a topic re-created in between."""
 
 from __future__ import annotations
 
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
-from services.broker.handlers.common import client_writable_topic, read_request
+from services.broker.handlers.common import client_writable_topic
+from services.broker.replication.journal import TopicId
 from services.broker.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = read_request(ctx, body, DeleteTopicRequest)
+    request = DeleteTopicRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
+                                        body.version)
     client_writable_topic(request.topic)
-    ctx.replicas.delete_topic(request.topic, ctx.offsets.forget_topic)
+    wanted = None if request.topic_id is None else TopicId(*request.topic_id)
+    ctx.replicas.delete_topic(request.topic, ctx.offsets.forget_topic, wanted)
     return Reply()

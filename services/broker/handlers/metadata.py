@@ -1,9 +1,16 @@
 """METADATA: the brokers, the leader of every partition of the topics asked about (its
-replication group's), and the controller (the metadata group's leader)."""
+replication group's), and the controller (the metadata group's leader).
+
+Every broker answers, from its metadata cache: the metadata group's committed topics on this
+broker (Kafka's brokers serve their replicated metadata cache, which holds only committed
+records). It may lag the leader's by a fetch round, so a topic just created may be missing
+(clients retry UNKNOWN_TOPIC_OR_PARTITION), but it never lists a create that is not committed;
+LIST_TOPICS is the authoritative list."""
 
 from __future__ import annotations
 
 from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse, PartitionInfo
+from common.kaska.topic_name import is_internal
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_request
@@ -12,7 +19,7 @@ from services.broker.reply import Reply
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, MetadataRequest)
-    existing = ctx.log.topics()
+    existing = cached_topics(ctx)
     wanted = request.topics or tuple(existing)
     topics = {}
     withheld = False
@@ -30,3 +37,13 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         ctx.replicas.lease_refused()
     return Reply(MetadataResponse(ctx.replicas.brokers(), topics, controller.leader_id,
                                   controller.leader_epoch).encode())
+
+
+def cached_topics(ctx: BrokerContext) -> dict[str, int]:
+    """Topic → partition count: the metadata group's committed topics on this broker, and the
+    internal topics every broker makes for itself (`__offsets`, never journaled)."""
+    topics = {name: live.partitions for name, live in ctx.replicas.committed_topics().items()
+              if not is_internal(name)}
+    topics.update((name, count) for name, count in ctx.log.topics().items()
+                  if is_internal(name))
+    return topics

@@ -11,6 +11,10 @@ or nobody when it knows no leader -- ask the leader for the whole set. Commits n
 not the ISR: the ISR is for operators and tools. The controller is the metadata group's leader
 (where CreateTopics/DeleteTopics go). Topics are never created by a Metadata request; internal
 topics (`__offsets`) are not shown.
+
+The topics are this broker's metadata cache, as a Kafka broker's: the metadata group's committed
+topics here (handlers/metadata.py). Any broker answers; it may lag the controller by a fetch
+round, and never lists a topic whose create is not committed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ Broker = MetadataResponse.MetadataResponseBroker
 
 
 def handle(kctx: KafkaContext, request) -> MetadataResponse:
-    existing = kctx.broker.log.topics()
+    existing = {name: live.partitions
+                for name, live in kctx.broker.replicas.committed_topics().items()}
     if request.topics is None or (request.version == 0 and not request.topics):
         wanted = [name for name in existing if not is_internal(name)]
     else:

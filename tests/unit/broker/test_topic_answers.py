@@ -1,0 +1,238 @@
+"""What the topic APIs answer, on the real ReplicationNode, ReplicaManager, Log and request
+handlers (the network played by hand, as in replication/test_replication_safety.py):
+
+- the topic list (LIST_TOPICS, and the topics of METADATA) holds committed topics only: a
+  leader appends a CREATE_TOPIC and makes its files before a majority has it, and truncation may
+  take it away again;
+- "already exists" is told only once the existing topic is committed;
+- a delete that names an incarnation (DELETE_TOPIC version 1) deletes that one only.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+
+from common.kaska.errors import NotLeaderError, TopicAlreadyExistsError, UnknownTopicIdError
+from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
+from common.kaska.protocol.delete_topic import DeleteTopicRequest
+from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
+from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse
+from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
+from common.kaska.protocol.topic_id import TopicId as WireTopicId
+from services.broker.body import RequestBody
+from services.broker.handlers import create_topic, delete_topic, list_topics, metadata
+from services.broker.replica_manager import ReplicaManager
+from services.broker.replication import raft
+from services.broker.replication.journal import TopicId
+from services.broker.storage.log import Log
+from tests.unit.broker.replication.test_replication_lease import Handlers
+from tests.unit.broker.replication.test_replication_safety import (
+    WAIT_S,
+    Clock,
+    answer,
+    cluster_node,
+    diverging,
+    follower_keeping_up,
+    leader_with_topic,
+)
+from tests.unit.broker.storage.batches import SMALL, batch
+
+GHOST = "ghost"  # created by a leader that never gets it committed
+
+
+class TopicHandlers(Handlers):
+    """The real handlers, fed request bodies of a given API version."""
+
+    def __init__(self, log, manager: ReplicaManager) -> None:
+        super().__init__(log, manager)
+        self.ctx.offsets.forget_topic = lambda _name: None
+
+    def call(self, handler, request, version: int | None = None):
+        payload = request.encode()
+        ours, theirs = socket.socketpair()
+        self._sockets += [ours, theirs]
+        ours.sendall(payload)
+        version = getattr(request, "version", 0) if version is None else version
+        return handler.handle(self.ctx, RequestBody(theirs, len(payload), version=version))
+
+    def listed(self, version: int = 1) -> ListTopicsResponse:
+        reply = self.call(list_topics, ListTopicsRequest(version=version))
+        return ListTopicsResponse.decode(reply.body, version)
+
+    def metadata_topics(self, *names: str) -> set[str]:
+        reply = self.call(metadata, MetadataRequest(names))
+        return set(MetadataResponse.decode(reply.body).topics)
+
+
+@pytest.fixture
+def log(tmp_path):
+    with Log(tmp_path / "data", SMALL) as store:
+        yield store
+
+
+@pytest.fixture
+def leader(log):
+    """Broker 1 leads epoch 1 with topic t (entry 1) holding one committed record (entry 2),
+    and its lease; no follower fetches unless a test says so."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    with follower_keeping_up(node):
+        manager.append("t", 0, batch(b"committed"))
+    assert node.state.commit == node.journal.end == 3 and node.holds_lease()
+    handlers = TopicHandlers(log, manager)
+    try:
+        yield SimpleNamespace(node=node, manager=manager, clock=clock, handlers=handlers,
+                              log=log)
+    finally:
+        handlers.close()
+        node.stop()
+
+
+@pytest.fixture
+def in_thread():
+    """Runs a call on a thread of its own (a request waiting for its commit): its Future."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield pool.submit
+
+
+def _wait_for(predicate, what: str) -> None:
+    done = threading.Event()
+    for _ in range(int(WAIT_S / 0.005)):
+        if predicate():
+            return
+        done.wait(0.005)
+    raise AssertionError(f"not within {WAIT_S} s: {what}")
+
+
+def _deposed_by_epoch_2(node) -> None:
+    """Broker 2 leads epoch 2 with entries 0..2 as L has them and its NOOP at 3, committed:
+    L steps down and truncates whatever it appended at 3."""
+    node._absorb_fetch(2, diverging(2, 4, at_epoch=1, end=3))
+    node._absorb_fetch(2, answer(2, 4, [EntryHeader(3, 2, EntryKind.NOOP)]))
+    assert node.state.role is raft.Role.FOLLOWER and node.state.commit == 4
+    assert node.journal.entry(3).kind is EntryKind.NOOP
+
+
+def test_an_uncommitted_create_is_never_listed_and_truncation_removes_it(leader, in_thread):
+    """The leader appends CREATE ghost and makes its files; its followers never fetch it. Its
+    LIST_TOPICS (either version) and METADATA, on every broker, leave it out; the create is
+    never answered as done; a successor's entries truncate it. Before, both lists read the
+    Log, where the create is at once."""
+    handlers, node = leader.handlers, leader.node
+    created = in_thread(lambda: handlers.call(create_topic, CreateTopicRequest(GHOST, 1)))
+    _wait_for(lambda: GHOST in leader.log.topics(), "the leader made ghost's files")
+    assert node.journal.entry(3).kind is EntryKind.CREATE_TOPIC and node.state.commit == 3
+    assert node.holds_lease() and not created.done()
+
+    for version in (0, 1):
+        listed = handlers.listed(version)
+        assert GHOST not in listed.topics and listed.topics["t"] == 1
+    assert handlers.listed().topic_ids == {"t": WireTopicId(1, 1)}
+    assert handlers.metadata_topics() == {"t"}
+    assert handlers.metadata_topics(GHOST, "t") == {"t"}
+
+    _deposed_by_epoch_2(node)
+    with pytest.raises(NotLeaderError):
+        created.result(WAIT_S)
+    assert GHOST not in leader.log.topics()
+    assert handlers.metadata_topics() == {"t"}
+
+
+def test_already_exists_is_told_only_once_the_existing_create_is_committed(leader,
+                                                                           monkeypatch,
+                                                                           in_thread):
+    """A second create of a name whose CREATE is not committed waits for that commit: here
+    the leader is deposed and the entry truncated, so both answer NOT_LEADER (retriable: the
+    client's retry creates it at the new leader). Before, the second one answered
+    TOPIC_ALREADY_EXISTS at once, for a topic that was never to exist."""
+    handlers, node = leader.handlers, leader.node
+    waiting = []
+    real_wait = node.wait_changed
+
+    def counted_wait(predicate, timeout_s):
+        waiting.append(threading.current_thread())
+        return real_wait(predicate, timeout_s)
+
+    monkeypatch.setattr(node, "wait_changed", counted_wait)
+    first = in_thread(lambda: handlers.call(create_topic, CreateTopicRequest(GHOST, 1)))
+    _wait_for(lambda: len(waiting) == 1, "the first create appended and waits")
+    assert GHOST in leader.log.topics()
+    second = in_thread(lambda: handlers.call(create_topic, CreateTopicRequest(GHOST, 1)))
+    _wait_for(lambda: second.done() or len(waiting) == 2, "the second create waits")
+    assert not second.done(), f"answered before the commit: {second.exception(0)!r}"
+    _deposed_by_epoch_2(node)
+    for outcome in (first, second):
+        with pytest.raises(NotLeaderError):
+            outcome.result(WAIT_S)
+
+
+def test_already_exists_of_a_committed_topic_is_told_at_once(leader):
+    with pytest.raises(TopicAlreadyExistsError):
+        leader.handlers.call(create_topic, CreateTopicRequest("t", 1))
+
+
+def test_a_follower_lists_committed_topics_only_and_sends_list_topics_to_the_leader(log):
+    """A follower applies a CREATE_TOPIC (its files) when it appends it, before it learns
+    the commit: its METADATA leaves the topic out until then; LIST_TOPICS is answered
+    NOT_LEADER naming the leader, whose list is current."""
+    node = cluster_node(2, log, Clock())
+    try:
+        node._absorb_fetch(1, answer(1, 2, [
+            EntryHeader(0, 1, EntryKind.NOOP),
+            EntryHeader(1, 1, EntryKind.CREATE_TOPIC, "t", partitions=1),
+            EntryHeader(2, 1, EntryKind.CREATE_TOPIC, GHOST, partitions=2)], leader=1))
+        assert node.state.commit == 2 and GHOST in log.topics()
+        handlers = TopicHandlers(log, ReplicaManager(node, ("127.0.0.1", 9093), log,
+                                                     ack_timeout_s=WAIT_S))
+        try:
+            assert handlers.metadata_topics() == {"t"}
+            with pytest.raises(NotLeaderError) as refused:
+                handlers.listed()
+            assert refused.value.leader == "127.0.0.1:1"
+            node._absorb_fetch(1, answer(1, 3, [], leader=1))
+            assert handlers.metadata_topics() == {"t", GHOST}
+        finally:
+            handlers.close()
+    finally:
+        node.stop()
+
+
+# -- a delete names its incarnation -----------------------------------------------------------
+
+
+def test_a_delete_naming_an_incarnation_leaves_a_recreated_topic_alone(leader):
+    """delete(d, first) is answered; d is created again by someone else; the retry of
+    delete(d, first) -- its answer was lost -- is UNKNOWN_TOPIC_ID and d's new incarnation
+    stays. A delete of an incarnation already gone is done, with nothing deleted."""
+    handlers, node = leader.handlers, leader.node
+    with follower_keeping_up(node):
+        first = CreateTopicResponse.decode(
+            handlers.call(create_topic, CreateTopicRequest("d", 1)).body, 1).topic_id
+        handlers.call(delete_topic, DeleteTopicRequest("d", first))
+        assert "d" not in handlers.listed().topics
+        second = CreateTopicResponse.decode(
+            handlers.call(create_topic, CreateTopicRequest("d", 2)).body, 1).topic_id
+        assert second != first and handlers.listed().topic_ids["d"] == second
+        with pytest.raises(UnknownTopicIdError):
+            handlers.call(delete_topic, DeleteTopicRequest("d", first))
+        assert handlers.listed().topics["d"] == 2
+        assert leader.manager.committed_topics()["d"].topic_id == TopicId(*second)
+        end = node.journal.end
+        handlers.call(delete_topic, DeleteTopicRequest("gone", first))  # never existed: done
+        assert node.journal.end == end, "nothing journaled"
+        handlers.call(delete_topic, DeleteTopicRequest("d", second))
+        assert "d" not in handlers.listed().topics and "d" not in leader.log.topics()
+
+
+def test_an_unnamed_delete_still_deletes_the_live_incarnation(leader):
+    """Version 0 (and Kafka's DeleteTopics): whatever incarnation is live."""
+    handlers = leader.handlers
+    with follower_keeping_up(leader.node):
+        handlers.call(create_topic, CreateTopicRequest("d", 1))
+        handlers.call(delete_topic, DeleteTopicRequest("d"))
+    assert "d" not in handlers.listed().topics
