@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from common.kaska.cluster import Cluster
 from common.kaska.errors import (
+    InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -22,7 +23,7 @@ from common.kaska.errors import (
 from common.kaska.protocol import CreateTopicRequest, DeleteTopicRequest, ListTopicsRequest
 from common.kaska.protocol.list_topics import ListTopicsResponse
 from common.kaska.protocol.topic_id import TopicId
-from common.kaska.topic_name import validate_topic_name
+from common.kaska.topic_name import is_internal, validate_topic_name
 
 
 class Admin:
@@ -43,11 +44,14 @@ class Admin:
 
     def delete_topic(self, name: str, topic_id: TopicId | None = None) -> None:
         """Delete incarnation `topic_id` of `name`, by default the one live now;
-        UnknownTopicOrPartitionError at once when there is none, UnknownTopicIdError when
+        InvalidTopicError for an internal topic, UnknownTopicOrPartitionError at once when
+        there is none, UnknownTopicIdError when
         `topic_id` is no longer the live one (another incarnation is: it is left alone). Done
         when that incarnation is gone already (deleted by this call's lost attempt or by
         someone else)."""
         validate_topic_name(name)
+        if is_internal(name):
+            raise InvalidTopicError(f"topic {name!r} is internal to the broker")
         if topic_id is None:
             topic_id = self.topic_ids().get(name)
             if topic_id is None:

@@ -11,8 +11,11 @@ from common.kaska.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
     TopicAlreadyExistsError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from common.kaska.protocol import Api
+from tests.integration.broker.answer_dropping_proxy import AnswerDroppingProxy
 from tests.integration.broker.broker_process import CLIENT_OPTIONS, FAST_FAIL_OPTIONS
 
 pytestmark = pytest.mark.integration
@@ -48,6 +51,45 @@ def test_create_list_delete_topics(admin, topic_name):
     assert topic_name not in admin.topics()
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.delete_topic(topic_name)
+
+
+def test_a_retried_delete_never_deletes_a_topic_created_in_between(fresh_broker, topic_name):
+    """The delete reaches the broker and is done, its answer is lost; another client creates
+    the topic again; the admin's retry (maybe delivered) must leave that new topic alone. It
+    did not when the retry named the topic only: it deleted the newcomer."""
+    proxy = AnswerDroppingProxy()
+    try:
+        broker = fresh_broker("--advertise", proxy.address)
+        proxy.upstream = broker.host_port
+        with Admin(proxy.address, **CLIENT_OPTIONS) as admin, \
+                Admin(broker.address, **CLIENT_OPTIONS) as other:
+            first = admin.create_topic(topic_name, partitions=1)
+            recreated = []
+            proxy.drop_answer_to(
+                Api.DELETE_TOPIC,
+                then=lambda: recreated.append(other.create_topic(topic_name, partitions=2)))
+            admin.delete_topic(topic_name)
+            assert proxy.dropped.is_set() and recreated, "the answer was lost, then re-created"
+            assert recreated[0] != first
+            assert other.topics()[topic_name] == 2
+            assert other.topic_ids()[topic_name] == recreated[0]
+    finally:
+        proxy.close()
+
+
+def test_a_delete_names_one_incarnation(admin, topic_name):
+    """An incarnation replaced since is refused (UNKNOWN_TOPIC_ID) and the live one stays; an
+    incarnation gone with nothing in its place is done."""
+    first = admin.create_topic(topic_name)
+    admin.delete_topic(topic_name, first)
+    second = admin.create_topic(topic_name, partitions=2)
+    assert second != first
+    with pytest.raises(UnknownTopicIdError):
+        admin.delete_topic(topic_name, first)
+    assert admin.topic_ids()[topic_name] == second and admin.topics()[topic_name] == 2
+    admin.delete_topic(topic_name)  # the live one
+    assert topic_name not in admin.topics()
+    admin.delete_topic(topic_name, second)
 
 
 def test_bad_partition_counts_and_internal_topics_are_refused(admin, topic_name):
