@@ -134,3 +134,20 @@ bench: $(STAMP)
 	$(PY) -m scripts.bench_replication
 	$(PY) -m scripts.bench_queries --rows $(BENCH_ROWS) --repeats 3 --warmups 1
 	$(PY) -m scripts.bench_pipeline --rows $(PIPELINE_ROWS)
+
+# The nemesis (scripts/nemesis/): NEMESIS_BROKERS real brokers for NEMESIS_SECONDS under a seeded
+# random schedule of SIGKILL + restart, SIGSTOP/SIGCONT, cut links between brokers, restarts
+# with a wiped data directory and topic delete + re-create, while idempotent acks=all producers
+# and consumers run; then convergence, every acknowledged record (once, in order, in its own
+# incarnation), every replica's bytes and the brokers' idle CPU are checked. Exits non-zero on
+# any finding, printing the seed and the schedule to replay it (NEMESIS_SEED; empty: a random
+# one, printed). More flags (--groups, --fault-interval-s, ...): NEMESIS_ARGS. A soak, not part
+# of `make test`; one short seeded round is (tests/integration/replication/test_nemesis.py).
+NEMESIS_SECONDS ?= 300
+NEMESIS_SEED ?=
+NEMESIS_BROKERS ?= 3
+NEMESIS_ARGS ?=
+.PHONY: nemesis
+nemesis: $(STAMP)
+	$(PY) -m scripts.nemesis --seconds $(NEMESIS_SECONDS) --brokers $(NEMESIS_BROKERS) \
+		$(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED)) $(NEMESIS_ARGS)
