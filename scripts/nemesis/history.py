@@ -173,26 +173,26 @@ def _duplicated(positions: dict[bytes, set[tuple[str, int, int, int]]]) -> list[
 
 def _lost(history: History, attempts: dict[tuple[int, int], ProduceAttempt],
           positions: dict[bytes, set[tuple[str, int, int, int]]]) -> list[Finding]:
-    final_places: dict[bytes, tuple[str, int, int, int]] = {}
+    final_offsets: dict[bytes, set[int]] = defaultdict(set)
     for read in history.reads:
         if read.reader == FINAL_READER:
-            final_places[read.value] = (read.topic, read.incarnation, read.partition,
-                                        read.offset)
+            final_offsets[read.value].add(read.offset)
     findings = []
     for attempt in attempts.values():
         if (attempt.outcome != ACK
                 or history.final_incarnations.get(attempt.topic) != attempt.incarnation):
             continue
         where = f"{attempt.topic}/{attempt.partition} (incarnation {attempt.incarnation})"
-        place = final_places.get(attempt.value)
-        if place is None:
+        offsets = final_offsets.get(attempt.value)
+        if not offsets:
             seen = sorted(positions.get(attempt.value, ()))
             findings.append(Finding("lost acknowledged", f"{attempt.value!r} acknowledged at "
                                     f"offset {attempt.offset} of {where}, not in the final "
                                     f"read (read during the round at: {seen or 'nowhere'})"))
-        elif attempt.offset not in (None, UNKNOWN_OFFSET) and place[3] != attempt.offset:
+        elif attempt.offset not in (None, UNKNOWN_OFFSET) and attempt.offset not in offsets:
             findings.append(Finding("moved acknowledged", f"{attempt.value!r} acknowledged at "
-                                    f"offset {attempt.offset} of {where}, read at {place[3]}"))
+                                    f"offset {attempt.offset} of {where}, read at "
+                                    f"{sorted(offsets)}"))
     return findings
 
 
