@@ -1,7 +1,8 @@
 """The brokers' state, scraped from their Prometheus `/metrics` (services/broker/metrics.py):
 role, epoch, the leader they know (all of the metadata group, group 0, where topics are made:
-the cluster's controller), the replication groups each leads, and per partition the log end
-offset and high watermark.
+the cluster's controller), the replication groups each leads with their health as only a
+group's leader knows it (voters, in-sync replicas, under-replicated partitions), and per
+partition the log end offset and high watermark.
 
 `broker_report_from_text` is pure (the exposition text in, a `BrokerReport` out); only
 `scrape_broker` touches the network.
@@ -29,6 +30,16 @@ class MalformedBrokerMetricsError(ValueError):
 
 
 @dataclass(frozen=True)
+class GroupHealth:
+    """A replication group as its leader reports it (services/broker/metrics.py)."""
+
+    epoch: int
+    voters: int  # configured, learners included
+    in_sync: int  # voters caught up to the leader within its lag bound, the leader included
+    under_replicated_partitions: int
+
+
+@dataclass(frozen=True)
 class BrokerReport:
     name: str
     node_id: int
@@ -41,6 +52,9 @@ class BrokerReport:
     follower_lag_entries: dict[int, int] = field(default_factory=dict)  # leader only
     produced_records: int = 0
     led_groups: tuple[int, ...] = ()  # the replication groups this broker leads
+    groups: tuple[int, ...] = ()  # the replication groups it runs (every broker runs all)
+    # The groups it leads that report their in-sync replicas (a broker without them: none).
+    group_health: dict[int, GroupHealth] = field(default_factory=dict)
 
 
 def _samples(text: str) -> list:
@@ -58,9 +72,16 @@ def broker_report_from_text(name: str, node_id: int, text: str) -> BrokerReport:
     highs: dict[tuple[str, int], int] = {}
     lags: dict[int, int] = {}
     led: list[str] = []
+    per_group: dict[str, dict[str, float]] = {}
+    groups: set[int] = set()
     for sample in _samples(text):
         labels = sample.labels
         metadata_group = labels.get("group", METADATA_GROUP) == METADATA_GROUP
+        if sample.name in _GROUP_HEALTH:
+            per_group.setdefault(labels.get("group", METADATA_GROUP), {})[sample.name] = \
+                sample.value
+        if sample.name == "kaska_replication_role":
+            groups.add(int(labels.get("group", METADATA_GROUP)))
         if sample.name == "kaska_replication_role" and sample.value == 1:
             if labels["role"] == "leader":
                 led.append(labels.get("group", METADATA_GROUP))
@@ -84,7 +105,30 @@ def broker_report_from_text(name: str, node_id: int, text: str) -> BrokerReport:
         partitions={key: (end, highs.get(key, 0)) for key, end in ends.items()},
         follower_lag_entries=lags,
         produced_records=int(gauges.get("kaska_produced_records_total", 0)),
-        led_groups=tuple(sorted(int(group) for group in led)))
+        led_groups=tuple(sorted(int(group) for group in led)), groups=tuple(sorted(groups)),
+        group_health=_group_health(per_group, led))
+
+
+_IN_SYNC = "kaska_replication_in_sync_replicas"
+_GROUP_HEALTH = ("kaska_replication_epoch", "kaska_replication_group_voters", _IN_SYNC,
+                 "kaska_under_replicated_partitions")
+
+
+def _group_health(per_group: dict[str, dict[str, float]],
+                  led: list[str]) -> dict[int, GroupHealth]:
+    """The led groups whose in-sync replicas are reported (a broker of before they existed
+    reports none: unknown, not healthy)."""
+    health = {}
+    for group in led:
+        values = per_group.get(group, {})
+        if _IN_SYNC not in values:
+            continue
+        health[int(group)] = GroupHealth(
+            epoch=int(values.get("kaska_replication_epoch", 0)),
+            voters=int(values.get("kaska_replication_group_voters", 0)),
+            in_sync=int(values[_IN_SYNC]),
+            under_replicated_partitions=int(values.get("kaska_under_replicated_partitions", 0)))
+    return health
 
 
 def scrape_broker(name: str, node_id: int, address: tuple[str, int],

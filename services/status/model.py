@@ -12,6 +12,13 @@ Rules:
 - brokers: the leader is a reachable broker in the leader role, of the highest epoch; per
   partition its log end offset and high watermark, and each other reachable broker's lag (the
   leader's log end offset minus its own).
+- replication groups: each group's health is its leader's word (only a leader knows which
+  replicas are in sync): the reachable broker leading it at the highest epoch. A group runs
+  without a healthy majority when fewer of its voters than a majority are in sync (its commits
+  wait on replicas that lag or are gone); under-replicated when some voter is not in sync (with
+  three voters: one more fault and it stops); its state is unknown when no reachable broker
+  leads it or its leader does not report in-sync replicas. The cluster's under-replicated
+  partitions are the sum of the groups' as their leaders count them.
 - sessions: upload progress in batches (the high watermarks of the session's data topics on
   the leader), rows once the session ended, each query done or not with its result rows.
 """
@@ -22,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from common.session_records import airports_topic, flights_topic
-from services.status.brokers import BrokerReport
+from services.status.brokers import BrokerReport, GroupHealth
 from services.status.checkers import CheckerStatus
 from services.status.sessions import SessionProgress
 from services.status.timeline import TimelineEvent
@@ -32,6 +39,11 @@ FORMAT = 1
 STATES = {"up": "up", "starting": "starting", "dead": "dead", "departed": "stopped",
           "unknown": "unknown"}
 STATE_UP = "up"
+# A replication group's state, as the page shows it.
+GROUP_HEALTHY = "healthy"
+GROUP_UNDER_REPLICATED = "under-replicated"
+GROUP_WITHOUT_MAJORITY = "no healthy majority"
+GROUP_UNKNOWN = "unknown"
 
 
 def checker_name(node_id: int) -> str:
@@ -110,6 +122,37 @@ def partitions(reports: Mapping[str, BrokerReport], leader: BrokerReport,
     return rows[:shown_max]
 
 
+def group_state(health: GroupHealth | None) -> str:
+    if health is None or health.voters < 1:
+        return GROUP_UNKNOWN
+    if health.in_sync < health.voters // 2 + 1:
+        return GROUP_WITHOUT_MAJORITY
+    if health.in_sync < health.voters:
+        return GROUP_UNDER_REPLICATED
+    return GROUP_HEALTHY
+
+
+def replication_groups(reports: Mapping[str, BrokerReport]) -> list[dict]:
+    """One row per replication group any reachable broker runs, by group number."""
+    numbers = sorted({g for r in reports.values() for g in (*r.groups, *r.led_groups)})
+    rows = []
+    for number in numbers:
+        claims = [(r.group_health.get(number), r) for r in sorted(reports.values(),
+                                                                   key=lambda r: r.name)
+                  if number in r.led_groups]
+        health, leader = max(claims, key=lambda c: -1 if c[0] is None else c[0].epoch,
+                             default=(None, None))
+        rows.append({
+            "group": number, "leader": None if leader is None else leader.name,
+            "voters": None if health is None else health.voters,
+            "in_sync": None if health is None else health.in_sync,
+            "majority": None if health is None else health.voters // 2 + 1,
+            "under_replicated_partitions": None if health is None
+            else health.under_replicated_partitions,
+            "state": group_state(health)})
+    return rows
+
+
 def broker_cluster(names: Sequence[str], reports: Mapping[str, BrokerReport],
                    errors: Mapping[str, str], shown_max: int) -> dict:
     leader = broker_leader(reports)
@@ -124,10 +167,16 @@ def broker_cluster(names: Sequence[str], reports: Mapping[str, BrokerReport],
             "commit_index": None if report is None else report.commit_index,
             "journal_lag_entries": None if leader is None or report is None or report is leader
             else leader.follower_lag_entries.get(report.node_id)})
+    groups = replication_groups(reports)
     return {
         "leader": None if leader is None else leader.name,
         "epoch": max((r.epoch for r in reports.values()), default=None),
         "brokers": brokers,
+        "groups": groups,
+        "under_replicated_partitions": sum(g["under_replicated_partitions"] or 0
+                                           for g in groups),
+        "groups_without_healthy_majority": [g["group"] for g in groups
+                                            if g["state"] == GROUP_WITHOUT_MAJORITY],
         "partitions_total": 0 if leader is None else len(leader.partitions),
         "partitions": [] if leader is None else partitions(reports, leader, shown_max),
     }

@@ -85,8 +85,10 @@ class Poller:
         return self
 
     def stop(self) -> None:
+        """Stop the loop (started or not: a caller may poll with `poll_once` only)."""
         self._stop.set()
-        self._thread.join(timeout=self.config.request_timeout_s * 3)
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.config.request_timeout_s * 3)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._sessions.close()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.status.brokers import BrokerReport
+from services.status.brokers import BrokerReport, GroupHealth
 from services.status.checkers import CheckerStatus
 from services.status.sessions import QueryProgress, SessionProgress
 
@@ -35,12 +35,18 @@ def checkers_with_broker_2_dead() -> dict[str, CheckerStatus]:
 
 
 def brokers() -> dict[str, BrokerReport]:
+    """Broker 2 is dead. Of the three replication groups, broker 1 leads group 0 (2 of 3 in
+    sync: its 3 partitions under-replicated) and broker 3 group 1, where only 3 is in sync (no
+    healthy majority); group 2's leader is not reachable."""
+    groups = (0, 1, 2)
     leader = BrokerReport("broker-1", 1, "leader", 4, 1, 200,
                           {("sessions", 0): (2, 2), (f"flights.{CID}", 0): (30, 28),
-                           (f"airports.{CID}", 0): (5, 5)}, {2: 0, 3: 7})
+                           (f"airports.{CID}", 0): (5, 5)}, {2: 0, 3: 7}, led_groups=(0,),
+                          groups=groups, group_health={0: GroupHealth(4, 3, 2, 3)})
     follower = BrokerReport("broker-3", 3, "follower", 4, 1, 193,
                             {("sessions", 0): (2, 2), (f"flights.{CID}", 0): (25, 25),
-                             (f"airports.{CID}", 0): (5, 5)})
+                             (f"airports.{CID}", 0): (5, 5)}, led_groups=(1,), groups=groups,
+                            group_health={1: GroupHealth(6, 3, 1, 2)})
     return {"broker-1": leader, "broker-3": follower}
 
 

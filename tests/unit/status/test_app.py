@@ -34,6 +34,9 @@ def test_the_page_and_the_json_show_the_same_document():
     assert 'data-service="broker-1" data-state="up"' in html
     assert "healthchecker-3" in html and "<polyline" in html
     assert 'href="http://127.0.0.1:8080/"' in html
+    assert 'data-group="0" data-state="under-replicated"' in html
+    assert 'data-group="1" data-state="no healthy majority"' in html
+    assert "without a healthy majority: group 1" in html
     assert client.get("/healthz").text == "ok"
 
 

@@ -14,7 +14,11 @@ from common.session_records import (
     SessionStarted,
 )
 from healthchecker.status import status_document
-from services.status.brokers import MalformedBrokerMetricsError, broker_report_from_text
+from services.status.brokers import (
+    GroupHealth,
+    MalformedBrokerMetricsError,
+    broker_report_from_text,
+)
 from services.status.checkers import MalformedCheckerStatusError, parse_checker_status
 from services.status.sessions import SessionLedger
 from tests.unit.healthchecker.test_checker_status import status_node
@@ -30,6 +34,9 @@ def test_a_broker_report_from_the_brokers_own_metrics_text():
     assert report.follower_lag_entries == {2: 10, 3: 50}
     assert report.produced_records == 15
     assert report.led_groups == (0,)
+    # The fake leader's followers never caught up: only itself is in sync.
+    assert report.group_health == {0: GroupHealth(epoch=7, voters=3, in_sync=1,
+                                                  under_replicated_partitions=3)}
 
 
 def test_a_broker_of_several_groups_reports_the_metadata_groups_role_and_the_groups_it_leads():
@@ -48,7 +55,26 @@ def test_a_broker_of_several_groups_reports_the_metadata_groups_role_and_the_gro
     assert (report.role, report.epoch, report.leader_id, report.commit_index) == (
         "follower", 4, 1, 30)
     assert report.led_groups == (1, 2)
+    assert report.groups == (0, 1, 2)
     assert report.follower_lag_entries == {}, "another group's followers are not this one's"
+    assert report.group_health == {}, "no in-sync replicas reported: unknown"
+
+
+def test_a_broker_reports_the_health_of_the_groups_it_leads_only():
+    """Broker 2 leads group 1 (2 of 3 in sync) and follows group 0, whose leader it is not:
+    its zero of under-replicated partitions there says nothing of group 0's health."""
+    text = "\n".join([
+        'kaska_replication_role{group="0",role="follower"} 1.0',
+        'kaska_replication_role{group="1",role="leader"} 1.0',
+        'kaska_replication_epoch{group="0"} 4.0', 'kaska_replication_epoch{group="1"} 9.0',
+        'kaska_replication_group_voters{group="0"} 3.0',
+        'kaska_replication_group_voters{group="1"} 3.0',
+        'kaska_replication_in_sync_replicas{group="1"} 2.0',
+        'kaska_under_replicated_partitions{group="0"} 0.0',
+        'kaska_under_replicated_partitions{group="1"} 4.0', ""])
+    report = broker_report_from_text("broker-2", 2, text)
+    assert report.group_health == {1: GroupHealth(epoch=9, voters=3, in_sync=2,
+                                                  under_replicated_partitions=4)}
 
 
 @pytest.mark.parametrize("text", ["# nothing here\n", "kaska_replication_epoch{ 1\n"])

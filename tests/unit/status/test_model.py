@@ -4,8 +4,12 @@ the document `/api/status` serves (a plain check of keys and types: the schema).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+
+import pytest
 
 from services.status import model
+from services.status.brokers import GroupHealth
 from services.status.timeline import TimelineEvent
 from tests.unit.status.fakes import CID, brokers, checkers_with_broker_2_dead, sessions
 
@@ -77,10 +81,44 @@ def test_sessions_upload_progress_rows_and_queries():
         (q, True, 10) for q in ("q1", "q2", "q3", "q4")]
 
 
+def test_each_groups_health_is_its_leaders_word():
+    cluster = document()["brokers"]
+    by_group = {g["group"]: g for g in cluster["groups"]}
+    assert by_group[0] == {"group": 0, "leader": "broker-1", "voters": 3, "in_sync": 2,
+                           "majority": 2, "under_replicated_partitions": 3,
+                           "state": "under-replicated"}
+    assert (by_group[1]["leader"], by_group[1]["in_sync"], by_group[1]["state"]) == (
+        "broker-3", 1, "no healthy majority")
+    assert (by_group[2]["leader"], by_group[2]["in_sync"], by_group[2]["state"]) == (
+        None, None, "unknown"), "its leader is unreachable: nobody else knows"
+    assert cluster["under_replicated_partitions"] == 3 + 2
+    assert cluster["groups_without_healthy_majority"] == [1]
+
+
+@pytest.mark.parametrize(("voters", "in_sync", "state"), [
+    (3, 3, "healthy"), (3, 2, "under-replicated"), (3, 1, "no healthy majority"),
+    (5, 3, "under-replicated"), (5, 2, "no healthy majority"), (1, 1, "healthy"),
+])
+def test_a_group_without_a_majority_in_sync_runs_without_a_healthy_majority(voters, in_sync,
+                                                                             state):
+    assert model.group_state(GroupHealth(1, voters, in_sync, 0)) == state
+    assert model.group_state(None) == "unknown"
+
+
+def test_a_stale_leader_of_a_group_loses_to_the_one_of_the_higher_epoch():
+    reports = brokers()
+    stale = replace(reports["broker-1"], led_groups=(0, 1),
+                    group_health={**reports["broker-1"].group_health,
+                                  1: GroupHealth(5, 3, 3, 0)})
+    groups = document(brokers={**reports, "broker-1": stale})["brokers"]["groups"]
+    assert (groups[1]["leader"], groups[1]["state"]) == ("broker-3", "no healthy majority")
+
+
 def test_no_reachable_broker_leaves_the_cluster_empty_not_broken():
     cluster = document(brokers={})["brokers"]
     assert cluster["leader"] is None and cluster["partitions"] == []
     assert all(not b["reachable"] for b in cluster["brokers"])
+    assert cluster["groups"] == [] and cluster["under_replicated_partitions"] == 0
 
 
 # -- the schema of /api/status -----------------------------------------------------------------
@@ -99,7 +137,11 @@ SERVICE = {"name": str, "state": str, "heartbeat_age_s": OPTIONAL_NUMBER,
 CHECKERS = {"leader": (str, type(None)), "leader_since_s": OPTIONAL_NUMBER, "answered": list,
             "errors": dict}
 BROKERS = {"leader": (str, type(None)), "epoch": (int, type(None)), "brokers": list,
-           "partitions_total": int, "partitions": list}
+           "partitions_total": int, "partitions": list, "groups": list,
+           "under_replicated_partitions": int, "groups_without_healthy_majority": list}
+GROUP = {"group": int, "leader": (str, type(None)), "voters": (int, type(None)),
+         "in_sync": (int, type(None)), "majority": (int, type(None)),
+         "under_replicated_partitions": (int, type(None)), "state": str}
 BROKER = {"name": str, "reachable": bool, "error": (str, type(None)), "role": (str, type(None)),
           "epoch": (int, type(None)), "commit_index": (int, type(None)),
           "journal_lag_entries": (int, type(None)), "led_groups": list}
@@ -128,6 +170,7 @@ def check_document(doc: dict) -> None:
     for key, schema, rows in (("service", SERVICE, doc["services"]),
                               ("broker", BROKER, doc["brokers"]["brokers"]),
                               ("partition", PARTITION, doc["brokers"]["partitions"]),
+                              ("group", GROUP, doc["brokers"]["groups"]),
                               ("session", SESSION, doc["sessions"]),
                               ("event", EVENT, doc["timeline"]), ("link", LINK, doc["links"])):
         for row in rows:
