@@ -117,6 +117,8 @@ class TopicMirror:
         self._stop = threading.Event()
         self.opened = 0  # CREATE_TOPIC entries appended (tests, logs)
         self.closed = 0  # DELETE_TOPIC entries appended
+        self.held_back = 0  # rounds this broker's metadata copy was below the group's watermark
+        self._behind = False  # the last round was held back (logged once per episode)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-topic-mirror-g{group}")
 
@@ -159,10 +161,23 @@ class TopicMirror:
         for name in self._replicas.pending_deletes():
             if name not in mine.deleting:
                 self._replicas.forget_delete(name)  # committed (or cut): produce may resume
+        self._note_behind(metadata.end, mine.metadata_end_seen)
         actions = decide(metadata, mine, self._holds_any)
         for action in actions:
             self._take(action)
         return actions
+
+    def _note_behind(self, metadata_end: int, watermark: int) -> None:
+        """Count and log (once per episode) the rounds `decide` sits out: a mirror that waits
+        for its broker's copy of the metadata group must not look like one that hangs."""
+        behind = metadata_end < watermark
+        if behind:
+            self.held_back += 1
+            if not self._behind:
+                log.info("group %d: this broker's copy of the metadata group ends at %d, below "
+                         "the %d the group's topic entries were decided on; waiting for it to "
+                         "catch up", self.group, metadata_end, watermark)
+        self._behind = behind
 
     def _take(self, action: MirrorAction) -> None:
         if isinstance(action, OpenTopic):
