@@ -31,8 +31,10 @@ Checks:
   acknowledgement names the committed entry; every batch a leader serves is the very batch its
   entry was written with (never another incarnation's bytes);
 - no spin (`SpinFailure`): a follower behind the leader never gets more than
-  `SPIN_ANSWERS_MAX` empty or refused ENTRIES answers in a row; the handler never fails
-  (`HandlerFailure`: UnknownServerError, the journal and the log disagreeing);
+  `SPIN_ANSWERS_MAX` answers in a row that leave it where it was (an empty ENTRIES answer; a
+  SNAPSHOT answer at the journal end of the last one, once no message is lost: its install
+  failed); the handler never fails (`HandlerFailure`: UnknownServerError, the journal and
+  the log disagreeing);
 - `converge` (`LivenessFailure`): once faults stop, within a bound of rounds one leader holds
   the lease and every replica's journal end, commit, topics, incarnations and partition bytes
   equal the leader's;
@@ -93,7 +95,7 @@ ROUND_S = 0.05  # simulated seconds per round: the loop's tick interval
 # steps it on arrival): its lease and check-quorum hear a caught-up follower up to one
 # fetch_wait_ms late, which a lease of 0.8 of this leaves room for.
 ELECTION_TIMEOUT_MIN_S = 1.0
-SPIN_ANSWERS_MAX = 3  # empty or refused ENTRIES answers in a row to a follower behind
+SPIN_ANSWERS_MAX = 3  # answers in a row that leave a follower behind where it was
 TOPIC_NAMES = ("d", "e", "f")
 PARTITIONS_MAX = 2
 ACK_TIMEOUT_ROUNDS = 200  # a client gives up on an answer after this many rounds
@@ -228,7 +230,8 @@ class Broker:
         self.flight: Flight | None = None
         self.sessions: dict[tuple[int, int], FetchSession] = {}  # (leader, its life)
         self.seen_commit = 0
-        self.behind_empty = 0  # empty or refused answers in a row while behind
+        self.behind_empty = 0  # answers in a row that left it behind, where it was
+        self.last_fetch_end = -1  # of its last answered fetch
         self.idle_answers = 0
         self.open()
 
@@ -248,6 +251,7 @@ class Broker:
                                       ack_timeout_s=0.0)
         self.seen_commit = self.node.journal.start
         self.behind_empty = 0
+        self.last_fetch_end = -1
 
     def close(self) -> None:
         if self.node is not None:
@@ -649,7 +653,6 @@ class Cluster:
     def _answer(self, follower: Broker, leader: Broker, flight: Flight) -> None:
         request = dataclasses.replace(flight.request, max_wait_ms=0)  # held above instead
         node = leader.node
-        behind = request.fetch_end < node.journal.end and node.state.role is raft.Role.LEADER
         if self.idle_watch:
             self._watch_idle(follower, leader, request)
         try:
@@ -666,23 +669,35 @@ class Cluster:
         if response.outcome is FetchOutcome.SNAPSHOT:
             self.stats.snapshot_answers += 1
         self._check_served(leader, response, data)
-        empty = response.outcome is FetchOutcome.ENTRIES and not response.entries
-        if behind and empty:
-            follower.behind_empty += 1
-            self.event(f"broker {leader.node_id} answered {follower.node_id} nothing at "
-                       f"{request.fetch_end} (journal end {node.journal.end}); "
-                       f"{follower.behind_empty} in a row")
-            if follower.behind_empty > SPIN_ANSWERS_MAX:
-                raise SpinFailure(f"broker {follower.node_id} fetched at {request.fetch_end} "
-                                  f"behind leader {leader.node_id}'s end {node.journal.end} "
-                                  f"and got {follower.behind_empty} empty answers in a row\n"
-                                  f"{self.describe()}")
-        elif response.outcome is FetchOutcome.ENTRIES:
-            follower.behind_empty = 0
+        self._watch_progress(follower, leader, request, response)
         flight.answer = response.encode_prefix() + data
         flight.answer_round = self.round_no + self.rng.randint(0, self.faults.delay_rounds_max)
         if self._lost(leader.node_id, follower.node_id):
             flight.answer, flight.lost = None, True
+
+    def _watch_progress(self, follower: Broker, leader: Broker, request: ReplicaFetchRequest,
+                        response: ReplicaFetchResponse) -> None:
+        """No spin: a follower behind the leader is answered something that moves it on. An
+        empty ENTRIES answer never does; a SNAPSHOT answer again at the same journal end means
+        the last install failed, which only a lost SNAPSHOT_FETCH excuses (not once calm)."""
+        end = leader.node.journal.end
+        behind = request.fetch_end < end and leader.node.state.role is raft.Role.LEADER
+        empty = response.outcome is FetchOutcome.ENTRIES and not response.entries
+        again = response.outcome is FetchOutcome.SNAPSHOT \
+            and request.fetch_end == follower.last_fetch_end and not self.faults.drop
+        follower.last_fetch_end = request.fetch_end
+        if not (behind and (empty or again)):
+            follower.behind_empty = 0
+            return
+        follower.behind_empty += 1
+        self.event(f"broker {leader.node_id} answered {follower.node_id} at "
+                   f"{request.fetch_end} {'nothing' if empty else 'SNAPSHOT again'} (journal "
+                   f"end {end}); {follower.behind_empty} in a row")
+        if follower.behind_empty > SPIN_ANSWERS_MAX:
+            raise SpinFailure(f"broker {follower.node_id} fetched at {request.fetch_end} behind "
+                              f"leader {leader.node_id}'s end {end} and got "
+                              f"{follower.behind_empty} answers in a row that did not move it "
+                              f"on\n{self.describe()}")
 
     def _check_served(self, leader: Broker, response: ReplicaFetchResponse,
                       data: bytes) -> None:
