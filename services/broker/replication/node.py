@@ -218,6 +218,8 @@ class ReplicationNode:
         self._peer_requests = PeerRequests(config, self._peers, peer_signer)
         self._stop = threading.Event()
         self._direct_sessions: dict[int, FetchSession] = {}  # answer_fetch without a session
+        # follower -> the commit index its last ENTRIES answer carried (answer_fetch's wait).
+        self._commit_sent: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kaska-replication-{config.node_id}"
                                         + (f"-g{config.group}" if config.group else ""))
@@ -461,10 +463,17 @@ class ReplicationNode:
             return refusal(answer), []
         epoch = answer.epoch
         if request.max_wait_ms and self.journal.end <= request.fetch_end:
-            # Also woken by a hand-over to this follower (it asks again at once and is told
-            # to stand; the others' long-polls wait on: woken, they would spin) and by a
-            # step-down (the follower must look for the next leader, not wait).
+            # Not while the follower has not been sent the commit index (a follower learns
+            # commits only from answers: a committed delete or create must reach every copy
+            # at once, not a long-poll later, and the fetch itself may have advanced it);
+            # woken by a commit advance for the same reason, by a hand-over to this
+            # follower (it asks again at once and is told to stand; the others' long-polls
+            # wait on: woken, they would spin) and by a step-down (the follower must look
+            # for the next leader, not wait).
+            # A new connection (or one after a failed answer) may be a restarted follower.
+            sent = self._commit_sent.get(request.follower, -1) if answered is not None else -1
             self.wait_changed(lambda: self.journal.end > request.fetch_end
+                              or self._state.commit > sent
                               or self._state.epoch != epoch
                               or self._state.role is not raft.Role.LEADER
                               or self._state.transfer_to == request.follower,
@@ -485,6 +494,7 @@ class ReplicationNode:
             entries = entries_to_send(self.journal, self.config, request.fetch_end,
                                       request.max_bytes)
             commit = state.commit
+            self._commit_sent[request.follower] = commit
         session.answered = (epoch, self._clock())
         return ReplicaFetchResponse(epoch, self.config.node_id, commit,
                                     WireOutcome.ENTRIES), entries

@@ -138,6 +138,9 @@ def test_only_the_targets_long_poll_is_woken_by_the_hand_over(log):
                                               node.journal.last_epoch, 1 << 20, long_poll_ms))
         answered_after_s[follower] = time.monotonic() - started
 
+    for follower in (2, 3):  # each has been sent the commit index: nothing new to tell
+        node.answer_fetch(ReplicaFetchRequest(follower, 1, node.journal.end,
+                                              node.journal.last_epoch, 1 << 20, 0))
     polls = [threading.Thread(target=long_poll, args=(follower,)) for follower in (2, 3)]
     for poll in polls:
         poll.start()
