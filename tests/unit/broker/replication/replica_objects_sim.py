@@ -44,6 +44,12 @@ Checks:
 - `check_idle`: a converged, idle cluster fetches only at the leader's journal end (long-polls)
   and answers each follower at most once per long-poll.
 
+Where it differs from a broker process, deliberately: a long-polled fetch is stepped by the
+leader when it is answered, at the end of the hold (node.py steps it on arrival), so the lease
+and check-quorum hear a caught-up follower up to `fetch_wait_ms` late (the election timeouts
+leave room for it); vote rounds are answered within the round; a restart is clean (the page
+cache survives: fsync policy `none`, no wiped directories, so no learners).
+
 Failures name the seed and end with the last events of the schedule (`Cluster.events`).
 Thread-safety: none needed; everything runs on the test's thread (the Log's reaper deletes
 directories on its own thread, as in a broker).

@@ -347,6 +347,17 @@ def test_hostile_network_restarts_and_churn_converge_and_never_spin(tmp_path, no
     assert total.recreates >= 10 and total.acks >= 50
 
 
+@pytest.mark.parametrize("size, seed, faults", [(3, 0, PAUSES), (5, 200, HOSTILE)],
+                         ids=["3-paused", "5-hostile"])
+def test_an_incarnation_blind_handler_fails_the_property_runs(tmp_path, no_fsync, monkeypatch,
+                                                              size, seed, faults):
+    """The campaigns above reach the handler's path: with the handler reading by name, their
+    runs are caught (UnknownServerError, another incarnation's bytes served, or a spin)."""
+    monkeypatch.setattr(replica_fetch, "replica_fetch_answer", incarnation_blind_answer)
+    with pytest.raises((HandlerFailure, SafetyViolation, SpinFailure)):
+        play(tmp_path, size, seed, faults, journal_entries_max=10_000)
+
+
 # Topics created and written, never deleted: the snapshots a follower installs name live
 # topics only (see the xfail below for deleted ones).
 COMPACTING_NO_DELETES = dataclasses.replace(HOSTILE, delete=0.0)
