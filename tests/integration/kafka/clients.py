@@ -20,9 +20,11 @@ from common.kaska import Consumer as KaskaConsumer
 CLIENT_TIMEOUT_S = 60.0
 WATERMARK_RETRY_PAUSE_S = 0.1
 # What librdkafka's watermark query raises while leadership moves (it does not flag all of
-# them retriable itself).
+# them retriable itself), or when it asks a broker whose metadata cache has not caught up with
+# a create yet (a broker lists a topic once it knows the create committed, as Kafka's do).
 LEADER_MOVING_CODES = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                       KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
