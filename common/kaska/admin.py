@@ -43,21 +43,29 @@ class Admin:
         return None if answer is None else answer.topic_id
 
     def delete_topic(self, name: str, topic_id: TopicId | None = None) -> None:
-        """Delete incarnation `topic_id` of `name`, by default the one live now;
-        InvalidTopicError for an internal topic, UnknownTopicOrPartitionError at once when
-        there is none, UnknownTopicIdError when
-        `topic_id` is no longer the live one (another incarnation is: it is left alone). Done
-        when that incarnation is gone already (deleted by this call's lost attempt or by
-        someone else)."""
+        """Delete incarnation `topic_id` of `name`, by default the one live now. Done when
+        that incarnation is gone already (this call's attempt whose answer was lost, or
+        someone else, deleted it). InvalidTopicError for an internal topic;
+        UnknownTopicOrPartitionError when there is no such topic, or when the incarnation this
+        call listed was replaced before its delete arrived (the new one is left alone);
+        UnknownTopicIdError when `topic_id`, given, is no longer the live incarnation."""
         validate_topic_name(name)
         if is_internal(name):
             raise InvalidTopicError(f"topic {name!r} is internal to the broker")
-        if topic_id is None:
+        listed = topic_id is None
+        if listed:
             topic_id = self.topic_ids().get(name)
             if topic_id is None:
                 raise UnknownTopicOrPartitionError(f"no topic {name!r}")
-        self._cluster.call(DeleteTopicRequest(name, topic_id),
-                           ok_after_delivery=(UnknownTopicIdError,))
+        try:
+            self._cluster.call(DeleteTopicRequest(name, topic_id),
+                               ok_after_delivery=(UnknownTopicIdError,))
+        except UnknownTopicIdError as error:
+            if not listed:
+                raise
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r}: incarnation {topic_id}, listed, was deleted and the topic "
+                "created again before this delete arrived; the new one is left alone") from error
 
     def topics(self, include_internal: bool = False) -> dict[str, int]:
         """Topic name → partition count."""
