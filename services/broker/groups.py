@@ -199,9 +199,24 @@ class GroupedReplicas:
 
     def delete_topic(self, name: str, forget_offsets: Callable[[str], None],
                      topic_id: TopicId | None = None) -> None:
-        """Delete in the metadata group (only incarnation `topic_id` when given); every data
-        group closes its partitions after it."""
-        self._metadata.delete_topic(name, forget_offsets, topic_id)
+        """Delete in the metadata group (only incarnation `topic_id` when given); answer once
+        every data group holding a partition of it has committed its close here, so no
+        produce to the deleted incarnation is acknowledged after the answer unless it was
+        committed before the delete (docs/replication.md, "What a delete promises").
+        NotEnoughReplicasError (retriable) past the ack timeout: the topic is deleted, some
+        group has not closed it yet."""
+        started = self._clock()
+        partitions = self._groups.metadata.log.topics().get(name, 0)
+        entry = self._metadata.delete_topic(name, forget_offsets, topic_id)
+        if entry is None or entry.topic_id is None:
+            return  # gone already: a retry, answered as done
+        for group in self._groups.with_partitions_of(name, partitions):
+            left_s = self._ack_timeout_s - (self._clock() - started)
+            if not self._wait_closed(group, name, entry.topic_id, entry.index, left_s):
+                raise NotEnoughReplicasError(
+                    f"topic {name!r} is deleted, but replication group {group.number} has not "
+                    f"closed its partitions within {self._ack_timeout_s:.0f} s (is its "
+                    "leader elected?)")
 
     def committed_topics(self) -> dict[str, LiveTopic]:
         """The metadata group's committed topics on this broker (may lag; never uncommitted)."""
@@ -211,6 +226,22 @@ class GroupedReplicas:
         """The same, current, from the metadata group's leader holding its lease (else
         NotLeaderError naming the leader)."""
         return self._metadata.leader_committed_topics()
+
+    @staticmethod
+    def _wait_closed(group: ReplicationGroup, name: str, topic_id: TopicId, delete_index: int,
+                     timeout_s: float) -> bool:
+        """Until this broker's copy of `group` has committed entries decided on a metadata
+        prefix holding the delete (its close among them, if the group had opened it) and does
+        not hold the incarnation live."""
+        node = group.node
+
+        def closed() -> bool:
+            view = group.topics.at(node.state.commit)
+            live = view.topics.get(name)
+            return view.metadata_end_seen > delete_index and (
+                live is None or live.topic_id != topic_id)
+
+        return closed() or (timeout_s > 0 and node.wait_changed(closed, timeout_s))
 
     @staticmethod
     def _wait_opened(group: ReplicationGroup, name: str, topic_id: TopicId,

@@ -98,16 +98,31 @@ class ReplicaManager:
                                  self._self.address)
         return PartitionRole(False, leader, state.epoch, self.node.peer_address(leader))
 
-    def require_leader(self, topic: str, partition: int, *, lease: bool = True
-                       ) -> PartitionRole:
+    def require_leader(self, topic: str, partition: int, *, lease: bool = True,
+                       lease_wait_s: float = 0.0) -> PartitionRole:
         """The role of a partition this broker leads, NotLeaderError (retriable) otherwise.
-        `lease=False` for writes that wait for their commit anyway (topics)."""
+        `lease=False` for writes that wait for their commit anyway (topics). `lease_wait_s`:
+        how long a leader whose lease lapsed waits for it (`_await_lease`) before refusing."""
         role = self.role(topic, partition, lease=lease)
+        if role.lease_expired and lease_wait_s > 0:
+            role = self._await_lease(topic, partition, role.leader_epoch, lease_wait_s)
         if not role.is_leader:
             if role.lease_expired:
                 self.lease_refused()
             raise self._not_leader(f"{topic}/{partition}", role)
         return role
+
+    def _await_lease(self, topic: str, partition: int, epoch: int, timeout_s: float
+                     ) -> PartitionRole:
+        """Backpressure instead of a refusal: a leader whose followers' confirmations are
+        late (a loaded machine: their fetch rounds outlast the lease) holds the write until a
+        majority confirms again, it stops leading this epoch (a successor, a hand-over), or
+        `timeout_s` passes; then the role as it is. Never longer than the timeout, so a leader
+        that was really cut off still answers NOT_LEADER."""
+        node = self.node
+        node.counters.lease_waits += 1
+        node.wait_changed(lambda: not self._leads(epoch) or node.holds_lease(), timeout_s)
+        return self.role(topic, partition)
 
     def lease_refused(self) -> None:
         """Count one request answered NOT_LEADER (or a METADATA naming no leader) for lack
@@ -150,8 +165,10 @@ class ReplicaManager:
                         ) -> tuple[AppendResult, Callable[[], None]]:
         """Receive one batch into the log as leader, at once; the second value waits for the
         acks asked for (acks=all: the committed prefix holding its very journal entry, index
-        and epoch; acks=1: nothing)."""
-        role = self.require_leader(topic, partition)
+        and epoch; acks=1: nothing). A leader whose lease lapsed holds the write for up to
+        `lease_wait_s` first (`_await_lease`)."""
+        lease_wait_s = self.node.config.lease_wait_s
+        role = self.require_leader(topic, partition, lease_wait_s=lease_wait_s)
         epoch = role.leader_epoch
         appended: list[JournalEntry] = []
 
@@ -175,7 +192,7 @@ class ReplicaManager:
             if acks != ACKS_ALL:
                 # Held only by this leader: answered only while it still holds the lease
                 # (a thawed leader's acks=1 success would be for a batch its successor lacks).
-                self.require_leader(topic, partition)
+                self.require_leader(topic, partition, lease_wait_s=lease_wait_s)
                 return
             # A retry's original entry: the acknowledgement must name it, too.
             entry = appended[0] if appended else self.node.journal.find_batch(
@@ -273,19 +290,20 @@ class ReplicaManager:
         return entry, role.leader_epoch
 
     def delete_topic(self, name: str, forget_offsets: Callable[[str], None],
-                     topic_id: TopicId | None = None) -> None:
+                     topic_id: TopicId | None = None) -> JournalEntry | None:
         """Tombstone the topic's committed offsets, then journal the delete; every broker
         removes the files once the delete is committed. `topic_id`: only that incarnation
         (a retried delete never removes a topic re-created meanwhile): already gone, the
         delete is done; another incarnation live, UnknownTopicIdError. An answer that rests
-        on uncommitted entries (a create or delete in the tail) waits for their commit."""
+        on uncommitted entries (a create or delete in the tail) waits for their commit.
+        Returns the committed DELETE_TOPIC entry (None: it was gone already)."""
         role = self.require_leader(name, 0, lease=False)  # answered once committed
         epoch = role.leader_epoch
         live = self._live_incarnation(name)
         if live is None or (topic_id is not None and live != topic_id):
             self._await_settled(epoch, name)
             if live is None and topic_id is not None:
-                return
+                return None
             if live is None:
                 raise UnknownTopicOrPartitionError(f"no topic {name!r}")
             raise UnknownTopicIdError(f"topic {name!r} is incarnation {live} now, not "
@@ -300,6 +318,7 @@ class ReplicaManager:
         finally:
             with self._metadata_lock:
                 self._deleting.discard(name)
+        return entry
 
     def journal_delete(self, name: str, metadata_end: int = 0) -> JournalEntry:
         """As leader, journal a DELETE_TOPIC without waiting for its commit (a data group's
