@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from scripts.nemesis.cluster import JOURNAL_ENTRIES_MAX_DEFAULT
 from scripts.nemesis.run import NemesisSettings, run_nemesis
 from scripts.nemesis.schedule import describe
 
@@ -32,6 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--fault-interval-s", type=float, default=3.0,
                         help="mean gap between two faults (default 3)")
+    parser.add_argument("--journal-entries-max", type=int, default=JOURNAL_ENTRIES_MAX_DEFAULT,
+                        help="the brokers' journal bound: compaction and snapshot installs "
+                             f"(default {JOURNAL_ENTRIES_MAX_DEFAULT})")
     parser.add_argument("--converge-timeout-s", type=float, default=120.0)
     parser.add_argument("--idle-cpu-s-max", type=float, default=0.5,
                         help="CPU seconds a broker may use in the 5 s idle window")
@@ -52,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=seed, work_dir=work_dir, seconds=args.seconds, brokers=args.brokers,
         groups=args.groups, topics=args.topics, partitions=args.partitions,
         producers=args.producers, consumers=args.consumers,
-        fault_interval_s=args.fault_interval_s, converge_timeout_s=args.converge_timeout_s,
+        fault_interval_s=args.fault_interval_s, journal_entries_max=args.journal_entries_max,
+        converge_timeout_s=args.converge_timeout_s,
         idle_cpu_s_max=args.idle_cpu_s_max)
     print(f"nemesis: seed {seed} ({args.seconds:g} s, {args.brokers} brokers)", flush=True)
     report = run_nemesis(settings, progress=lambda text: print(

@@ -38,7 +38,10 @@ STOP_TIMEOUT_S = 60.0
 SCRAPE_TIMEOUT_S = 5.0
 BROKER_ARGS = ("--election-timeout-ms-min", "500", "--election-timeout-ms-max", "1000",
                "--quorum-timeout-ms", "1500")
-JOURNAL_ENTRIES_MAX = 200
+# Small enough that a round compacts (snapshots, snapshot installs), large enough that a
+# follower paused for a few seconds catches up from entries (a leader keeps half of it for a
+# lagging follower), the path where an entry's topic incarnation matters.
+JOURNAL_ENTRIES_MAX_DEFAULT = 1000
 
 
 class BrokerStartError(RuntimeError):
@@ -115,7 +118,8 @@ class Broker:
 
 
 class NemesisCluster:
-    def __init__(self, work: Path, size: int, groups: int | None) -> None:
+    def __init__(self, work: Path, size: int, groups: int | None,
+                 journal_entries_max: int = JOURNAL_ENTRIES_MAX_DEFAULT) -> None:
         """`groups`: --replication-groups (None: the broker's default, one per broker)."""
         work.mkdir(parents=True, exist_ok=True)
         self.work = work
@@ -131,7 +135,7 @@ class NemesisCluster:
         for i, metrics_port in zip(self.ids, ports[size:], strict=True):
             peers = ",".join(f"{j}@{self.proxies[(i, j)].address}" for j in self.ids if j != i)
             tail = ["--peers", peers, "--secret-file", str(secret_file), *BROKER_ARGS,
-                    "--journal-entries-max", str(JOURNAL_ENTRIES_MAX),
+                    "--journal-entries-max", str(journal_entries_max),
                     "--replication-groups", str(self.groups)]
             self.brokers[i] = Broker(i, work, client_ports[i], metrics_port, tail)
 

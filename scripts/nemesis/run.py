@@ -28,7 +28,11 @@ from pathlib import Path
 from common.kaska import Consumer
 from common.kaska.errors import KaskaError
 from scripts.nemesis import schedule
-from scripts.nemesis.cluster import BrokerStartError, NemesisCluster
+from scripts.nemesis.cluster import (
+    JOURNAL_ENTRIES_MAX_DEFAULT,
+    BrokerStartError,
+    NemesisCluster,
+)
 from scripts.nemesis.history import FINAL_READER, Finding, History, ReadRecord, check, counts
 from scripts.nemesis.replicas import compare_replicas
 from scripts.nemesis.workload import (
@@ -62,6 +66,7 @@ class NemesisSettings:
     producers: int = 3
     consumers: int = 2
     fault_interval_s: float = 3.0
+    journal_entries_max: int = JOURNAL_ENTRIES_MAX_DEFAULT
     converge_timeout_s: float = 120.0
     idle_window_s: float = 5.0
     idle_cpu_s_max: float = 0.5
@@ -115,7 +120,8 @@ def run_nemesis(settings: NemesisSettings, progress=print) -> NemesisReport:
     started = time.monotonic()
     faults = schedule.plan_faults(settings.plan(), settings.seed)
     report = NemesisReport(settings, faults)
-    cluster = NemesisCluster(settings.work_dir, settings.brokers, settings.groups)
+    cluster = NemesisCluster(settings.work_dir, settings.brokers, settings.groups,
+                             settings.journal_entries_max)
     try:
         progress(f"starting {settings.brokers} brokers in {settings.work_dir}")
         cluster.start()
