@@ -28,10 +28,12 @@ def partition_log(ctx: BrokerContext, topic: str, partition: int):
     return ctx.log.partition(topic, partition)
 
 
-def led_partition(ctx: BrokerContext, topic: str, partition: int) -> tuple[PartitionRole, object]:
-    """(role, PartitionLog) of a partition this broker leads; NotLeaderError otherwise."""
+def led_partition(ctx: BrokerContext, topic: str, partition: int, *, lease: bool = True
+                  ) -> tuple[PartitionRole, object]:
+    """(role, PartitionLog) of a partition this broker leads; NotLeaderError otherwise.
+    `lease=False`: a write, whose append waits for a lapsed lease (replica_manager.py)."""
     found = partition_log(ctx, topic, partition)
-    return ctx.replicas.require_leader(topic, partition), found
+    return ctx.replicas.require_leader(topic, partition, lease=lease), found
 
 
 def read_peer_request(ctx: BrokerContext, body: RequestBody, request_type, check, claimed):

@@ -8,6 +8,11 @@ append lock and call back to copy them in (one memcpy). The storage checks CRC a
 sequence before the batch becomes visible; a retried batch is answered with its original
 offset (duplicate). The answer waits until a majority of brokers hold the batch (acks=all) or
 the leader has it (acks=1); consumers are woken when the high watermark passes it, not here.
+
+A broker that does not lead the partition refuses before the batch is read; one that leads but
+whose lease lapsed (its followers' confirmations are late on a loaded machine) holds the batch
+until the lease is back, at most `lease_wait_s`, rather than refusing it (backpressure: the
+producer's requests wait; replica_manager.py).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from services.broker.reply import DeferredReply, Reply
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     prefix = read_prefix(body.read_exact)
     client_writable_topic(prefix.topic)
-    _role, partition_log = led_partition(ctx, prefix.topic, prefix.partition)
+    _role, partition_log = led_partition(ctx, prefix.topic, prefix.partition, lease=False)
     batch_bytes = body.remaining
     if batch_bytes < HEADER_BYTES:
         raise CorruptBatchError(f"a batch of {batch_bytes} bytes cannot hold its header")

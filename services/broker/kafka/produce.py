@@ -103,7 +103,7 @@ def _append(kctx: KafkaContext, topic: str, data, acks: int,
     """Append one partition's batch now; the callable waits for its acks."""
     ctx = kctx.broker
     client_writable_topic(topic)
-    _role, partition_log = led_partition(ctx, topic, data.index)
+    _role, partition_log = led_partition(ctx, topic, data.index, lease=False)  # waited for
     if data.records is None:
         raise CorruptBatchError("no records")
     header, records = kafka_to_kaska_parts(data.records, partition_log.config.batch_bytes_max)

@@ -70,6 +70,10 @@ class ReplicationConfig:
     election_timeout_max_s: float = 1.0
     quorum_timeout_s: float = 3.0
     lease_timeout_s: float | None = None  # None: raft.LEASE_FRACTION_DEFAULT of the minimum
+    # A write that finds the lease lapsed waits this long for the followers' confirmations
+    # (a busy machine's late ones) before NOT_LEADER: about the longest election timeout, by
+    # when a leader that was really cut off has a successor (replica_manager.py).
+    lease_wait_s: float = 1.0
     tick_interval_s: float = 0.05
     fetch_wait_ms: int = 200  # a caught-up follower's long-poll; also its heartbeat period
     fetch_bytes_max: int = 8 * 1024 * 1024
@@ -127,4 +131,5 @@ class ReplicationCounters:
     transfers_handed_over: int = 0  # TIMEOUT_NOW sent: this leader handed over and stepped down
     transfers_abandoned: int = 0  # hand-overs that found no caught-up voter in time
     transfer_candidacies: int = 0  # elections this broker stood in on a TIMEOUT_NOW
+    lease_waits: int = 0  # writes that found the lease lapsed and waited for it
     followers_stalled: int = 0  # episodes of a follower stuck behind this leader (reported once)
