@@ -207,3 +207,29 @@ def test_hostile_topic_names_are_refused_everywhere(small_frames_broker, sock, n
 def test_authenticate_without_a_broker_token_is_accepted(sock):
     send_request(sock, Api.AUTHENTICATE, BodyWriter().short_bytes(b"any").getvalue())
     assert read_answer(sock)[1] == 0
+
+
+@pytest.mark.parametrize(("version", "tail"), [
+    (1, b""),                                   # version 1 without its topic id
+    (1, struct.pack(">i", 1)),                  # ends inside the id
+    (1, struct.pack(">iq", -1, -1)),            # the no-id marker: not an incarnation
+    (1, struct.pack(">iq", -3, 1)),             # negative epoch
+    (1, struct.pack(">iq", 1, 1) + b"x"),       # trailing bytes
+    (0, struct.pack(">iq", 1, 1)),              # an id where version 0 has none
+], ids=["no-id", "short-id", "no-id-marker", "negative", "trailing", "v0-with-id"])
+def test_malformed_topic_deletes_are_refused_and_delete_nothing(small_frames_broker, sock,
+                                                                topic_name, version, tail):
+    """A delete that names an incarnation is never read as one that does not (which would
+    delete whatever is live)."""
+    with Admin(small_frames_broker.address, **CLIENT_OPTIONS) as admin:
+        admin.create_topic(topic_name)
+    body = BodyWriter().string(topic_name).getvalue() + tail
+    send_request(sock, Api.DELETE_TOPIC, body, version=version)
+    assert _error(read_answer(sock))[0] == InvalidRequestError.code
+    assert topic_name in _list_topics_works(sock).topics
+
+
+def test_topic_api_versions_beyond_ours_are_unsupported(sock):
+    for api in (Api.CREATE_TOPIC, Api.DELETE_TOPIC, Api.LIST_TOPICS):
+        send_request(sock, api, b"", version=2)
+        assert _error(read_answer(sock))[0] == UnsupportedVersionError.code
