@@ -4,9 +4,13 @@
 Owns `LocalCluster` (N brokers as child processes that know each other; 1 is a lone broker),
 the throughput rounds, the failover trials (the leader SIGKILLed or frozen between two
 acks=all batches) and `bench` (a whole run from typed ReplicationSettings).
-Invariants: the rounds interleave the clusters so the machine's noise is shared; after each
-failover trial the fault is undone (restart or thaw) and the cluster settles before the next;
-every broker and its temporary data directory are gone when `bench` returns.
+Invariants: the rounds interleave the clusters so the machine's noise is shared; a round starts
+once the topic's leader is its group's preferred one (the leader balancer's hand-over after a
+start is over) and a refusal during it (NOT_LEADER, NOT_ENOUGH_REPLICAS) is retried as a client
+does -- back off (the clients' RetryPolicy), find the leader, resend from the first batch not
+acknowledged -- and counted in the result (`refusals`); after each failover trial the fault is
+undone (restart or thaw) and the cluster settles before the next; every broker and its
+temporary data directory are gone when `bench` returns.
 Threads: the caller's; every broker is a child process on 127.0.0.1.
 """
 
@@ -20,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +46,15 @@ from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
 from scripts.bench.child import Child, cpu_s, measured
 from scripts.bench.kernel_profile import KernelProfile, KernelProfiler
-from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
+from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches
 from scripts.launcher.ports import free_ports
+from services.broker.replication.placement import group_of, preferred_leader
 
 TOPIC = "bench"
 SETTLE_TIMEOUT_S = 60.0
+CLIENT_RETRY = RetryPolicy()  # the clients' default: rides out a failover
+# The balancer hands a group to its preferred leader ~2 s after the start (leader_balance.py).
+PREFERRED_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -163,15 +172,72 @@ def create_topic(cluster: LocalCluster, partitions: int = 1) -> None:
     cluster.leader()
 
 
-def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int,
-                     acks: int) -> tuple[float, float]:
-    leader = cluster.leader()
-    connection = cluster.leader_connection()
+def settled_topic_leader(cluster: LocalCluster, timeout_s: float = PREFERRED_TIMEOUT_S) -> int:
+    """The leader of TOPIC/0 once every broker names its group's preferred leader (with one
+    group per broker the balancer hands the group over a few seconds after the start; a round
+    timed across that hand-over would measure it). The leader every broker names if the
+    preferred one does not take over within `timeout_s`."""
+    size = len(cluster.ports)
+    preferred = preferred_leader(group_of(TOPIC, 0, size), cluster.ports)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cluster.agreed_leader() == preferred:
+            return preferred
+        time.sleep(0.1)
+    return cluster.agreed_leader()
+
+
+def produce_retrying(connect: Callable[[], BrokerConnection], topic: str, partition: int,
+                     batches: list[bytes], in_flight: int, acks: int,
+                     retry: RetryPolicy = CLIENT_RETRY) -> int:
+    """Send the batches in order, at most `in_flight` unanswered, as a client does: after a
+    retriable refusal (NOT_LEADER, NOT_ENOUGH_REPLICAS, a broker gone) back off as the
+    clients' RetryPolicy says, ask `connect` for a connection to the leader and resend from
+    the first batch not acknowledged (idempotent batches: one that did land is answered as a
+    duplicate). Returns how many refusals it met; raises after `retry.retries_max` of them
+    or on an error that is not retriable."""
+    done = refusals = 0
+    connection = connect()
     try:
-        return measured(cluster.children[leader], lambda: produce(
-            connection, TOPIC, batches, in_flight, acks))
+        while done < len(batches):
+            pending: deque[Future] = deque()
+            try:
+                for batch in batches[done:]:
+                    if len(pending) == in_flight:
+                        _acknowledged(pending.popleft())
+                        done += 1
+                    pending.append(connection.send(Api.PRODUCE, list(
+                        ProduceRequest(topic, partition, acks, batch).encode_parts())))
+                while pending:
+                    _acknowledged(pending.popleft())
+                    done += 1
+            except KaskaError as error:
+                if not error.retriable or refusals >= retry.retries_max:
+                    raise
+                print(f"bench: {topic}/{partition}: refused after {done} of {len(batches)} "
+                      f"batches ({type(error).__name__}: {error}); retrying", file=sys.stderr)
+                connection.close()
+                time.sleep(retry.backoff_s(refusals))
+                refusals += 1
+                connection = connect()
     finally:
         connection.close()
+    return refusals
+
+
+def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int,
+                     acks: int) -> tuple[float, float, int]:
+    """(wall seconds, the leader's CPU seconds, refusals retried) of one producer."""
+    leader = settled_topic_leader(cluster)
+    refusals: list[int] = []
+
+    def connect() -> BrokerConnection:
+        return BrokerConnection(("127.0.0.1", cluster.ports[cluster.leader()]),
+                                request_timeout_s=BROKER_TIMEOUT_S)
+
+    wall_s, cpu_s_used = measured(cluster.children[leader], lambda: refusals.append(
+        produce_retrying(connect, TOPIC, 0, batches, in_flight, acks)))
+    return wall_s, cpu_s_used, refusals[0]
 
 
 def throughput(work: Path, args: ReplicationSettings) -> dict:
@@ -180,6 +246,13 @@ def throughput(work: Path, args: ReplicationSettings) -> dict:
     synced = LocalCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
     rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": [],
                                       "cluster_acks_all_fsync_entry": []}
+    refusals = dict.fromkeys(rounds, 0)
+
+    def timed(name: str, on: LocalCluster, batches: list[bytes], acks: int) -> None:
+        wall_s, _cpu_s, refused = throughput_round(on, batches, args.in_flight, acks)
+        rounds[name].append(wall_s)
+        refusals[name] += refused
+
     try:
         create_topic(single)
         create_topic(cluster)
@@ -189,20 +262,16 @@ def throughput(work: Path, args: ReplicationSettings) -> dict:
             # retries of the previous round's batches.
             batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
                                     producer_id=repeat.to_bytes(16, "big"))
-            rounds["single"].append(throughput_round(single, batches, args.in_flight,
-                                                     ACKS_ALL)[0])
+            timed("single", single, batches, ACKS_ALL)
             batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
                                     producer_id=(1000 + repeat).to_bytes(16, "big"))
-            rounds["cluster_acks_all"].append(throughput_round(cluster, batches,
-                                                               args.in_flight, ACKS_ALL)[0])
+            timed("cluster_acks_all", cluster, batches, ACKS_ALL)
             batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
                                     producer_id=(2000 + repeat).to_bytes(16, "big"))
-            rounds["cluster_acks_1"].append(throughput_round(cluster, batches, args.in_flight,
-                                                             ACKS_LEADER)[0])
+            timed("cluster_acks_1", cluster, batches, ACKS_LEADER)
             batches = build_batches(args.records, args.record_bytes, args.batch_bytes,
                                     producer_id=(3000 + repeat).to_bytes(16, "big"))
-            rounds["cluster_acks_all_fsync_entry"].append(throughput_round(
-                synced, batches, args.in_flight, ACKS_ALL)[0])
+            timed("cluster_acks_all_fsync_entry", synced, batches, ACKS_ALL)
     finally:
         single.stop()
         cluster.stop()
@@ -225,6 +294,8 @@ def throughput(work: Path, args: ReplicationSettings) -> dict:
         "fsync_entry_vs_none_each": [round(r, 2) for r in fsync_ratios],
         "round_s_median": {name: round(statistics.median(times), 3)
                            for name, times in rounds.items()},
+        # NOT_LEADER / NOT_ENOUGH_REPLICAS answers the producers met and retried, all repeats.
+        "refusals": refusals,
     }
 
 
