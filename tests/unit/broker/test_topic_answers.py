@@ -1,31 +1,37 @@
 """What the topic APIs answer, on the real ReplicationNode, ReplicaManager, Log and request
 handlers (the network played by hand, as in replication/test_replication_safety.py):
 
-- the topic list (LIST_TOPICS, and the topics of METADATA) holds committed topics only: a
-  leader appends a CREATE_TOPIC and makes its files before a majority has it, and truncation may
-  take it away again;
+- the topic list (LIST_TOPICS, and the topics of METADATA, Kaska's and the Kafka listener's)
+  holds committed topics only: a leader appends a CREATE_TOPIC and makes its files before a
+  majority has it, and truncation may take it away again;
 - "already exists" is told only once the existing topic is committed;
 - a delete that names an incarnation (DELETE_TOPIC version 1) deletes that one only.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
+from kafka.protocol.metadata import MetadataRequest as KafkaMetadataRequest
 
 from common.kaska.errors import NotLeaderError, TopicAlreadyExistsError, UnknownTopicIdError
 from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
-from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse
+from common.kaska.protocol.metadata import BrokerInfo, MetadataRequest, MetadataResponse
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
 from services.broker.body import RequestBody
 from services.broker.handlers import create_topic, delete_topic, list_topics, metadata
+from services.broker.kafka import metadata as kafka_metadata
+from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.errors import NONE as KAFKA_NONE
+from services.broker.kafka.errors import UNKNOWN_TOPIC_OR_PARTITION
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
@@ -67,6 +73,19 @@ class TopicHandlers(Handlers):
     def metadata_topics(self, *names: str) -> set[str]:
         reply = self.call(metadata, MetadataRequest(names))
         return set(MetadataResponse.decode(reply.body).topics)
+
+    def kafka_metadata(self, *names: str) -> dict[str, int]:
+        """The Kafka listener's Metadata v9: topic -> error code (every topic when none are
+        named)."""
+        kctx = KafkaContext(broker=self.ctx, node_id=1,
+                            brokers=(BrokerInfo(1, "127.0.0.1", 19092),), cluster_id="c",
+                            rng=random.Random(1), groups=None)
+        wanted = [KafkaMetadataRequest[9].MetadataRequestTopic(name=name) for name in names]
+        request = KafkaMetadataRequest[9](topics=wanted or None,
+                                          allow_auto_topic_creation=False,
+                                          include_topic_authorized_operations=False)
+        return {topic.name: topic.error_code
+                for topic in kafka_metadata.handle(kctx, request).topics}
 
 
 @pytest.fixture
@@ -135,6 +154,8 @@ def test_an_uncommitted_create_is_never_listed_and_truncation_removes_it(leader,
     assert handlers.listed().topic_ids == {"t": WireTopicId(1, 1)}
     assert handlers.metadata_topics() == {"t"}
     assert handlers.metadata_topics(GHOST, "t") == {"t"}
+    assert handlers.kafka_metadata() == {"t": KAFKA_NONE}
+    assert handlers.kafka_metadata(GHOST) == {GHOST: UNKNOWN_TOPIC_OR_PARTITION}
 
     _deposed_by_epoch_2(node)
     with pytest.raises(NotLeaderError):
