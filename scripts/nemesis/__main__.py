@@ -45,6 +45,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def replay_args(args: argparse.Namespace, seed: int) -> str:
+    """The command line that replays this round's schedule."""
+    options = {**vars(args), "seed": seed, "work_dir": None}
+    return " ".join(f"--{name.replace('_', '-')} {value:g}" if isinstance(value, float)
+                    else f"--{name.replace('_', '-')} {value}"
+                    for name, value in options.items() if value is not None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.brokers < 3 or args.brokers % 2 == 0:
@@ -63,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     report = run_nemesis(settings, progress=lambda text: print(
         f"nemesis {time.strftime('%H:%M:%S')}: {text}", flush=True))
     if report.findings:
-        print(f"\nnemesis: {len(report.findings)} finding(s), seed {seed}; replay with "
-              f"--seed {seed} --seconds {args.seconds:g} --brokers {args.brokers}"
-              + (f" --groups {args.groups}" if args.groups else ""))
+        print(f"\nnemesis: {len(report.findings)} finding(s), seed {seed}; replay with: "
+              f"python -m scripts.nemesis {replay_args(args, seed)}")
         print("schedule:\n" + describe(report.faults))
         for finding in report.findings:
             print(f"FINDING {finding}")

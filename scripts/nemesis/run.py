@@ -100,6 +100,8 @@ class NemesisReport:
         return {"seed": self.settings.seed, "seconds": self.settings.seconds,
                 "brokers": self.settings.brokers,
                 "groups": self.settings.groups or self.settings.brokers,
+                "fault_interval_s": self.settings.fault_interval_s,
+                "journal_entries_max": self.settings.journal_entries_max,
                 "faults": schedule.count_by_kind(self.faults),
                 "actions_done": self.actions_done,
                 "produce_attempts": self.attempts,
