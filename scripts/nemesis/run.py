@@ -154,7 +154,7 @@ def _run_and_judge(settings: NemesisSettings, cluster: NemesisCluster,
     progress("healing")
     _heal(cluster, report)
     churner.finish()
-    churner.join(CHURN_TIMEOUT_S * (1 + len(stats.churned)))
+    churner.join(CHURN_TIMEOUT_S + THREAD_STOP_TIMEOUT_S)
     stop.set()
     for thread in (churner, *clients):
         thread.join(THREAD_STOP_TIMEOUT_S)

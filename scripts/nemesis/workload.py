@@ -46,8 +46,10 @@ from scripts.nemesis.history import (
     encode_value,
 )
 
-CLIENT_OPTIONS = {"request_timeout_s": 10.0, "connect_timeout_s": 2.0,
-                  "retry": RetryPolicy(retries_max=40, backoff_s_initial=0.05,
+# A send or read rides out an election and a restart (~10 s of retries), and gives up within
+# about a minute when the cluster cannot serve, so a round always ends.
+CLIENT_OPTIONS = {"request_timeout_s": 5.0, "connect_timeout_s": 2.0,
+                  "retry": RetryPolicy(retries_max=25, backoff_s_initial=0.05,
                                        backoff_s_max=0.5)}
 PRODUCE_PAUSE_S = 0.01  # between two sends of one producer: the machine is shared
 POLL_S = 0.2
@@ -243,7 +245,9 @@ class ConsumerLoop(threading.Thread):
 
 
 class Churner(threading.Thread):
-    """Deletes and re-creates the topics it is handed (`churn(topic)`), one at a time."""
+    """Deletes and re-creates the topics it is handed (`churn(topic)`), one at a time. Each
+    churn gives up after CHURN_TIMEOUT_S; after `finish()` whatever is still queued or under
+    way gives up CHURN_TIMEOUT_S after the finish at the latest (reported as stalled)."""
 
     def __init__(self, shape: WorkloadShape, gate: TopicGate, stats: Stats) -> None:
         super().__init__(name="nemesis-churner", daemon=True)
@@ -251,13 +255,15 @@ class Churner(threading.Thread):
         self.gate = gate
         self.stats = stats
         self._requests: queue.Queue[str | None] = queue.Queue()
+        self._finish_deadline = float("inf")  # monotonic seconds; set by finish()
         self.finished = False
 
     def churn(self, topic: str) -> None:
         self._requests.put(topic)
 
     def finish(self) -> None:
-        """Churn what was asked, then end."""
+        """Churn what was asked (within CHURN_TIMEOUT_S from now), then end."""
+        self._finish_deadline = time.monotonic() + CHURN_TIMEOUT_S
         self._requests.put(None)
 
     def run(self) -> None:
@@ -272,7 +278,7 @@ class Churner(threading.Thread):
         self.finished = True
 
     def _recreate(self, admin: Admin, topic: str) -> None:
-        deadline = time.monotonic() + CHURN_TIMEOUT_S
+        deadline = min(time.monotonic() + CHURN_TIMEOUT_S, self._finish_deadline)
         last_error = ""
         while True:  # the delete
             try:
@@ -301,6 +307,6 @@ class Churner(threading.Thread):
     @staticmethod
     def _pause_or_give_up(topic: str, deadline: float, last_error: str) -> None:
         if time.monotonic() > deadline:
-            raise ChurnStalledError(f"{topic}: not deleted and created again within "
-                                    f"{CHURN_TIMEOUT_S:g} s; last: {last_error}")
+            raise ChurnStalledError(f"{topic}: not deleted and created again in time (at most "
+                                    f"{CHURN_TIMEOUT_S:g} s); last: {last_error or 'none'}")
         time.sleep(CHURN_RETRY_PAUSE_S)
