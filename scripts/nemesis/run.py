@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,8 @@ class NemesisReport:
     acknowledged_checked: int = 0
     reads_checked: int = 0
     attempts: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)  # produce attempts by outcome
+    read_errors: int = 0  # consumer reads that failed during the round (then resumed)
     topics_churned: int = 0
     partitions_compared: int = 0
     converge_s: float | None = None
@@ -105,6 +108,8 @@ class NemesisReport:
                 "faults": schedule.count_by_kind(self.faults),
                 "actions_done": self.actions_done,
                 "produce_attempts": self.attempts,
+                "produce_outcomes": self.outcomes,
+                "read_errors": self.read_errors,
                 "records_acknowledged": self.acknowledged,
                 "records_checked": self.acknowledged_checked,
                 "reads_checked": self.reads_checked,
@@ -163,6 +168,7 @@ def _run_and_judge(settings: NemesisSettings, cluster: NemesisCluster,
             report.findings.append(Finding("client thread", f"{thread.name} {how}"))
     report.findings += [Finding("churn stalled", text) for text in stats.churn_errors]
     report.topics_churned = len(stats.churned)
+    report.read_errors = stats.read_errors
     _judge(settings, cluster, shape, gate, history, report, progress)
 
 
@@ -219,6 +225,7 @@ def _judge(settings: NemesisSettings, cluster: NemesisCluster, shape: WorkloadSh
     report.findings += check(history)
     figures = counts(history)
     report.attempts = len(history.attempts)
+    report.outcomes = dict(Counter(attempt.outcome for attempt in history.attempts))
     report.acknowledged = figures.acknowledged
     report.acknowledged_checked = figures.acknowledged_checked
     report.reads_checked = figures.reads_checked

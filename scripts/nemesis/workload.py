@@ -62,6 +62,14 @@ class ChurnStalledError(RuntimeError):
     """A topic could not be deleted and created again within CHURN_TIMEOUT_S."""
 
 
+@dataclass
+class ChurnMark:
+    """Set by the churner once the topic's incarnation is deleted (a churn that stalls before
+    leaves the incarnation as it was)."""
+
+    deleted: bool = False
+
+
 class TopicGate:
     def __init__(self, topics: tuple[str, ...]) -> None:
         self._incarnations = dict.fromkeys(topics, 1)
@@ -94,21 +102,23 @@ class TopicGate:
                 self._condition.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self, topic: str) -> Iterator[None]:
-        """Alone with the topic; its incarnation counts one more on leaving (the churner
-        leaves only once the re-create is acknowledged)."""
+    def exclusive(self, topic: str) -> Iterator[ChurnMark]:
+        """Alone with the topic; its incarnation counts one more on leaving once the yielded
+        mark says the old one is deleted."""
         with self._condition:
             self._writers_waiting[topic] += 1
             self._condition.wait_for(lambda: not self._writer[topic]
                                      and not self._readers[topic])
             self._writers_waiting[topic] -= 1
             self._writer[topic] = True
+        mark = ChurnMark()
         try:
-            yield
+            yield mark
         finally:
             with self._condition:
                 self._writer[topic] = False
-                self._incarnations[topic] += 1
+                if mark.deleted:
+                    self._incarnations[topic] += 1
                 self._condition.notify_all()
 
 
@@ -269,15 +279,15 @@ class Churner(threading.Thread):
     def run(self) -> None:
         with Admin(self.shape.bootstrap, **CLIENT_OPTIONS) as admin:
             while (topic := self._requests.get()) is not None:
-                with self.gate.exclusive(topic):
+                with self.gate.exclusive(topic) as mark:
                     try:
-                        self._recreate(admin, topic)
+                        self._recreate(admin, topic, mark)
                     except ChurnStalledError as error:
                         self.stats.churn_errors.append(str(error))
                 self.stats.churned.append(topic)
         self.finished = True
 
-    def _recreate(self, admin: Admin, topic: str) -> None:
+    def _recreate(self, admin: Admin, topic: str, mark: ChurnMark) -> None:
         deadline = min(time.monotonic() + CHURN_TIMEOUT_S, self._finish_deadline)
         last_error = ""
         while True:  # the delete
@@ -289,6 +299,7 @@ class Churner(threading.Thread):
             except KaskaError as error:
                 last_error = f"delete: {type(error).__name__}: {error}"
             self._pause_or_give_up(topic, deadline, last_error)
+        mark.deleted = True
         create_sent = False
         while True:  # the create
             try:
