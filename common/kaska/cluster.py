@@ -54,6 +54,10 @@ BROKER_FAILED = (BrokerUnavailableError, ConnectionLostError, RequestTimedOutErr
 LEADER_PROBE_AFTER_S_DEFAULT = 1.0
 LEADER_PROBE_INTERVAL_S_DEFAULT = 0.5
 LEADER_PROBE_TIMEOUT_S_DEFAULT = 1.0
+# How long a topic missing from METADATA answers is asked for again (a broker's committed view
+# lags a create by a replication round trip), and the pause between the asks.
+TOPIC_APPEAR_WAIT_S = 2.0
+TOPIC_APPEAR_PAUSE_S = 0.05
 
 
 def parse_address(text: str) -> Address:
@@ -310,12 +314,22 @@ class Cluster:
                                      f"METADATA: {last_error}")
 
     def partition_count(self, topic: str) -> int:
-        """Partitions of `topic` (cached; asked with retries when unknown)."""
+        """Partitions of `topic` (cached; asked with retries when unknown). A broker answers
+        METADATA from its committed view, which may lag a create by a replication round trip:
+        a topic missing from an answer is asked again for `TOPIC_APPEAR_WAIT_S` before
+        UnknownTopicOrPartitionError (as Kafka's clients wait for a topic's metadata)."""
         count = self.leaders.partition_count(topic)
         if count is not None:
             return count
-        self.leaders.absorb(topic, self.call(MetadataRequest((topic,))))
-        return self.leaders.partition_count(topic)
+        deadline = time.monotonic() + TOPIC_APPEAR_WAIT_S
+        while True:
+            try:
+                self.leaders.absorb(topic, self.call(MetadataRequest((topic,))))
+                return self.leaders.partition_count(topic)
+            except UnknownTopicOrPartitionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(TOPIC_APPEAR_PAUSE_S)
 
     def close(self) -> None:
         with self._lock:

@@ -209,3 +209,24 @@ def test_metadata_skips_a_frozen_broker_first_in_the_bootstrap_list(frozen_clust
     assert cluster.call("req", route=("t", 0)) == "ok from h2"
     assert log == [(("h1", 1), "MetadataRequest"), (("h2", 2), "MetadataRequest"),
                    (("h2", 2), "str")]
+
+
+def test_a_topic_missing_from_a_lagging_brokers_metadata_is_asked_again(scripted):
+    """METADATA answers from a broker's committed view, a round trip behind a create: the
+    partition count is asked again until the topic appears."""
+    outcomes, log = scripted
+    brokers = (BrokerInfo(1, "h1", 1),)
+    outcomes += [MetadataResponse(brokers, {}), MetadataResponse(brokers, {}),
+                 MetadataResponse(brokers, {"t": (PartitionInfo(0, 1, 1),
+                                                  PartitionInfo(1, 1, 1))})]
+    assert _cluster().partition_count("t") == 2
+    assert len(log) == 3
+
+
+def test_a_topic_that_never_appears_is_unknown_after_the_wait(scripted, monkeypatch):
+    outcomes, log = scripted
+    monkeypatch.setattr(cluster_module, "TOPIC_APPEAR_WAIT_S", 0.0)
+    outcomes += [MetadataResponse((BrokerInfo(1, "h1", 1),), {})] * 3
+    with pytest.raises(UnknownTopicOrPartitionError):
+        _cluster().partition_count("gone")
+    assert len(log) == 1, "no wait left: asked once, then unknown"
