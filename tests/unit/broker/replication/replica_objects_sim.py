@@ -208,7 +208,7 @@ class Pending:
     broker: int
     life: int
     since_round: int
-    entry: JournalEntry
+    entry: JournalEntry | None  # None: a retry of a batch whose entry is compacted
     epoch: int  # the leader epoch it was taken in
     topic: str
     settle: Callable[[], None]  # the manager's await: returns, or raises when not acked
@@ -253,6 +253,9 @@ class Broker:
         self.node = ReplicationNode(config, self.log, self.data_dir, clock=cluster.clock,
                                     rng=random.Random(cluster.rng.getrandbits(64)))
         self.node._peer_requests.send = self._send_snapshot_fetch
+        # One thread: nothing can change while a caller would wait (an ack, a lease, a
+        # long-poll -- held by the network instead), so a wait ends at once, as it is.
+        self.node.wait_changed = lambda predicate, _timeout_s: predicate()
         self.manager = ReplicaManager(self.node, ("127.0.0.1", 9000 + self.node_id), self.log,
                                       ack_timeout_s=0.0)
         self.seen_commit = self.node.journal.start
@@ -794,9 +797,9 @@ class Cluster:
                 raise SafetyViolation(f"{topic}/{partition}@{result.base_offset} appended at "
                                       f"{leader.node_id} has no journal entry")
             await_acks()  # a retry of a batch compacted since: committed long ago
-            producer.busy = False
-            self.event(f"produce {topic}/{partition} seq {sequence}: a retry of a compacted "
-                       "batch, acknowledged")
+            self._acked(Pending("produce", leader.node_id, leader.life, self.round_no, None,
+                                node.state.epoch, topic, await_acks, producer, partition,
+                                sequence, values, topic_id))
             return True
         if not result.duplicate:
             self.written[(entry.index, entry.epoch)] = values
@@ -887,6 +890,13 @@ class Cluster:
 
     def _acked(self, pending: Pending) -> None:
         entry = pending.entry
+        if entry is None:
+            pending.producer.busy = False
+            self.stats.acks += 1
+            self.acked_batches.append(pending)
+            self.event(f"produce {pending.topic} seq {pending.sequence}: a retry of a "
+                       "compacted batch, acknowledged")
+            return
         if self.committed.get(entry.index, (None,))[0] != entry.epoch:
             raise SafetyViolation(f"{pending.kind} {pending.topic} acknowledged by entry "
                                   f"{entry.index}@{entry.epoch}, committed there: "
