@@ -48,7 +48,9 @@ Where it differs from a broker process, deliberately: a long-polled fetch is ste
 leader when it is answered, at the end of the hold (node.py steps it on arrival), so the lease
 and check-quorum hear a caught-up follower up to `fetch_wait_ms` late (the election timeouts
 leave room for it); vote rounds are answered within the round; a restart is clean (the page
-cache survives: fsync policy `none`, no wiped directories, so no learners).
+cache survives: fsync policy `none`, no wiped directories, so no learners); a wait in the one
+thread (`wait_changed`: an ack, a lease) ends at once, since nothing can change meanwhile; one
+replication group (the metadata group) per cluster.
 
 Failures name the seed and end with the last events of the schedule (`Cluster.events`).
 Thread-safety: none needed; everything runs on the test's thread (the Log's reaper deletes
@@ -110,7 +112,7 @@ READ_ALL_BYTES = 1 << 30
 
 
 class SpinFailure(AssertionError):
-    """A follower behind its leader got empty or refused answers again and again."""
+    """A follower behind its leader got answers that left it there, again and again."""
 
 
 class HandlerFailure(AssertionError):
@@ -186,7 +188,6 @@ class Flight:
     lost: bool = False
     held_until_s: float | None = None  # a long-poll at the leader
     answer: bytes | None = None  # the wire answer (prefix + batch bytes)
-    refused: str = ""  # the handler's error, answered as an error code
     answer_round: int = 0
 
 
@@ -569,9 +570,8 @@ class Cluster:
                 break
         state = broker.node.state
         if state.role is raft.Role.LEADER:
-            key = (state.epoch, broker.node_id)
             self.stats.elections += 1
-            self.event(f"broker {broker.node_id} leads epoch {key[0]} (journal end "
+            self.event(f"broker {broker.node_id} leads epoch {state.epoch} (journal end "
                        f"{broker.node.journal.end})")
 
     def _await_answer(self, broker: Broker, flight: Flight) -> bool:
@@ -579,8 +579,7 @@ class Cluster:
         does (the epoch or the leader moved, the election timeout or the request timeout
         passed). False while still waiting; True once the follower may fetch again."""
         node, now = broker.node, self.clock.now_s
-        arrived = (flight.answer is not None or flight.refused) \
-            and flight.answer_round <= self.round_no
+        arrived = flight.answer is not None and flight.answer_round <= self.round_no
         if not arrived:
             state = node.state
             moved = state.epoch != flight.request.epoch or raft.fetch_target(state) not in (
@@ -593,9 +592,6 @@ class Cluster:
             broker.flight = None
             return True
         broker.flight = None
-        if flight.refused:
-            broker.drop_connection(flight.target)  # an error code: a new connection
-            return True
         response = ReplicaFetchResponse.decode(flight.answer)
         node._absorb_fetch(flight.target, response, flight.request.fetch_end)
         return True
@@ -632,8 +628,7 @@ class Cluster:
         self.rng.shuffle(followers)
         for follower in followers:
             flight = follower.flight
-            if flight.lost or flight.answer is not None or flight.refused \
-                    or flight.arrives_round > self.round_no:
+            if flight.lost or flight.answer is not None or flight.arrives_round > self.round_no:
                 continue
             target = self.brokers[flight.target]
             if not target.up or target.life != flight.target_life:
