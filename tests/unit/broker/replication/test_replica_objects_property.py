@@ -376,7 +376,7 @@ def test_compaction_and_snapshot_installs_converge(tmp_path, no_fsync):
 
 @pytest.mark.xfail(strict=True, raises=(SpinFailure, LivenessFailure), reason=(
     "test_a_follower_installs_a_snapshot_naming_a_topic_deleted_since: a follower behind a "
-    "snapshot that names a topic deleted since never installs it (seeds 302, 303, 305)"))
+    "snapshot that names a topic deleted since never installs it (3 brokers, seed 300)"))
 def test_compaction_and_snapshot_installs_under_topic_churn_converge(tmp_path, no_fsync):
     """The same with topics deleted and re-created: a snapshot may name a topic deleted since
     it was made."""
