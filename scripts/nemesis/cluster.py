@@ -131,6 +131,7 @@ class NemesisCluster:
         client_ports = dict(zip(self.ids, ports[:size], strict=True))
         self.proxies = {(i, j): PeerProxy(("127.0.0.1", client_ports[j]), f"{i}->{j}")
                         for i in self.ids for j in self.ids if i != j}
+        self.killed: set[int] = set()  # brokers the nemesis stopped and has not restarted
         self.brokers: dict[int, Broker] = {}
         for i, metrics_port in zip(self.ids, ports[size:], strict=True):
             peers = ",".join(f"{j}@{self.proxies[(i, j)].address}" for j in self.ids if j != i)
@@ -155,6 +156,7 @@ class NemesisCluster:
         broker = self.brokers[i]
         broker.signal(signal.SIGKILL)
         broker.wait_exit()
+        self.killed.add(i)
 
     def wipe(self, i: int) -> None:
         """SIGKILL, then remove the data directory: the broker comes back empty."""
@@ -164,8 +166,17 @@ class NemesisCluster:
 
     def restart(self, i: int) -> None:
         broker = self.brokers[i]
+        self.killed.discard(i)
         broker.launch()
         broker.wait_ready()
+
+    def unexpected_exits(self) -> dict[int, int]:
+        """Brokers that exited though the nemesis did not stop them: their exit codes (each
+        reported once: the broker then counts as stopped)."""
+        exited = {i: broker.proc.returncode for i, broker in self.brokers.items()
+                  if i not in self.killed and not broker.running()}
+        self.killed.update(exited)
+        return exited
 
     def pause(self, i: int) -> None:
         self.brokers[i].signal(signal.SIGSTOP)

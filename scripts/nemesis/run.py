@@ -177,6 +177,7 @@ def _play(cluster: NemesisCluster, actions: list[schedule.Action], seconds: floa
     t0 = time.monotonic()
     for action in actions:
         time.sleep(max(0.0, t0 + action.at_s - time.monotonic()))
+        _note_exits(cluster, report)
         try:
             _execute(cluster, action, churner)
         except BrokerStartError as error:
@@ -196,7 +197,14 @@ def _execute(cluster: NemesisCluster, action: schedule.Action, churner: Churner)
         getattr(cluster, verb)(broker)  # kill, wipe, restart, pause, resume
 
 
+def _note_exits(cluster: NemesisCluster, report: NemesisReport) -> None:
+    for i, code in cluster.unexpected_exits().items():
+        report.findings.append(Finding("broker exited", f"broker {i} exited {code} on its "
+                                       f"own; see {cluster.brokers[i].log_path}"))
+
+
 def _heal(cluster: NemesisCluster, report: NemesisReport) -> None:
+    _note_exits(cluster, report)
     try:
         cluster.heal_all()
     except BrokerStartError as error:
@@ -213,6 +221,7 @@ def _judge(settings: NemesisSettings, cluster: NemesisCluster, shape: WorkloadSh
     progress(f"idle CPU over {settings.idle_window_s:g} s")
     _check_idle(cluster, settings, report)
     progress("stopping the brokers, comparing replicas")
+    _note_exits(cluster, report)
     for i, code in cluster.stop_all().items():
         if code != 0:
             log_path = cluster.brokers[i].log_path
