@@ -10,8 +10,10 @@ and `reconcile` drops what it does not name (fetched again later).
 
 Invariants: a partition never keeps bytes past the snapshot's end (they may be another leader's);
 the bytes copied are the leader's, appended in order, each batch once; a copied partition is
-fsynced before `copy_partition` returns True; a refused, failed or non-continuing answer ends
-the copy (False) and the install is abandoned for this round -- the next round asks again.
+fsynced before `copy_partition` returns True; a partition whose incarnation the leader has
+deleted since its snapshot (GONE: the delete is committed, past the snapshot's end) is skipped
+to its end, never waited for; a refused, failed or non-continuing answer ends the copy (False)
+and the install is abandoned for this round -- the next round asks again.
 
 Threads: the replication loop thread only (the one that changes a follower's partitions);
 `make_topics` under the node's `_lock`.
@@ -82,6 +84,16 @@ def copy_partition(requests: PeerRequests, log_store: Log, config: ReplicationCo
         future = requests.send(leader, request)
         answer = None if future is None else requests.result(
             leader, future, SnapshotFetchResponse, config.request_timeout_s)
+        if answer is not None and answer.outcome is SnapshotFetchOutcome.GONE:
+            # The leader of this epoch deleted (or replaced) the incarnation since its
+            # snapshot, by a committed entry past the snapshot's end that this follower
+            # applies next: nobody reads these bytes again, so they are skipped, as a SKIPPED
+            # entry skips a deleted batch. Abandoning the install instead would ask for the
+            # same snapshot on every fetch until the leader compacts past the delete.
+            log.info("broker %d: leader %d deleted %s/%d since its snapshot; the partition "
+                     "restarts at %d", config.node_id, leader, topic, number, end)
+            partition.restart_at(end)
+            break
         if answer is None or answer.outcome is not SnapshotFetchOutcome.DATA:
             log.info("broker %d: snapshot install stopped at %s/%d offset %d (%s)",
                      config.node_id, topic, number, held,
