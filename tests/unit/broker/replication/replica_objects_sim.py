@@ -90,7 +90,7 @@ from services.broker.handlers import replica_fetch
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.fetch_answers import FetchSession
-from services.broker.replication.journal import JournalEntry, TopicId
+from services.broker.replication.journal import Journal, JournalEntry, TopicId
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter
@@ -322,6 +322,16 @@ def incarnation_of_value(value: bytes) -> tuple[str, TopicId, int]:
     return topic.decode(), TopicId(int(epoch), int(index)), int(partition)
 
 
+def live_after_journal(journal: Journal, topic: str) -> bool:
+    """Whether the journal's last word on `topic` (its entries, then its snapshot) is that it
+    exists."""
+    for entry in reversed(journal.entries()):
+        if entry.topic == topic and entry.kind in (EntryKind.CREATE_TOPIC,
+                                                   EntryKind.DELETE_TOPIC):
+            return entry.kind is EntryKind.CREATE_TOPIC
+    return topic in {described.name for described in journal.snapshot.topics}
+
+
 def entry_key(entry: JournalEntry) -> tuple:
     """What must agree between replicas of a committed entry. A BATCH may arrive as SKIPPED
     (its incarnation deleted on the leader before it was served); the bytes check covers
@@ -329,18 +339,6 @@ def entry_key(entry: JournalEntry) -> tuple:
     kind = EntryKind.BATCH if entry.kind is EntryKind.SKIPPED else entry.kind
     return (entry.epoch, kind, entry.topic, entry.partition, entry.base_offset,
             entry.record_count, entry.partitions, entry.topic_id)
-
-
-def same_entry(first: tuple, other: tuple) -> bool:
-    """Two replicas' keys of one committed entry agree. The topic id of a DELETE_TOPIC is
-    derived from the latest CREATE_TOPIC the journal knows: a replica whose snapshot folded
-    that create and an earlier delete of the same incarnation knows none (None) -- the same
-    delete of an incarnation already gone (a new leader whose commit lagged deleted it again)."""
-    if first == other:
-        return True
-    if first[1] is EntryKind.DELETE_TOPIC and first[:7] == other[:7]:
-        return first[7] is None or other[7] is None
-    return False
 
 
 class Cluster:
@@ -824,7 +822,13 @@ class Cluster:
         return True
 
     def delete(self, leader: Broker, topic: str) -> bool:
+        """A delete decided as the DeleteTopic handler's (`delete_topic`) decides it: only an
+        incarnation live after the leader's whole journal, uncommitted tail included, gets a
+        DELETE_TOPIC entry (a leader whose commit lags may still hold a deleted one on disk)."""
         manager = leader.manager
+        if not live_after_journal(leader.node.journal, topic):
+            self.event(f"delete {topic} at {leader.node_id}: deleted in its journal already")
+            return False
         topic_id = leader.node.journal.incarnation(topic)
         try:
             entry = manager.journal_delete(topic)
@@ -933,7 +937,7 @@ class Cluster:
         for index in range(max(broker.seen_commit, journal.start), commit):
             key = entry_key(journal.entry(index))
             first = self.committed.setdefault(index, key)
-            if not same_entry(first, key):
+            if first != key:
                 raise SafetyViolation(f"broker {broker.node_id} commits {key} at {index}, "
                                       f"where {first} was committed\n{self.describe()}")
         broker.seen_commit = max(broker.seen_commit, commit)
