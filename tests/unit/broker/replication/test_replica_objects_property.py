@@ -283,6 +283,47 @@ def test_a_follower_installs_a_snapshot_naming_a_topic_deleted_since(tmp_path, n
         cluster.close()
 
 
+# -- directed: a DELETE_TOPIC entry that names no incarnation ---------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=SafetyViolation, reason=(
+    "a committed DELETE_TOPIC whose derived topic id is None (the journal knows no incarnation "
+    "of the name: its create and delete were folded into the snapshot) deletes by name "
+    "whatever is on disk (entry_effects.delete_incarnation), so a re-create journaled after "
+    "it and applied first (at append) is deleted: an acknowledged create is lost"))
+def test_a_delete_naming_no_incarnation_leaves_a_later_create(tmp_path, no_fsync):
+    """A leader journals a DELETE_TOPIC for a name whose last incarnation is deleted and folded
+    into the snapshot (ReplicaManager.journal_delete checks no incarnation: a data group's
+    close, or a retried delete decided on a disk whose delete was not applied yet), then a
+    create of the name: the create is applied on append, the delete on its commit."""
+    cluster = Cluster(tmp_path, size=3, seed=11, faults=CALM, journal_entries_max=8)
+    try:
+        cluster.workload = False
+        leader = settle(cluster)
+        write(cluster, leader, lambda at: cluster.create(at, "d", 1))
+        write(cluster, leader, lambda at: cluster.create(at, "y", 1))
+        write(cluster, leader, lambda at: cluster.delete(at, "d"))
+        for _ in range(12):  # every broker compacts past the create and the delete of d
+            write(cluster, leader, lambda at: cluster.produce(at, "y", 0, 1))
+        leader = settle(cluster)
+        assert all(broker.node.journal.incarnation("d") is None
+                   for broker in cluster.brokers.values())
+        delete = leader.manager.journal_delete("d")
+        assert delete.topic_id is None
+        assert cluster.create(leader, "d", 1)
+        for _ in range(WRITE_ROUNDS_MAX):
+            if not cluster.pending:
+                break
+            cluster.round()
+        leader.manager.forget_delete("d")
+        assert [topic_id for name, topic_id in cluster.acked_creates if name == "d"][-1] \
+            == leader.node.journal.incarnation("d") and cluster.committed[delete.index]
+        cluster.converge(CONVERGE_ROUNDS_MAX)
+        cluster.check_history()
+    finally:
+        cluster.close()
+
+
 # -- properties ------------------------------------------------------------------------------
 
 
