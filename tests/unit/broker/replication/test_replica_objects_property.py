@@ -14,7 +14,11 @@ handler's answer code -- stepped in one thread on a simulated clock and network
   compaction with snapshot installs; the checks of the simulator (committed prefixes agree, an
   acknowledgement names its committed entry, acknowledged writes survive in their incarnation)
   plus convergence once the faults stop and no spin (no follower behind answered empty again
-  and again; an idle cluster only long-polls).
+  and again; an idle cluster only long-polls);
+- known failures, marked xfail (strict: they turn into failures once fixed, then drop the mark):
+  a follower behind a snapshot that names a topic deleted since never installs it (and the
+  compaction runs with topic churn, which find it), and a committed DELETE_TOPIC naming no
+  incarnation deletes a re-create applied before it.
 
 A soak runs more: `RAFT_SOAK_STEPS=1 REPLICA_OBJECTS_SOAK_ROUNDS=200000 pytest
 tests/unit/broker/replication/test_replica_objects_property.py -k soak -s --timeout=0`
