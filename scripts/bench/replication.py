@@ -33,12 +33,7 @@ from common.cluster_secret import write_secret_file
 from common.kaska import Admin
 from common.kaska.cluster import Cluster
 from common.kaska.connection import BrokerConnection, error_from_answer
-from common.kaska.errors import (
-    DuplicateSequenceError,
-    KaskaError,
-    NotEnoughReplicasError,
-    NotLeaderError,
-)
+from common.kaska.errors import DuplicateSequenceError, KaskaError
 from common.kaska.protocol import Api, MetadataRequest, ProduceRequest
 from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
@@ -346,18 +341,30 @@ def _partition_leaders_seen_by(port: int, partitions: int | None, topic: str
 
 
 def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flight: int,
-                 spread: bool) -> tuple[float, list[float], int]:
-    """(wall seconds, each broker's CPU seconds, leadership moves logged meanwhile) for one
-    producer per partition at once, each on its own connection to its partition's leader,
-    acks=all."""
+                 spread: bool) -> tuple[float, list[float], int, int]:
+    """(wall seconds, each broker's CPU seconds, leadership moves logged meanwhile, refusals
+    retried) for one producer per partition at once, each on its own connection to its
+    partition's leader, acks=all; after a refusal (an election, a hand-over to the preferred
+    leader) it goes on at the partition's new leader (`produce_retrying`)."""
     leaders = partition_leaders(cluster, len(batches), spread)
     connections = {p: BrokerConnection(("127.0.0.1", cluster.ports[leaders[p]]),
                                        request_timeout_s=BROKER_TIMEOUT_S) for p in batches}
     errors: list[Exception] = []
+    refusals: dict[int, int] = {}
 
     def one(partition: int) -> None:
+        made_ahead = [connections[partition]]  # made before the clock started
+
+        def connect() -> BrokerConnection:
+            if made_ahead:
+                return made_ahead.pop()
+            leader = partition_leaders(cluster, len(batches))[partition]
+            return BrokerConnection(("127.0.0.1", cluster.ports[leader]),
+                                    request_timeout_s=BROKER_TIMEOUT_S)
+
         try:
-            produce_following(cluster, connections, partition, batches[partition], in_flight)
+            refusals[partition] = produce_retrying(connect, SPREAD_TOPIC, partition,
+                                                   batches[partition], in_flight, ACKS_ALL)
         except (KaskaError, OSError, RuntimeError) as error:  # the caller raises it
             errors.append(error)
 
@@ -379,32 +386,7 @@ def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flig
         raise errors[0]
     moved = leader_moves(cluster) - moves_before
     return wall_s, [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)], \
-        moved
-
-
-def produce_following(cluster: LocalCluster, connections: dict[int, BrokerConnection],
-                      partition: int, batches: list[bytes], in_flight: int) -> None:
-    """Send the batches in order, pipelined; after a leadership move (NOT_LEADER: an election,
-    or a hand-over to the preferred leader) again from the first unanswered batch, at the new
-    leader (the batches are idempotent: one that did land is answered as a duplicate)."""
-    done = 0
-    while done < len(batches):
-        pending: deque[Future] = deque()
-        try:
-            for batch in batches[done:]:
-                if len(pending) == in_flight:
-                    _acknowledged(pending.popleft())
-                    done += 1
-                pending.append(connections[partition].send(Api.PRODUCE, list(
-                    ProduceRequest(SPREAD_TOPIC, partition, ACKS_ALL, batch).encode_parts())))
-            while pending:
-                _acknowledged(pending.popleft())
-                done += 1
-        except (NotLeaderError, NotEnoughReplicasError):
-            connections[partition].close()
-            leader = partition_leaders(cluster, len(connections))[partition]
-            connections[partition] = BrokerConnection(("127.0.0.1", cluster.ports[leader]),
-                                                      request_timeout_s=BROKER_TIMEOUT_S)
+        moved, sum(refusals.values())
 
 
 def _acknowledged(answer: Future) -> None:
@@ -431,6 +413,7 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
     walls: dict[str, list[float]] = {name: [] for name in clusters}
     cpus: dict[str, list[list[float]]] = {name: [] for name in clusters}
     moves = dict.fromkeys(clusters, 0)
+    refusals = dict.fromkeys(clusters, 0)
     per_partition = args.records // args.spread_partitions
     try:
         for cluster in clusters.values():
@@ -446,11 +429,12 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
                                             producer_id=(7000 + 100 * repeat + 10 * c + p
                                                          ).to_bytes(16, "big"))
                            for p in range(args.spread_partitions)}
-                wall_s, cpu, moved = spread_round(cluster, batches, args.in_flight,
-                                                  SPREAD_CLUSTERS[name][2])
+                wall_s, cpu, moved, refused = spread_round(cluster, batches, args.in_flight,
+                                                           SPREAD_CLUSTERS[name][2])
                 walls[name].append(wall_s)
                 cpus[name].append(cpu)
                 moves[name] += moved
+                refusals[name] += refused
         profiles = profiled_rounds(clusters, args, per_partition) if args.perf_dir else {}
     finally:
         for cluster in clusters.values():
@@ -470,6 +454,7 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
         result[f"spread_{name}_broker_cpu_s_each"] = [round(c, 2) for c in each]
         result[f"spread_{name}_busiest_broker_mb_per_cpu_s"] = round(payload_mb / max(each), 1)
         result[f"spread_{name}_leader_moves_during_rounds"] = moves[name]
+        result[f"spread_{name}_refusals"] = refusals[name]
     for name in ("one_group", "groups"):
         ratios = [s / c for s, c in zip(walls["single"], walls[name], strict=True)]
         result[f"spread_{name}_vs_single"] = round(statistics.median(ratios), 2)
