@@ -15,10 +15,10 @@ handler's answer code -- stepped in one thread on a simulated clock and network
   acknowledgement names its committed entry, acknowledged writes survive in their incarnation)
   plus convergence once the faults stop and no spin (no follower behind answered empty again
   and again; an idle cluster only long-polls);
-- known failures, marked xfail (strict: they turn into failures once fixed, then drop the mark):
-  a follower behind a snapshot that names a topic deleted since never installs it (and the
-  compaction runs with topic churn, which find it), and a committed DELETE_TOPIC naming no
-  incarnation deletes a re-create applied before it.
+- a follower behind a snapshot that names a topic deleted since installs it (the compaction
+  runs with topic churn found it never did);
+- a known failure, marked xfail (strict: it turns into a failure once fixed, then drop the
+  mark): a committed DELETE_TOPIC naming no incarnation deletes a re-create applied before it.
 
 A soak runs more: `RAFT_SOAK_STEPS=1 REPLICA_OBJECTS_SOAK_ROUNDS=200000 pytest
 tests/unit/broker/replication/test_replica_objects_property.py -k soak -s --timeout=0`
@@ -39,7 +39,7 @@ from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaF
 from services.broker.handlers import replica_fetch
 from services.broker.replication.journal import JournalEntry, TopicId
 from services.broker.storage.log import Log
-from tests.unit.broker.replication.raft_sim import LivenessFailure, SafetyViolation
+from tests.unit.broker.replication.raft_sim import SafetyViolation
 from tests.unit.broker.replication.replica_objects_sim import (
     CALM,
     HOSTILE,
@@ -252,12 +252,11 @@ def test_served_bytes_are_read_through_the_handler_and_its_files(tmp_path):
 # -- directed: a snapshot naming a topic deleted since ---------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=SpinFailure, reason=(
-    "a follower installing a leader's snapshot that names a topic deleted since is answered "
-    "GONE for that topic's bytes (SNAPSHOT_FETCH: the name is no longer on the leader's "
-    "disk), abandons the install, and is answered SNAPSHOT again at the same journal end on "
-    "every fetch: it never catches up until the leader compacts past the delete"))
 def test_a_follower_installs_a_snapshot_naming_a_topic_deleted_since(tmp_path, no_fsync):
+    """SNAPSHOT_FETCH answers GONE for a topic deleted since the snapshot was made: the
+    install goes on without its bytes (the delete follows), never asks for the same snapshot
+    again and again (it did: the follower never caught up until the leader compacted past the
+    delete; a SpinFailure here)."""
     cluster = Cluster(tmp_path, size=3, seed=5, faults=CALM, journal_entries_max=8)
     try:
         cluster.workload = False
@@ -419,12 +418,9 @@ def test_compaction_and_snapshot_installs_converge(tmp_path, no_fsync):
     assert total.compactions >= 20 and total.installs >= 5 and total.restarts >= 5
 
 
-@pytest.mark.xfail(strict=True, raises=(SpinFailure, LivenessFailure), reason=(
-    "test_a_follower_installs_a_snapshot_naming_a_topic_deleted_since: a follower behind a "
-    "snapshot that names a topic deleted since never installs it (3 brokers, seed 300)"))
 def test_compaction_and_snapshot_installs_under_topic_churn_converge(tmp_path, no_fsync):
     """The same with topics deleted and re-created: a snapshot may name a topic deleted since
-    it was made."""
+    it was made (3 brokers, seed 300 found the install that never finished)."""
     total, started = Stats(), time.perf_counter()
     runs = [(3, seed) for seed in range(300, 306)] + [(5, 400)]
     for size, seed in runs:
