@@ -142,8 +142,15 @@ class EntryEffects:
         already holds a newer CREATE_TOPIC of the name (re-created after this delete), the
         topic on disk is that newer incarnation and stays (Kafka's topic ids)."""
         topic = entry.topic
+        if entry.topic_id is None:
+            # The journal knew no live incarnation of the name before this delete (its create
+            # and delete both folded into the snapshot): there is nothing it can name, and a
+            # topic of that name on disk is a later create's, which stays.
+            log.info("broker %d: delete of topic %r (entry %d) names no incarnation; nothing "
+                     "deleted", self._node_id, topic, entry.index)
+            return
         current = self._journal.incarnation(topic)
-        if entry.topic_id is not None and current != entry.topic_id:
+        if current != entry.topic_id:
             log.info("broker %d: delete of topic %r (id %s, entry %d) applied; the topic on "
                      "disk is the newer incarnation %s and stays", self._node_id, topic,
                      tuple(entry.topic_id), entry.index, current and tuple(current))

@@ -17,8 +17,9 @@ handler's answer code -- stepped in one thread on a simulated clock and network
   and again; an idle cluster only long-polls);
 - a follower behind a snapshot that names a topic deleted since installs it (the compaction
   runs with topic churn found it never did);
-- a known failure, marked xfail (strict: it turns into a failure once fixed, then drop the
-  mark): a committed DELETE_TOPIC naming no incarnation deletes a re-create applied before it.
+- a committed DELETE_TOPIC naming no incarnation (its name's create and delete folded into the
+  snapshot) deletes nothing, so a re-create applied before its commit stays (it deleted by
+  name once).
 
 A soak runs more: `RAFT_SOAK_STEPS=1 REPLICA_OBJECTS_SOAK_ROUNDS=200000 pytest
 tests/unit/broker/replication/test_replica_objects_property.py -k soak -s --timeout=0`
@@ -289,11 +290,6 @@ def test_a_follower_installs_a_snapshot_naming_a_topic_deleted_since(tmp_path, n
 # -- directed: a DELETE_TOPIC entry that names no incarnation ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=SafetyViolation, reason=(
-    "a committed DELETE_TOPIC whose derived topic id is None (the journal knows no incarnation "
-    "of the name: its create and delete were folded into the snapshot) deletes by name "
-    "whatever is on disk (entry_effects.delete_incarnation), so a re-create journaled after "
-    "it and applied first (at append) is deleted: an acknowledged create is lost"))
 def test_a_delete_naming_no_incarnation_leaves_a_later_create(tmp_path, no_fsync):
     """A leader journals a DELETE_TOPIC for a name whose last incarnation is deleted and folded
     into the snapshot (ReplicaManager.journal_delete checks no incarnation: a data group's
@@ -403,7 +399,7 @@ def test_an_incarnation_blind_handler_fails_the_property_runs(tmp_path, no_fsync
 
 
 # Topics created and written, never deleted: the snapshots a follower installs name live
-# topics only (see the xfail below for deleted ones).
+# topics only (the next test adds deletes).
 COMPACTING_NO_DELETES = dataclasses.replace(HOSTILE, delete=0.0)
 
 
