@@ -14,7 +14,8 @@ promises:
 - one offset of one incarnation holds one value, whoever read it and when;
 - no value is stored at two offsets (nothing duplicated, acknowledged or not);
 - every acknowledged record of a topic's last incarnation is in the final read, at the offset
-  its acknowledgement named;
+  its acknowledgement named; one of any incarnation is read at that offset by every consumer
+  that read that partition incarnation past it (consumers read every record in turn);
 - a producer's acknowledged records of one partition and incarnation lie in the order it sent
   them.
 Pure: no I/O, no clock. Appending to the lists from several threads is safe (list.append).
@@ -124,15 +125,62 @@ def check(history: History) -> list[Finding]:
     findings += _inconsistent(held)
     findings += _duplicated(positions)
     findings += _lost(history, attempts, positions)
+    findings += _skipped(history)
     findings += _out_of_order(history, positions)
     return findings
 
 
 def counts(history: History) -> CheckCounts:
     acknowledged = [a for a in history.attempts if a.outcome == ACK]
+    streams = _read_streams(history)
     checked = [a for a in acknowledged
-               if history.final_incarnations.get(a.topic) == a.incarnation]
+               if history.final_incarnations.get(a.topic) == a.incarnation
+               or _readers_past(streams, a)]
     return CheckCounts(len(acknowledged), len(checked), len(history.reads))
+
+
+Streams = dict[tuple[str, int, int], dict[str, dict[int, bytes]]]
+
+
+def _read_streams(history: History) -> Streams:
+    """What each consumer read of each partition incarnation: (topic, incarnation,
+    partition) -> reader -> offset -> value. A consumer reads an incarnation from its first
+    offset on, every record in turn."""
+    streams: Streams = defaultdict(lambda: defaultdict(dict))
+    for read in history.reads:
+        if read.reader != FINAL_READER:
+            streams[(read.topic, read.incarnation, read.partition)][read.reader][
+                read.offset] = read.value
+    return streams
+
+
+def _readers_past(streams: Streams,
+                  attempt: ProduceAttempt) -> list[tuple[str, dict[int, bytes]]]:
+    """The consumers that read the attempt's partition incarnation past its acknowledged
+    offset (so they must have read it there)."""
+    if attempt.outcome != ACK or attempt.offset in (None, UNKNOWN_OFFSET):
+        return []
+    readers = streams.get((attempt.topic, attempt.incarnation, attempt.partition), {})
+    # Offsets are read in turn, so a reader's dict ends with the last offset it read.
+    return [(reader, offsets) for reader, offsets in readers.items()
+            if next(reversed(offsets)) > attempt.offset]
+
+
+def _skipped(history: History) -> list[Finding]:
+    """An acknowledged record a consumer read past without reading it at its offset (any
+    incarnation: the ones deleted since are checked here, the last one by the final read)."""
+    streams = _read_streams(history)
+    findings = []
+    for attempt in history.attempts:
+        for reader, offsets in _readers_past(streams, attempt):
+            if offsets.get(attempt.offset) != attempt.value:
+                found = offsets.get(attempt.offset)
+                findings.append(Finding(
+                    "lost acknowledged", f"{attempt.value!r} acknowledged at offset "
+                    f"{attempt.offset} of {attempt.topic}/{attempt.partition} (incarnation "
+                    f"{attempt.incarnation}); {reader} read past it, and read "
+                    f"{'nothing' if found is None else repr(found)} there"))
+    return findings
 
 
 def _misplaced(read: ReadRecord, attempts: dict[tuple[int, int], ProduceAttempt]

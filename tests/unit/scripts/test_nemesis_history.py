@@ -67,10 +67,24 @@ def test_a_lost_acknowledged_record_is_flagged():
     assert "p1-0@nemesis-0#2" in findings[0].detail
 
 
-def test_an_acknowledged_record_of_an_earlier_incarnation_is_not_required():
+def test_an_acknowledged_record_of_an_earlier_incarnation_is_not_required_unread():
     history = clean_history()
     history.reads = [read for read in history.reads if read.incarnation == 2]
     assert check(history) == []
+
+
+def test_an_acknowledged_record_a_consumer_read_past_is_flagged_in_any_incarnation():
+    """Incarnation 1 (deleted since): consumer-0 read offsets 0 and 2, not the record
+    acknowledged at 1."""
+    history = clean_history()
+    skipped, after = acked(0, 3, 1, incarnation=1), acked(1, 3, 2, incarnation=1)
+    history.attempts += [skipped, after]
+    history.reads.append(final(after, 2, reader="consumer-0"))
+    findings = check(history)
+    assert [f.kind for f in findings] == ["lost acknowledged"]
+    assert "p0-3@nemesis-0#1" in findings[0].detail and "consumer-0" in findings[0].detail
+    # Counted as checked: the old incarnation's records a consumer read past, and the last one's.
+    assert counts(history).acknowledged_checked == 3 + 2
 
 
 def test_a_duplicate_is_flagged_acknowledged_or_not():
@@ -118,7 +132,7 @@ def test_an_acknowledged_record_at_another_offset_is_flagged():
 
 def test_one_offset_read_with_two_values_and_a_phantom_are_flagged():
     history = clean_history()
-    history.reads.append(ReadRecord("consumer-1", TOPIC, 0, 2, 1,
+    history.reads.append(ReadRecord("consumer-0", TOPIC, 0, 2, 1,
                                     encode_value(7, 0, TOPIC, 2)))
     assert kinds(history) == ["inconsistent read", "phantom"]
 
