@@ -53,6 +53,10 @@ FINAL_READ_TIMEOUT_S = 120.0
 CONVERGE_POLL_S = 0.5
 # A broker asked to drop committed entries: never legitimate.
 SAFETY_LINE = re.compile(r"refusing to truncate|below the commit index")
+# What the brokers' logs say happened (the summary's figures: the round reached these paths).
+EVENT_LINES = {"compactions": re.compile(r"journal compacted below"),
+               "snapshot_installs": re.compile(r"installed leader \d+'s snapshot"),
+               "elections_won": re.compile(r": leader of epoch")}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class NemesisReport:
     attempts: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)  # produce attempts by outcome
     read_errors: int = 0  # consumer reads that failed during the round (then resumed)
+    broker_events: dict[str, int] = field(default_factory=dict)  # EVENT_LINES counted
     topics_churned: int = 0
     partitions_compared: int = 0
     converge_s: float | None = None
@@ -110,6 +115,7 @@ class NemesisReport:
                 "produce_attempts": self.attempts,
                 "produce_outcomes": self.outcomes,
                 "read_errors": self.read_errors,
+                "broker_events": self.broker_events,
                 "records_acknowledged": self.acknowledged,
                 "records_checked": self.acknowledged_checked,
                 "reads_checked": self.reads_checked,
@@ -231,6 +237,7 @@ def _judge(settings: NemesisSettings, cluster: NemesisCluster, shape: WorkloadSh
         {i: broker.data_dir for i, broker in cluster.brokers.items()}, cluster.groups)
     report.findings += replica_findings
     report.findings += _safety_lines(cluster)
+    report.broker_events = _count_events(cluster)
     report.findings += check(history)
     figures = counts(history)
     report.attempts = len(history.attempts)
@@ -325,3 +332,15 @@ def _safety_lines(cluster: NemesisCluster) -> list[Finding]:
         findings += [Finding("safety", f"broker {i}: {line.strip()}")
                      for line in text.splitlines() if SAFETY_LINE.search(line)]
     return findings
+
+
+def _count_events(cluster: NemesisCluster) -> dict[str, int]:
+    found = dict.fromkeys(EVENT_LINES, 0)
+    for broker in cluster.brokers.values():
+        if not broker.log_path.exists():
+            continue
+        for line in broker.log_path.read_text(errors="replace").splitlines():
+            for name, pattern in EVENT_LINES.items():
+                if pattern.search(line):
+                    found[name] += 1
+    return found
