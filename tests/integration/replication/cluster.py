@@ -36,12 +36,12 @@ from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.retry import RetryPolicy
+from scripts.nemesis.proxy import PeerProxy
 from services.broker.replication.identity import derived_cluster_id
 from services.broker.replication.placement import group_directory, group_of
 from services.broker.storage.log import Log
 from tests.integration.broker.broker_process import REPO, BrokerProcess
 from tests.integration.metrics_scrape import scrape
-from tests.integration.replication.peer_proxy import PeerProxy
 
 # Fast failover for tests: elections within 0.5-1 s of silence, a cut-off leader steps down
 # after 1.5 s without a majority fetching from it.
