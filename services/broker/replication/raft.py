@@ -598,9 +598,15 @@ def _become_leader(config, state, now, actions):
 
 def _adopt_epoch(state: RaftState, epoch: int, leader_id: int | None, now: float,
                  config: RaftConfig, rng: random.Random, actions: list) -> RaftState:
-    """Someone speaks for a newer epoch: follow it (voted_for resets with the epoch)."""
+    """Someone speaks for a newer epoch: follow it (voted_for resets with the epoch). A hint
+    naming this very broker as that epoch's leader is stale -- this broker is not leading it:
+    it led it before a restart with a wiped directory (a new incarnation that remembers no
+    epoch), and a peer still names it -- so the leader stays unknown and the broker asks
+    around, never fetching from itself."""
     assert epoch > state.epoch
     actions.append(PersistQuorum(epoch, None))
+    if leader_id == config.node_id:
+        leader_id = None
     return replace(state, role=Role.FOLLOWER, epoch=epoch, voted_for=None, leader_id=leader_id,
                    votes=frozenset(), pre_voting=False, transfer_to=None,
                    transfer_deadline_s=float("-inf"),

@@ -207,3 +207,14 @@ def test_learner_flags_are_learned_afresh_in_every_term():
     node(VoteResponse(2, 3, True, pre_vote=True))
     node(VoteResponse(2, 3, True))
     assert node.state.role is Role.LEADER and node.state.learners == frozenset()
+
+
+def test_a_wiped_broker_named_leader_of_its_old_epoch_does_not_follow_itself():
+    """Broker 3 led epoch 11 before its directory was wiped; a peer that has not heard of a
+    successor still names it: the new incarnation adopts the epoch, not itself as its leader
+    (a follower fetching from itself: the real nemesis found the loop thread dying of it)."""
+    learner = Learner(node_id=3)
+    actions = learner(FetchAnswered(1, Outcome.NOT_LEADER, 11, 3), at=1.0)
+    assert PersistQuorum(11, None) in actions, "the scenario: a newer epoch, adopted"
+    assert learner.state.epoch == 11 and learner.state.role is Role.FOLLOWER
+    assert learner.state.leader_id is None, "never its own follower"
