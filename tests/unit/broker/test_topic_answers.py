@@ -35,7 +35,6 @@ from services.broker.kafka.errors import UNKNOWN_TOPIC_OR_PARTITION
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
-from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_lease import Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
@@ -46,7 +45,8 @@ from tests.unit.broker.replication.test_replication_safety import (
     follower_keeping_up,
     leader_with_topic,
 )
-from tests.unit.broker.storage.batches import SMALL, batch
+from tests.unit.broker.replication.test_replication_safety import log as log  # noqa: F401
+from tests.unit.broker.storage.batches import batch
 
 GHOST = "ghost"  # created by a leader that never gets it committed
 
@@ -86,12 +86,6 @@ class TopicHandlers(Handlers):
                                           include_topic_authorized_operations=False)
         return {topic.name: topic.error_code
                 for topic in kafka_metadata.handle(kctx, request).topics}
-
-
-@pytest.fixture
-def log(tmp_path):
-    with Log(tmp_path / "data", SMALL) as store:
-        yield store
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from common.kaska.protocol.produce import ACKS_ALL, ProduceRequest
 from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
 from services.broker.handlers import produce
 from services.broker.replication import raft
-from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_lease import ACKS_ONE, Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,
@@ -29,15 +28,10 @@ from tests.unit.broker.replication.test_replication_safety import (
     follower_keeping_up,
     leader_with_topic,
 )
-from tests.unit.broker.storage.batches import SMALL, batch
+from tests.unit.broker.replication.test_replication_safety import log as log  # noqa: F401
+from tests.unit.broker.storage.batches import batch
 
 WAIT_FOR_SCENARIO_S = 10.0
-
-
-@pytest.fixture
-def log(tmp_path):
-    with Log(tmp_path / "data", SMALL) as store:
-        yield store
 
 
 @pytest.fixture
