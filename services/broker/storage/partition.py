@@ -88,6 +88,11 @@ from services.broker.storage.errors import (
     PartitionClosedError,
     ReplicaOffsetMismatchError,
 )
+from services.broker.storage.log_start import (
+    LOG_START_FILE,
+    read_log_start,
+    write_log_start,
+)
 from services.broker.storage.producer_state import (
     ProducerSnapshots,
     ProducerStateTable,
@@ -96,7 +101,7 @@ from services.broker.storage.producer_state import (
 )
 from services.broker.storage.segment import FileSlice, LogSegment, log_path
 
-__all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog"]
+__all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog", "StartMoved"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +117,20 @@ class AppendResult:
     base_offset: int
     record_count: int
     duplicate: bool  # True: the producer's retry; nothing stored, original base offset
+
+
+@dataclass(frozen=True)
+class StartMoved:
+    """What `delete_records` did: the log start before and after, segments deleted."""
+
+    previous: int
+    start: int
+    segments_deleted: int
+
+    @property
+    def records_deleted(self) -> int:
+        """Offsets moved below the log start (offsets are dense: one record each)."""
+        return self.start - self.previous
 
 
 def monotonic_ms() -> int:
@@ -143,11 +162,26 @@ class PartitionLog:
         self._synced_bases: tuple[int, ...] | None = None
         self._leo = segments[-1].next_offset
         self._snapshots.delete_outside(segments[0].base_offset, self._leo)
+        # The logical log start DeleteRecords set (persisted in LOG_START_FILE); the visible
+        # log start is never below the first segment's base nor above the log end.
+        self._start = read_log_start(self.directory)
+        with self._lock:
+            # A crash between persisting a start and deleting the segments below it.
+            self._delete_below_start_locked("delete records (recovered)")
 
     # -- state ---------------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset a reader may ask for: the first segment's base, or the start
+        `delete_records` moved it to inside a segment (never above the log end)."""
+        held = self._segments_snapshot()[1][0]
+        return max(held, min(self._start, self._leo))
+
+    @property
+    def held_start_offset(self) -> int:
+        """The first offset whose bytes are still on disk (the first segment's base): at or
+        below `log_start_offset`. Replication copies whole batches from here."""
         return self._segments_snapshot()[1][0]
 
     @property
@@ -344,17 +378,20 @@ class PartitionLog:
 
     # -- reading (lock-free) -------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, upto_offset: int | None = None
-             ) -> list[FileSlice]:
+    def read(self, offset: int, max_bytes: int, upto_offset: int | None = None,
+             below_start: bool = False) -> list[FileSlice]:
         """Whole batches starting with the one holding `offset`, up to max_bytes -- but at least
         one whole batch when offset < end (as Kafka, so a consumer always progresses); never
         past upto_offset (the high watermark later). offset == log_end_offset -> [].
-        offset outside [log_start_offset, log_end_offset] -> OffsetOutOfRangeError.
+        offset outside [log_start_offset, log_end_offset] -> OffsetOutOfRangeError;
+        `below_start`: from `held_start_offset` instead (replication copies the bytes a
+        replica must hold, whole batches, whatever consumers may read).
         The first batch may start before `offset`; a batch holding upto_offset is left out."""
         end = self._leo
         segments, bases = self._segments_snapshot()
-        if not bases[0] <= offset <= end:
-            raise OffsetOutOfRangeError(f"offset {offset} outside [{bases[0]}, {end}]")
+        low = bases[0] if below_start else max(bases[0], min(self._start, end))
+        if not low <= offset <= end:
+            raise OffsetOutOfRangeError(f"offset {offset} outside [{low}, {end}]")
         limit = end if upto_offset is None else min(upto_offset, end)
         slices: list[FileSlice] = []
         remaining = max_bytes
@@ -375,10 +412,11 @@ class PartitionLog:
             i += 1
         return slices
 
-    def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None) -> bytes:
+    def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None,
+                   below_start: bool = False) -> bytes:
         """Same, copied (tests, replication)."""
         return b"".join(os.pread(piece.fd, piece.nbytes, piece.position)
-                        for piece in self.read(offset, max_bytes, upto_offset))
+                        for piece in self.read(offset, max_bytes, upto_offset, below_start))
 
     # -- truncation and retention --------------------------------------------------------
 
@@ -400,6 +438,10 @@ class PartitionLog:
             else:
                 self._truncate_within_locked(segments, offset)
                 self._rebuild_producers_locked()
+            if self._start > self._leo:
+                # Cut below the logical start (Kafka restarts the log at the target then): the
+                # start follows the end down, so later appends are not hidden behind it.
+                self._persist_start_locked(self._leo)
 
     def _truncate_within_locked(self, segments: list[LogSegment], offset: int) -> None:
         i = bisect_right([s.base_offset for s in segments], offset) - 1
@@ -490,6 +532,42 @@ class PartitionLog:
             while doomed < len(segments) - 1 and segments[doomed].next_offset <= offset:
                 doomed += 1
             return self._delete_front_locked(segments, doomed, "compaction")
+
+    def delete_records(self, offset: int) -> StartMoved:
+        """Move the log start forward to `offset` (Kafka's DeleteRecords): readers get
+        OffsetOutOfRangeError below it from now on, and every segment whose offsets all lie
+        below it is deleted (the active one too, rolled first, when `offset` is the log end).
+        The new start is persisted (fsynced) before any segment goes, so a crash never shows
+        the records again: a restart deletes what was left. At or below the current start:
+        nothing changes. Above the log end: OffsetOutOfRangeError, nothing changes. The producer
+        table is kept (a snapshot at the new first segment, as retention keeps it), so a retry
+        of a batch below the start is still recognised."""
+        with self._lock:
+            self._check_open()
+            previous = max(self._view[1][0], min(self._start, self._leo))
+            if offset <= previous:
+                return StartMoved(previous, previous, 0)
+            if offset > self._leo:
+                raise OffsetOutOfRangeError(f"{self.directory}: cannot move the log start to "
+                                            f"{offset}, the log ends at {self._leo}")
+            self._persist_start_locked(offset)
+            if offset == self._leo and not self._view[0][-1].is_empty:
+                self._dirty = True
+                self._roll_locked()  # so the active segment's bytes can go too
+            deleted = self._delete_below_start_locked("delete records")
+            return StartMoved(previous, offset, deleted)
+
+    def _persist_start_locked(self, offset: int) -> None:
+        with self._space.writing(self.directory / LOG_START_FILE):
+            write_log_start(self.directory, offset)
+        self._start = offset
+
+    def _delete_below_start_locked(self, why: str) -> int:
+        segments = list(self._view[0])
+        doomed = 0
+        while doomed < len(segments) - 1 and segments[doomed].next_offset <= self._start:
+            doomed += 1
+        return self._delete_front_locked(segments, doomed, why)
 
     def _delete_front_locked(self, segments: list[LogSegment], doomed: int, why: str) -> int:
         if not doomed:
@@ -646,8 +724,8 @@ class PartitionLog:
                 bases.add(int(stem))
             elif suffix == ".index" and named:
                 index_bases[int(stem)] = path
-            elif is_snapshot_name(path):
-                continue  # ProducerSnapshots' files
+            elif is_snapshot_name(path) or path.name == LOG_START_FILE:
+                continue  # ProducerSnapshots' files, the persisted log start
             elif ".unreadable." not in path.name:
                 log.warning("%s: not a segment file; ignored", path)
         for base_offset, path in index_bases.items():
