@@ -30,6 +30,7 @@ from client.runner import (
     ClientConfig,
     run_session,
 )
+from client.upload_window import POLL_INTERVAL_S_DEFAULT, WINDOW_BYTES_DEFAULT
 from common.cluster_secret import ClusterSecretError
 from common.heartbeat import HeartbeatConfigError, heartbeat_secret
 from common.kaska.cluster import parse_brokers
@@ -45,6 +46,7 @@ EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
 TOKEN_ENV = "KASKA_TOKEN"
 SLICE_BYTES_MAX = 16 * 1024 * 1024  # its payload fits a produce request and decodes within bounds
 PARTITIONS_MAX = 1024
+WINDOW_BYTES_MAX = 1 << 50
 
 
 def _client_id(text: str) -> str:
@@ -106,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--upload-rows-per-s-max", type=_non_negative_float, default=0.0,
         help="upload at most this many rows a second, like a producer quota (default 0: as "
              "fast as the brokers take them)")
+    add("--upload-window-bytes", type=_bounded_int(0, WINDOW_BYTES_MAX),
+        default=WINDOW_BYTES_DEFAULT,
+        help=f"flow control: hold the flights upload back while the brokers hold more than "
+             f"this many of its payload bytes not yet folded by the query service (split "
+             f"evenly over the partitions; default {WINDOW_BYTES_DEFAULT}, 0: no flow control)")
+    add("--window-poll-interval-s", type=_non_negative_float, default=POLL_INTERVAL_S_DEFAULT,
+        help=f"ask a partition's log start at most this often while near or over the window "
+             f"(default {POLL_INTERVAL_S_DEFAULT})")
     add("--rows-shown", type=int, default=5, help="result rows printed per query")
     add_log_level_flag(parser)
     return parser
@@ -120,6 +130,8 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         checkpoint_interval_s=args.checkpoint_interval_s, stall_timeout_s=args.stall_timeout_s,
         results_timeout_s=args.results_timeout_s, rows_shown_max=args.rows_shown,
         upload_rows_per_s_max=args.upload_rows_per_s_max,
+        upload_window_bytes=args.upload_window_bytes,
+        window_poll_interval_s=args.window_poll_interval_s,
         token=os.environ.get(TOKEN_ENV),
     )
 

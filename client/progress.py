@@ -3,7 +3,9 @@
 Both show, per file: rows sent, rows/s, bytes of the file read, and the ETA from the bytes still
 to read (the one quantity known in advance for a streamed CSV). `make_progress` picks the bar
 when stdout is a terminal and log lines (every `log_interval_s`) when it is a pipe or a file,
-e.g. under run_local or in a container.
+e.g. under run_local or in a container. While flow control holds the upload back
+(client.upload_window), both say so: "held back: backlog X MiB of Y MiB window, waiting for the
+query service to fold" (the bar in its last column, the log every `log_interval_s`).
 
 Thread-safety: called from the uploading thread only.
 """
@@ -28,6 +30,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from client.upload_window import WindowStats
+
 log = logging.getLogger(__name__)
 
 LOG_INTERVAL_S_DEFAULT = 2.0
@@ -41,7 +45,14 @@ class UploadProgress(Protocol):
 
     def finish_file(self, rows_total: int) -> None: ...
 
+    def window(self, stats: WindowStats) -> None: ...
+
     def close(self) -> None: ...
+
+
+def held_back_text(stats: WindowStats) -> str:
+    return (f"held back: backlog {stats.backlog_bytes / MIB:,.1f} MiB of "
+            f"{stats.window_bytes / MIB:,.1f} MiB window, waiting for the query service to fold")
 
 
 class _RowsPerSecondColumn(ProgressColumn):
@@ -62,6 +73,7 @@ class RichUploadProgress:
             DownloadColumn(),
             _RowsPerSecondColumn(),
             TimeRemainingColumn(),
+            TextColumn("{task.fields[note]}", style="yellow"),
             console=console,
         )
         self._progress.start()
@@ -70,11 +82,15 @@ class RichUploadProgress:
 
     def start_file(self, name: str, total_bytes: int) -> None:
         self._rows = 0
-        self._task = self._progress.add_task(name, total=max(total_bytes, 1), rows=0)
+        self._task = self._progress.add_task(name, total=max(total_bytes, 1), rows=0, note="")
 
     def advance(self, rows: int, bytes_parsed: int) -> None:
         self._rows += rows
-        self._progress.update(self._task, completed=bytes_parsed, rows=self._rows)
+        self._progress.update(self._task, completed=bytes_parsed, rows=self._rows, note="")
+
+    def window(self, stats: WindowStats) -> None:
+        note = held_back_text(stats) if stats.partitions_held else ""
+        self._progress.update(self._task, note=note)
 
     def finish_file(self, rows_total: int) -> None:
         task = self._progress.tasks[-1]
@@ -112,6 +128,13 @@ class LogUploadProgress:
         if now - self._logged_at >= self.log_interval_s:
             self._logged_at = now
             self.emit(self.line(now))
+
+    def window(self, stats: WindowStats) -> None:
+        """The held-back line, at most every `log_interval_s` (the progress line's clock)."""
+        now = self.clock()
+        if stats.partitions_held and now - self._logged_at >= self.log_interval_s:
+            self._logged_at = now
+            self.emit(f"upload {self._name}: {held_back_text(stats)}")
 
     def line(self, now: float) -> str:
         elapsed_s = max(now - self._started_at, 1e-9)

@@ -130,6 +130,9 @@ class Summary:
     rows_per_query: dict[str, int] = field(default_factory=dict)
     duplicates_dropped: dict[str, int] = field(default_factory=dict)
     upload: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Flow control of the flights upload (client.upload_window), this run's: window_bytes (0:
+    # none), held_back_s, backlog_bytes_peak, log_start_polls.
+    upload_window: dict[str, float] = field(default_factory=dict)
     # ResultsAcked stored: the query service may delete the session's topics.
     results_acked: bool = False
     timings_s: dict[str, float] = field(default_factory=dict)

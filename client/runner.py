@@ -1,8 +1,11 @@
 """One client session from start to results (DESIGN §1 steps 1-5, the client's side).
 
-    open      create the session's topics, write SessionStarted
-    upload    the airports file, then the flights file (client.uploader), checkpointing the
-              acknowledged prefix of each (client.resume) every `checkpoint_interval_s`
+    open      create the session's topics
+    upload    the airports file (client.uploader); then SessionStarted{airports end offsets};
+              then the flights file, held back by the upload window (client.upload_window)
+              when it runs `upload_window_bytes` ahead of the query service's folding;
+              checkpointing the acknowledged prefix of each file (client.resume) every
+              `checkpoint_interval_s`
     end       SessionEnded{end offsets, rows sent, rows rejected by kind}
     results   follow results.<cid> until Q1-Q4 are complete (client.results), printing rows
               and streaming them to q1.csv ... q4.csv, each fsynced and renamed into place when
@@ -14,6 +17,9 @@
 
 Resume: a run with the client id of an earlier one loads its checkpoint and skips whatever that
 run had finished; without a checkpoint it re-sends everything and the broker drops the repeats.
+SessionStarted is written (sequence 0: a repeat is a duplicate) whenever the checkpoint does not
+say it was acknowledged, after the airports and before any flights batch: a checkpoint saying
+so is saved before the flights upload starts.
 A run resumed once the results are saved touches no session topic (they may be gone): it checks
 that q1.csv ... q4.csv are there, keeps the earlier summary's counts, writes the ack if the
 earlier run did not, and completes. An ack that cannot be written (broker away past
@@ -71,11 +77,12 @@ from client.resume import (
     SessionCheckpoint,
 )
 from client.session import SessionControl, SessionError, data_topics
+from client.upload_window import POLL_INTERVAL_S_DEFAULT, WINDOW_BYTES_DEFAULT, UploadWindow
 from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
 from common.checkpoint import CheckpointError
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
-from common.session_records import QUERIES, SessionEnded
+from common.session_records import QUERIES, SessionEnded, airports_topic, flights_topic
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +92,7 @@ STATE_SUBDIR = "state"
 # What a resumed run whose results are saved keeps from the earlier run's summary.json.
 RESTORED_SUMMARY_FIELDS = ("rows_sent", "rows_rejected", "rejected_samples",
                            "rows_invalid_for_queries", "rows_per_query", "duplicates_dropped",
-                           "upload")
+                           "upload", "upload_window")
 INTERRUPTIONS = (UploadInterruptedError, ResultsInterruptedError, StoppedWhileWaitingError)
 FAILURES = (CsvReaderError, BrokerWaitError, ResultsError, ResumeError, SessionError,
             CheckpointError, OSError)
@@ -109,6 +116,9 @@ class ClientConfig:
     results_timeout_s: float = RESULTS_TIMEOUT_S_DEFAULT
     rows_shown_max: int = 5
     upload_rows_per_s_max: float = 0.0  # UploadSettings.rows_per_s_max
+    # Flow control of the flights upload (client.upload_window); 0: none.
+    upload_window_bytes: int = WINDOW_BYTES_DEFAULT
+    window_poll_interval_s: float = POLL_INTERVAL_S_DEFAULT
     token: str | None = None
     cluster_options: dict = field(default_factory=dict)
 
@@ -147,6 +157,15 @@ class ClientSession:
         self.control = SessionControl(self.admin, self.producer, self.consumer,
                                       config.client_id, config.partitions, stop,
                                       config.stall_timeout_s)
+        self.window = self._make_window()
+
+    def _make_window(self) -> UploadWindow | None:
+        if self.config.upload_window_bytes == 0:
+            return None
+        topic = flights_topic(self.config.client_id)
+        return UploadWindow(self.config.upload_window_bytes, self.config.partitions,
+                            lambda partition: self.control.log_start(topic, partition),
+                            time.monotonic, self.config.window_poll_interval_s)
 
     def run(self) -> Summary:
         try:
@@ -197,27 +216,40 @@ class ClientSession:
         if self.state.results_saved:
             return  # the session's topics may be deleted already: never make them again
         self.control.create_topics()
-        if not self.state.session_started:
-            self.control.write_started()
-            self.state.session_started = True
-            self.checkpoint.save(self.state)
         self._timing("open_session", self.started_at)
 
     def _upload(self) -> None:
         self.upload_started_at = time.monotonic()
         try:
             for name, reader in self.readers.items():
+                if name == "flights":
+                    self._start_session()
                 if not self.state.file_done(name):
                     self._upload_file(name, reader)
         finally:
             self.progress.close()
+            self._fill_window_summary()
+
+    def _start_session(self) -> None:
+        """SessionStarted with the airports' end offsets, once they are all acknowledged, and
+        checkpointed as acknowledged before any flights batch is sent."""
+        assert self.state.file_done("airports")
+        if self.state.session_started:
+            return
+        ends = self.control.topic_end_offsets(airports_topic(self.config.client_id))
+        self.control.write_started(ends)
+        self.state.session_started = True
+        self.checkpoint.save(self.state)
+        log.info("session %s started: airports end offsets %s", self.config.client_id, ends)
 
     def _upload_file(self, name: str, reader: CsvSliceReader) -> None:
         topics = data_topics(self.config.client_id)
         settings = UploadSettings(stall_timeout_s=self.config.stall_timeout_s,
                                   rows_per_s_max=self.config.upload_rows_per_s_max)
+        # The airports are never held back: small, and needed whole before any flight.
+        window = self.window if name == "flights" else None
         uploader = FileUploader(self.data_producers, topics[name], self.config.partitions,
-                                self.stop, settings)
+                                self.stop, settings, window, self._window_shown(window))
         started = time.monotonic()
         self.progress.start_file(name, reader.file_bytes)
         try:
@@ -236,6 +268,12 @@ class ClientSession:
             {"file": name, "kind": s.kind, "line": s.line, "text": s.text}
             for s in reader.rejected.samples]
         self._timing(f"upload_{name}", started)
+
+    def _window_shown(self, window: UploadWindow | None):
+        """What the uploader calls while it waits: the progress display's held-back line."""
+        if window is None:
+            return lambda: None
+        return lambda: self.progress.window(window.stats())
 
     def _ack_recorder(self, name: str, reader: CsvSliceReader):
         progress = self.state.files[name]
@@ -269,6 +307,16 @@ class ClientSession:
         self._timing("upload", self.upload_started_at)
         log.info("session %s: upload complete (%s rows sent, %s rejected); waiting for results",
                  self.config.client_id, ended.rows_sent, rejected)
+
+    def _fill_window_summary(self) -> None:
+        if self.window is None:
+            self.summary.upload_window = {"window_bytes": 0}
+            return
+        stats = self.window.stats()
+        self.summary.upload_window = {
+            "window_bytes": stats.window_bytes, "held_back_s": round(stats.held_back_s, 3),
+            "backlog_bytes_peak": stats.backlog_bytes_peak,
+            "log_start_polls": stats.log_start_polls}
 
     def _fill_upload_summary(self) -> None:
         self.summary.rows_sent = dict(self.state.session_ended.rows_sent)

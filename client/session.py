@@ -2,7 +2,9 @@
 
 Opening creates `airports.<cid>` and `flights.<cid>` with P partitions (an existing topic with
 another partition count is refused: the message-id mapping depends on P) and `results.<cid>`
-and `sessions` with one partition each, then writes SessionStarted.
+and `sessions` with one partition each. SessionStarted is written once the airports file is
+acknowledged, with the end offset of every airports partition (exact, like SessionEnded's), and
+before any flights batch, so the query service may read the airports whole as soon as it sees it.
 
 Exactly-once on `sessions`, a topic every client shares: each client writes with producer id =
 its client id (a UUID, unique per session) on partition 0, with fixed sequence numbers,
@@ -20,7 +22,7 @@ harmless anyway: deleting topics that are gone already does nothing.
 it is exact because only this client writes them and every batch is acknowledged by then.
 
 Every call rides out broker restarts (`common.kaska.patience`). Thread-safety: one `SessionControl`
-per client thread.
+per client thread; only `log_start` may be called from several threads at once.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class SessionControl:
         self.partitions = partitions
         self.stop = stop
         self.stall_timeout_s = stall_timeout_s
+        self._consumer_lock = threading.Lock()
 
     def _persist(self, call: Callable[[], T], what: str) -> T:
         return persist(call, what, self.stop, self.stall_timeout_s)
@@ -114,8 +117,10 @@ class SessionControl:
             raise TopicLayoutError(
                 f"topic {topic} has {existing} partitions; this session needs {partitions}")
 
-    def write_started(self) -> None:
-        self._write(encode(SessionStarted(self.client_id, self.partitions)),
+    def write_started(self, airports_end_offsets: list[int]) -> None:
+        assert len(airports_end_offsets) == self.partitions
+        self._write(encode(SessionStarted(self.client_id, self.partitions,
+                                          list(airports_end_offsets))),
                     SESSION_STARTED_SEQUENCE)
 
     def write_ended(self, ended: SessionEnded) -> None:
@@ -140,7 +145,20 @@ class SessionControl:
         self._persist(write_once, f"sessions record {sequence}")
 
     def end_offsets(self) -> dict[str, list[int]]:
-        return {topic: [self._persist(lambda t=topic, p=p: self.consumer.end_offset(t, p),
-                                      f"end offset of {topic}/{p}")
-                        for p in range(self.partitions)]
+        return {topic: self.topic_end_offsets(topic)
                 for topic in data_topics(self.client_id).values()}
+
+    def topic_end_offsets(self, topic: str) -> list[int]:
+        return [self._persist(lambda p=p: self.consumer.end_offset(topic, p),
+                              f"end offset of {topic}/{p}")
+                for p in range(self.partitions)]
+
+    def log_start(self, topic: str, partition: int) -> int:
+        """The partition's log start offset (ListOffsets earliest), riding out the broker.
+        Called by the uploader's sender threads: one at a time, as the consumer is not
+        thread-safe (the lock is held per attempt, not across the pauses between them)."""
+        def ask() -> int:
+            with self._consumer_lock:
+                return self.consumer.start_offset(topic, partition)
+
+        return self._persist(ask, f"log start of {topic}/{partition}")

@@ -22,6 +22,13 @@ with the acknowledged *prefix* of the file (every message below it acknowledged)
 that prefix is what a resumed run may skip, and messages above it that were acknowledged too
 are simply re-sent and dropped by the broker as duplicates.
 
+Flow control (flights only, `window`: client.upload_window.UploadWindow): a sender waits before
+producing to a partition whose acknowledged backlog above the log start is over its share of the
+window, and tells the window each acknowledged record's offset and payload bytes. A resumed
+upload sizes the skipped messages the window still counts by encoding them again (not sent).
+While the main thread waits for the senders it calls `on_idle` (the progress display's "held
+back" line), about every `ACK_POLL_S`.
+
 Failures: a message is re-sent (same sequence) through broker restarts by `common.kaska.patience`,
 whose errors (`BrokerStalledError`, `BrokerRefusedError`, `StoppedWhileWaitingError`) pass
 through; the first error of any sender ends the upload, the other senders stop after their
@@ -45,10 +52,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from client.csv_reader import CsvSliceReader
-from client.message_ids import place
+from client.message_ids import Placement, place
+from client.upload_window import UploadInterruptedError, UploadWindow
 from common.arrow_rows import COMPRESSION_DEFAULT, encode_rows
 from common.kaska.errors import DuplicateSequenceError
 from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
+from common.kaska.producer import UNKNOWN_OFFSET
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +68,6 @@ ACK_POLL_S = 0.05
 
 class UploadConfigError(ValueError):
     """An upload setting out of range."""
-
-
-class UploadInterruptedError(Exception):
-    """The stop event was set (SIGTERM): the upload stopped between two messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +163,7 @@ class _Senders:
                 inbox.put(item, timeout=ACK_POLL_S)
                 return
             except queue.Full:
-                continue
+                self._uploader.on_idle()
 
     def _run(self, inbox: queue.Queue) -> None:
         while True:
@@ -186,7 +191,9 @@ class _Senders:
                     if self._halt.is_set():
                         _drain(inbox)
         for thread in self._threads:
-            thread.join()
+            while thread.is_alive():
+                thread.join(ACK_POLL_S)
+                self._uploader.on_idle()
 
 
 def _drain(inbox: queue.Queue) -> None:
@@ -199,16 +206,23 @@ def _drain(inbox: queue.Queue) -> None:
 
 class FileUploader:
     def __init__(self, producer, topic: str, partitions: int,
-                 stop: threading.Event, settings: UploadSettings = UploadSettings()) -> None:
+                 stop: threading.Event, settings: UploadSettings = UploadSettings(),
+                 window: UploadWindow | None = None,
+                 on_idle: Callable[[], None] = lambda: None) -> None:
         """`producer`: anything with `send_batch(topic, partition, payloads, sequence)` that
         may be called for different partitions from different threads at once
-        (`client.partition_producers.PartitionProducers`)."""
+        (`client.partition_producers.PartitionProducers`); it returns the batch's offset
+        (UNKNOWN_OFFSET when a retry found it stored but too old to say where). `window`:
+        flow control (None: none); `on_idle`: called from the uploading thread while it waits
+        for the senders."""
         assert partitions >= 1
         self.producer = producer
         self.topic = topic
         self.partitions = partitions
         self.stop = stop
         self.settings = settings
+        self.window = window
+        self.on_idle = on_idle
 
     def upload(self, reader: CsvSliceReader, messages_acked: int,
                on_ack: AckCallback) -> FileUploadResult:
@@ -227,6 +241,7 @@ class FileUploader:
                 messages = message_id + 1
                 if message_id < messages_acked:  # acknowledged before a restart
                     result.messages_skipped += 1
+                    self._size_skipped(message_id, rows)
                     self._acked(prefix, message_id, rows.num_rows, result, on_ack)
                 else:
                     result.messages_sent += 1
@@ -245,6 +260,16 @@ class FileUploader:
         assert prefix.end == messages, "every message acknowledged"
         result.messages = messages
         return result
+
+    def _size_skipped(self, message_id: int, rows: pa.RecordBatch) -> None:
+        """Tell the window a message acknowledged before a restart that it still counts (at or
+        above its partition's log start: offset == sequence, upload_window module doc)."""
+        if self.window is None:
+            return
+        placement = place(message_id, self.partitions)
+        if self.window.wants_size(placement.partition, placement.sequence):
+            payload = encode_rows(rows, self.settings.compression)
+            self.window.acked(placement.partition, placement.sequence, len(payload))
 
     def _check(self, senders: _Senders, message_id: int) -> None:
         if senders.failure is not None:
@@ -272,17 +297,28 @@ class FileUploader:
 
     def send(self, item: Slice) -> int:
         """Encode one message and send it until the broker holds it (called by a sender
-        thread); its payload's bytes."""
+        thread, after the window let its partition produce); its payload's bytes."""
         placement = place(item.message_id, self.partitions)
         payload = encode_rows(item.rows, self.settings.compression)
+        if self.window is not None:
+            self.window.wait_for_room(placement.partition, self.stop)
 
-        def send_once() -> None:
+        def send_once() -> int:
             try:
-                self.producer.send_batch(self.topic, placement.partition, [payload],
-                                         sequence=placement.sequence)
+                return self.producer.send_batch(self.topic, placement.partition, [payload],
+                                                sequence=placement.sequence)
             except DuplicateSequenceError:
                 log.debug("%s message %d was already stored", self.topic, item.message_id)
+                return UNKNOWN_OFFSET
 
-        persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
-                self.settings.stall_timeout_s)
+        offset = persist(send_once, f"{self.topic} message {item.message_id}", self.stop,
+                         self.settings.stall_timeout_s)
+        if self.window is not None:
+            self.window.acked(placement.partition, _record_offset(offset, placement),
+                              len(payload))
         return len(payload)
+
+
+def _record_offset(answered: int, placement: Placement) -> int:
+    """The offset the broker answered; without one, the sequence (upload_window module doc)."""
+    return placement.sequence if answered == UNKNOWN_OFFSET else answered

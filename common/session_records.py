@@ -1,7 +1,10 @@
 """Control records of a client session, as JSON documents on Kaska topics.
 
 `sessions` topic (1 partition), written by clients, followed by the query service:
-    SessionStarted{client_id, partitions}
+    SessionStarted{client_id, partitions, airports_end_offsets: [end offset per partition]}
+                               written once the airports file is acknowledged, before any
+                               flights row: [0, end) of every airports partition is the whole
+                               airports file (None in records written before it existed)
     SessionEnded{client_id, end_offsets: {topic: [end offset per partition]}, rows_sent: {file: n},
                  rows_rejected: {kind: n}}
     ResultsAcked{client_id, rows_per_query: {query: n}}
@@ -17,7 +20,8 @@ Result rows are numbered per query (`first_row`), so a reader can drop a repeate
 
 A reader meets records of types it does not know (an older service, a newer client): `decode`
 raises MalformedSessionRecordError for them and the reader skips them. Older logs simply lack
-ResultsAcked, or its `rows_per_query`, and still decode.
+ResultsAcked, or its `rows_per_query`, or SessionStarted's `airports_end_offsets`, and still
+decode.
 
 Pure functions; thread-safe.
 """
@@ -57,6 +61,8 @@ def session_topics(client_id: str) -> tuple[str, str, str]:
 class SessionStarted:
     client_id: str
     partitions: int
+    # The log end of every airports partition, one per partition: the airports are complete.
+    airports_end_offsets: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,24 @@ def decode(payload: bytes | memoryview) -> ControlRecord:
         raise MalformedSessionRecordError(f"unknown query {record.query!r}")
     if isinstance(record, ResultsAcked):
         _check_acked(record)
+    if isinstance(record, SessionStarted):
+        _check_started(record)
     return record
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_started(record: SessionStarted) -> None:
+    if not (isinstance(record.partitions, int) and not isinstance(record.partitions, bool)
+            and record.partitions >= 1):
+        raise MalformedSessionRecordError(f"bad partitions {record.partitions!r}")
+    ends = record.airports_end_offsets
+    if ends is not None and not (isinstance(ends, list) and len(ends) == record.partitions
+                                 and all(_is_count(end) for end in ends)):
+        raise MalformedSessionRecordError(
+            f"bad airports_end_offsets {str(ends)[:200]!r} for {record.partitions} partitions")
 
 
 def _check_acked(record: ResultsAcked) -> None:
@@ -133,6 +156,5 @@ def _check_acked(record: ResultsAcked) -> None:
         raise MalformedSessionRecordError(f"bad client_id {record.client_id!r}")
     counts = record.rows_per_query
     if not (isinstance(counts, dict) and all(
-            query in QUERIES and isinstance(rows, int) and not isinstance(rows, bool)
-            and rows >= 0 for query, rows in counts.items())):
+            query in QUERIES and _is_count(rows) for query, rows in counts.items())):
         raise MalformedSessionRecordError(f"bad rows_per_query {str(counts)[:200]!r}")

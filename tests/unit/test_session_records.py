@@ -9,6 +9,7 @@ from common import session_records as sr
 
 RECORDS = [
     sr.SessionStarted(client_id="c1", partitions=4),
+    sr.SessionStarted(client_id="c1", partitions=3, airports_end_offsets=[2, 0, 7]),
     sr.SessionEnded(client_id="c1", end_offsets={"flights.c1": [3, 0, 2, 9]},
                     rows_sent={"flights": 10}, rows_rejected={"short_row": 1}),
     sr.ResultRows(query="q3", first_row=600, rows=[["a", "ATL-BOS", "DFW||ORD", "PT7H"]]),
@@ -44,6 +45,15 @@ def test_the_bytes_are_those_of_the_record_as_a_dict(record):
     b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q1":"7"}}',
     b'{"type":"ResultsAcked","client_id":"c","rows_per_query":{"q1":true}}',
     b'{"type":"SessionArchived","client_id":"c"}',  # a type from a newer writer
+    b'{"type":"SessionStarted","client_id":"c","partitions":2,"airports_end_offsets":[1]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":[-1]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":["1"]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":[true]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":[1.5]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":{}}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":1,"airports_end_offsets":7}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":0,"airports_end_offsets":[]}',
+    b'{"type":"SessionStarted","client_id":"c","partitions":"2"}',
 ])
 def test_malformed_records_raise_a_named_error(payload):
     with pytest.raises(sr.MalformedSessionRecordError):
@@ -68,6 +78,11 @@ def test_records_written_before_results_acked_existed_still_decode():
     """A `sessions` log from before: SessionEnded without the later optional fields."""
     old = b'{"type":"SessionEnded","client_id":"c1","end_offsets":{"flights.c1":[4]}}'
     assert sr.decode(old) == sr.SessionEnded("c1", {"flights.c1": [4]})
+
+
+def test_a_start_written_before_its_airports_end_offsets_existed_still_decodes():
+    old = b'{"type":"SessionStarted","client_id":"c1","partitions":4}'
+    assert sr.decode(old) == sr.SessionStarted("c1", 4, None)
 
 
 def test_session_topics_input_first():

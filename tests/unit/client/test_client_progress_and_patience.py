@@ -6,6 +6,7 @@ import pytest
 
 from client.console import ResultPrinter
 from client.progress import LogUploadProgress
+from client.upload_window import WindowStats
 from common.kaska.errors import BrokerUnavailableError
 from common.kaska.patience import BrokerStalledError, StoppedWhileWaitingError, persist
 from common.session_records import QueryDone
@@ -27,6 +28,22 @@ def test_log_progress_lines_say_rows_bytes_rate_and_eta():
         "upload flights: 4,000 rows, 25.0 of 100.0 MiB (25%), 1,000 rows/s, ETA 12 s",
         "upload flights: done, 4,000 rows in 4.0 s (1,000 rows/s)",
     ]
+
+
+def test_log_progress_says_when_the_upload_is_held_back():
+    now = [0.0]
+    lines = []
+    progress = LogUploadProgress(log_interval_s=2.0, clock=lambda: now[0], emit=lines.append)
+    progress.start_file("flights", total_bytes=100 * MIB)
+    held = WindowStats(window_bytes=256 * MIB, held_back_s=3.0, backlog_bytes=260 * MIB,
+                       backlog_bytes_peak=260 * MIB, partitions_held=2, log_start_polls=9)
+    for step in range(5):  # asked twice at each second from 2 s to 6 s: lines at 2, 4, 6 s
+        now[0] = 2.0 + step
+        progress.window(held)
+        progress.window(held)
+    progress.window(WindowStats(256 * MIB, 3.0, 10 * MIB, 260 * MIB, 0, 9))  # not held
+    assert lines == ["upload flights: held back: backlog 260.0 MiB of 256.0 MiB window, "
+                     "waiting for the query service to fold"] * 3
 
 
 def test_printer_shows_the_first_rows_then_only_counts():
