@@ -115,7 +115,8 @@ def test_streaming_resumes_from_its_checkpoint_without_loss_or_repeat(spark, bro
         restarted.stop()
     finally:
         producer.close()
-    assert first_start == {"0": 5, "1": 5}  # where the first query stopped, not earliest
+    # where the first query stopped, not earliest
+    assert first_start == {producer.topic: {"0": 5, "1": 5}}
     written = rows_of(spark.read.parquet(str(out_dir)))
     assert written == by_repr(producer.expected)
     assert len(producer.expected) == 2 * 7 * 3
@@ -125,8 +126,9 @@ def test_stream_commit_stores_the_offsets_for_the_group(broker, loaded):
     reader = KaskaDataSource({"brokers": broker.address, "topic": loaded.topic,
                               "columns": json.dumps(COLUMNS), "commitGroup": "lag-watch"})
     stream = reader.streamReader(reader.schema())
-    assert stream.latestOffset() == {"0": 8, "1": 8, "2": 8}
-    stream.commit({"0": 3, "1": 8, "2": 0})
+    assert stream.latestOffset() == {loaded.topic: {"0": 8, "1": 8, "2": 8}}
+    stream.commit({loaded.topic: {"0": 3, "1": 8, "2": 0}})
+    stream.stop()
     with Consumer(broker.address, "lag-watch") as consumer:
         assert [consumer.committed(loaded.topic, p) for p in range(3)] == [3, 8, 0]
 

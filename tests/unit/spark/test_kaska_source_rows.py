@@ -12,7 +12,7 @@ from common.kaska.record_batch import NO_PRODUCER, BatchHeader
 from spark.kaska_source import (
     BatchAssembler,
     RowsConverter,
-    _arrow_schema,
+    arrow_schema_of,
     client_id_of,
     output_schema,
     payload_columns,
@@ -47,7 +47,7 @@ def test_converter_projects_and_adds_the_ids():
     columns = ("totalFare", "legId")
     converter = RowsConverter(columns)
     arrays = converter.arrays(payload(10, 3), str(CLIENT), 7)
-    batch = pa.RecordBatch.from_arrays(arrays, schema=_arrow_schema(output_schema(columns)))
+    batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema_of(output_schema(columns)))
     assert batch.to_pylist() == [
         {"totalFare": f"totalFare-{10 + i}", "legId": f"legId-{10 + i}",
          "client_id": str(CLIENT), "message_id": 7, "row_id": 10 + i} for i in range(3)]
@@ -88,7 +88,7 @@ def test_client_id_is_the_producer_id_or_the_topic_suffix():
 
 def test_assembler_emits_batches_of_at_least_the_bound_and_flushes_the_rest():
     columns = ("legId",)
-    schema = _arrow_schema(output_schema(columns))
+    schema = arrow_schema_of(output_schema(columns))
     converter = RowsConverter(columns)
     assembler = BatchAssembler(schema, rows_max=5)
     emitted = []
@@ -110,6 +110,6 @@ def test_without_ids_the_schema_and_the_arrays_are_the_columns_alone():
     schema = output_schema(columns, include_ids=False)
     assert schema.simpleString() == "struct<totalFare:string,legId:string>"
     arrays = RowsConverter(columns, include_ids=False).arrays(payload(4, 2), str(CLIENT), 7)
-    batch = pa.RecordBatch.from_arrays(arrays, schema=_arrow_schema(schema))
+    batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema_of(schema))
     assert batch.to_pylist() == [{"totalFare": "totalFare-4", "legId": "legId-4"},
                                  {"totalFare": "totalFare-5", "legId": "legId-5"}]
