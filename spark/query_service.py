@@ -51,6 +51,7 @@ from common.session_records import (
     session_topics,
 )
 from spark.acks_ahead import AcksAhead, read_acks_ahead
+from spark.folding.fold_store import SessionKeyCollisionError
 from spark.metrics import JobMetrics
 from spark.progress_store import (
     PROGRESS_STORE_NAME,
@@ -87,7 +88,7 @@ class ServiceStopping(Exception):
 class QueryService:
     def __init__(self, settings: ServiceSettings, spark,
                  stop_requested: threading.Event | None = None,
-                 clock=time.monotonic, wall_clock=time.time) -> None:
+                 clock=time.monotonic, wall_clock=time.time, fold=None) -> None:
         self.settings = settings
         self.spark = spark
         self.stop_requested = stop_requested or threading.Event()
@@ -109,8 +110,12 @@ class QueryService:
         self._cleanup_progress = SessionProgress()
         self._cleanup_from: dict[int, int] = {}
         self._cleanup_committed: dict[int, int] = {}
+        # The streaming fold (spark/folding/service_fold.py), or None: a batch job per session.
+        self._fold = fold
         self._workers = SessionWorkers(settings, spark, self.stop_requested, self.metrics,
-                                       self._count)
+                                       self._count,
+                                       job=None if fold is None else
+                                       lambda ended, _pool: fold.finish_session(ended))
 
     # -- main loop ---------------------------------------------------------------------------
 
@@ -149,6 +154,10 @@ class QueryService:
     def _progress_store(self, consumer: Consumer, file_name: str = PROGRESS_STORE_NAME):
         if self.settings.checkpoint_dir is not None:
             return FileProgressStore(self.settings.checkpoint_dir, file_name)
+        if self._fold is not None:
+            # Beside the stream's checkpoint and the fold state: a registered session must not
+            # be forgotten by a service that kept its place in `sessions` but lost its state.
+            return FileProgressStore(self.settings.state_dir, file_name)
         return BrokerProgressStore(consumer)
 
     def _assign(self, consumer: Consumer, store, cleanup_store) -> None:
@@ -307,6 +316,7 @@ class QueryService:
                 self._count("records_skipped")
                 if isinstance(record, SessionStarted):
                     self._count("sessions_started")
+                    self._register_started(record)
             self._progress.finished(message.partition, message.offset)
             return
         where = f"{SESSIONS_TOPIC}/{message.partition}@{message.offset}"
@@ -317,10 +327,28 @@ class QueryService:
             self._count("sessions_acked_before_start")
             self._progress.finished(message.partition, message.offset)
             return
+        if self._fold is not None:
+            try:
+                self._until_broker_answers(lambda: self._fold.on_ended(record))
+            except SessionKeyCollisionError as error:
+                log.error("session %s: %s; given up, its client gets no results",
+                          record.client_id, error)
+                self._count("sessions_given_up")
+                self._progress.finished(message.partition, message.offset)
+                return
         log.info("session %s picked up at %s: end offsets %s", record.client_id, where,
                  record.end_offsets)
         self._count("sessions_picked_up")
         self._workers.submit(message.partition, message.offset, record)
+
+    def _register_started(self, record: SessionStarted) -> None:
+        """The streaming fold reads a session's flights once its airports are registered."""
+        if self._fold is None:
+            return
+        try:
+            self._until_broker_answers(lambda: self._fold.on_started(record))
+        except SessionKeyCollisionError as error:
+            log.error("session %s: %s; its rows are not folded", record.client_id, error)
 
     def absorb_finished(self, store, wait_s: float) -> None:
         """Mark what the workers finished (waiting up to `wait_s` for a first one), commit."""
@@ -356,6 +384,8 @@ class QueryService:
                 log.warning("session %s: deleting its topics failed (%s: %s); retrying in "
                             "%.0f s", cid, type(error).__name__, error, pause_s)
                 continue
+            if self._fold is not None:
+                self._fold.on_cleaned(cid)
             for partition, offset in self._cleanup.deleted(cid):
                 self._cleanup_progress.finished(partition, offset)
             self._count("sessions_cleaned")

@@ -108,17 +108,29 @@ class QueryResultWriter:
     def write(self, rows: Iterable[Sequence[str]], invalid: dict[str, int]) -> int:
         """Every row, a slice at a time, then QueryDone; returns the number of rows. `rows` must
         come in the same order in every run (module doc)."""
-        slices, total = 0, 0
+        total, slices = self.write_slices(rows, 0, 0)
+        self.write_done(total, slices, invalid)
+        return total
+
+    def write_slices(self, rows: Iterable[Sequence[str]], first_row: int,
+                     first_sequence: int) -> tuple[int, int]:
+        """`rows` as slices numbered on from `first_row` with sequence numbers on from
+        `first_sequence` (a query written in several parts, e.g. a micro-batch at a time);
+        returns the (rows, slices) written in all, these included."""
+        slices, total = first_sequence, first_row
         for first, chunk in slices_of(rows, self._rows_per_slice):
             if self._stop.is_set():
                 raise ResultWriteInterruptedError(f"{self.topic} {self.query}: stopped at "
                                                   f"slice {slices}")
-            self._send(encode(ResultRows(self.query, first, chunk)), slices)
-            slices, total = slices + 1, first + len(chunk)
+            self._send(encode(ResultRows(self.query, first_row + first, chunk)), slices)
+            slices, total = slices + 1, first_row + first + len(chunk)
             if self._slice_pause_s:
                 self._stop.wait(self._slice_pause_s)
-        self._send(encode(QueryDone(self.query, total, dict(invalid))), slices)
-        return total
+        return total, slices
+
+    def write_done(self, rows: int, sequence: int, invalid: dict[str, int]) -> None:
+        """The QueryDone closing the query: `rows` rows in `sequence` slices before it."""
+        self._send(encode(QueryDone(self.query, rows, dict(invalid))), sequence)
 
     def _send(self, payload: bytes, sequence: int) -> None:
         assert len(payload) <= record_bytes_max, "slices are bounded by rows_per_slice"

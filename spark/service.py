@@ -78,6 +78,8 @@ from spark.driver import (
     warm_up_quietly,
     warm_up_when_settled,
 )
+from spark.folding.service_fold import ServiceFold
+from spark.folding.stream_query import StreamSettings
 from spark.metrics import query_service_registry
 from spark.query_service import QueryService
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
@@ -130,17 +132,33 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--warm-up-idle-passes", type=int, default=WARM_UP_IDLE_PASSES_DEFAULT,
                         help="then this many more passes over a small sample, once serving "
                              "and only until the first session comes (0: none)")
+    parser.add_argument("--fold", choices=("stream", "batch"), default="stream",
+                        help="stream: one Structured Streaming query folds every session as "
+                             "it uploads (default); batch: one job per ended session")
+    parser.add_argument("--state-dir", type=Path,
+                        default=Path(os.environ.get("FLIGHTS_STATE_DIR", "state/query-service")),
+                        help="the stream's checkpoint, each session's fold state and the "
+                             "sessions cursor (Compose: a volume the Spark workers mount too)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=24,
+                        help="records (client slices, ~11k rows each) per micro-batch")
+    parser.add_argument("--trigger-interval-s", type=float, default=0.2)
+    parser.add_argument("--fold-wait-s-max", type=float, default=600.0,
+                        help="how long an ended session's finish waits for the stream")
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     for name in ("sessions_concurrent_max", "sessions_pending_max", "session_attempts_max",
-                 "shuffle_partitions", "result_rows_per_slice"):
+                 "shuffle_partitions", "result_rows_per_slice", "max_offsets_per_trigger"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.ui_port is not None and not 0 <= args.ui_port <= 65535:
         parser.error(f"--ui-port must lie in [0, 65535], got {args.ui_port}")
     if args.warm_up_settle_s is not None and not 0 <= args.warm_up_settle_s <= 3600:
         parser.error(f"--warm-up-settle-s must lie in [0, 3600], got {args.warm_up_settle_s}")
+    for name in ("trigger_interval_s", "fold_wait_s_max"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            parser.error(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     if not math.isfinite(args.finished_session_retention_s):
         parser.error("--finished-session-retention-s must be a finite number")
     retention_s = -1.0 if args.keep_finished_sessions else args.finished_session_retention_s
@@ -157,7 +175,23 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen,
         finished_session_retention_s=retention_s, ui_port=args.ui_port,
         warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s,
-        warm_up_idle_passes=max(0, args.warm_up_idle_passes))
+        warm_up_idle_passes=max(0, args.warm_up_idle_passes), fold=args.fold,
+        state_dir=args.state_dir, max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_interval_s=args.trigger_interval_s, fold_wait_s_max=args.fold_wait_s_max)
+
+
+def service_fold(spark, settings: ServiceSettings, stop: threading.Event) -> ServiceFold | None:
+    """The streaming fold of `--fold stream` (None for `batch`)."""
+    if settings.fold != "stream":
+        return None
+    stream = StreamSettings(brokers=settings.brokers, state_dir=settings.state_dir,
+                            token=settings.token,
+                            max_offsets_per_trigger=settings.max_offsets_per_trigger,
+                            trigger_interval_s=settings.trigger_interval_s,
+                            retry_deadline_s=settings.read_retry_deadline_s)
+    return ServiceFold(spark, stream, stop, rows_per_slice=settings.rows_per_slice,
+                       slice_pause_s=settings.result_slice_pause_s,
+                       fold_wait_s_max=settings.fold_wait_s_max)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     heartbeat = start_heartbeats(SERVICE_NAME, settings.heartbeat_targets,
                                  settings.heartbeat_interval_s, secret)
     spark = spark_session(settings)
-    service = QueryService(settings, spark, stop_requested)
+    fold = service_fold(spark, settings, stop_requested)
+    service = QueryService(settings, spark, stop_requested, fold=fold)
     try:
         metrics = MetricsEndpoint.start_optional(settings.metrics_listen,
                                                  lambda: query_service_registry(service))
@@ -191,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     def busy() -> bool:
         return service.metrics.snapshot()[0] > 0  # a session job runs
 
-    if settings.warm_up_settle_s is None:
+    if fold is not None:
+        fold.start()  # its plan is made once, and the JIT warms on the sessions themselves
+    elif settings.warm_up_settle_s is None:
         if warm_up_quietly(spark, settings.warm_up_rows):
             warm_up_idle_in_background(spark, settings.warm_up_idle_passes, stop_requested,
                                        service.has_seen_sessions)
@@ -207,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service.run()
     finally:
+        if fold is not None:
+            fold.stop()
         if metrics is not None:
             metrics.stop()
         stop_spark_quietly(spark.stop, "stopping Spark")

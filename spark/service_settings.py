@@ -54,6 +54,14 @@ class ServiceSettings:
     ui_port: int | None = None
     # Seconds an acknowledged session's topics are kept; negative: kept for ever.
     finished_session_retention_s: float = 0.0
+    # "stream": one Structured Streaming query folds every session as it uploads
+    # (spark/folding/); "batch": a batch job per ended session (spark/session_job.py).
+    fold: str = "stream"
+    # The fold's state: Spark's stream checkpoint, each session's files, the `sessions` cursor.
+    state_dir: Path = Path("state/query-service")
+    max_offsets_per_trigger: int = 24  # records per micro-batch
+    trigger_interval_s: float = 0.2
+    fold_wait_s_max: float = 600.0  # a finish waits this long for the stream, then retries
 
     @property
     def deletes_finished_sessions(self) -> bool:

@@ -29,6 +29,7 @@ from common.arrow_rows import MalformedRowsPayloadError, RowsPayloadTooLargeErro
 from common.backoff import Backoff
 from common.session_records import SessionEnded
 from spark.driver import JOB_ERRORS, first_line, stop_spark_quietly
+from spark.folding.service_fold import FoldInterruptedError, FoldNotCaughtUpError
 from spark.metrics import JobMetrics
 from spark.result_writer import ResultWriteInterruptedError
 from spark.service_settings import ServiceSettings
@@ -63,7 +64,8 @@ def is_malformed_payload(error: BaseException) -> bool:
 
 class SessionWorkers:
     def __init__(self, settings: ServiceSettings, spark, stop_requested: threading.Event,
-                 metrics: JobMetrics, count: Callable[[str], None]) -> None:
+                 metrics: JobMetrics, count: Callable[[str], None],
+                 job: Callable[[SessionEnded, str], object] | None = None) -> None:
         self.settings = settings
         self.spark = spark
         self.stop_requested = stop_requested
@@ -80,6 +82,9 @@ class SessionWorkers:
             rows_per_slice=settings.rows_per_slice,
             slice_pause_s=settings.result_slice_pause_s,
             retry_deadline_s=settings.read_retry_deadline_s)
+        # A session's job: by default the batch job over its offset ranges; the streaming
+        # service passes its finish (spark/folding/service_fold.py).
+        self._job = job or self._batch_job
 
     def submit(self, partition: int, offset: int, ended: SessionEnded) -> None:
         """Queue the job of the SessionEnded at `partition`/`offset` of `sessions`."""
@@ -111,6 +116,9 @@ class SessionWorkers:
         if busy:
             log.info("%d session job(s) still running at shutdown: left uncommitted, redone by "
                      "the next start", busy)
+
+    def _batch_job(self, ended: SessionEnded, pool: str):
+        return run_session_job(self.spark, ended, self._job_settings, pool, self.stop_requested)
 
     def _work(self, pool: str) -> None:
         """One worker: its jobs go to its own FAIR pool, so concurrent sessions share the
@@ -144,12 +152,11 @@ class SessionWorkers:
         for attempt in range(1, self.settings.session_attempts_max + 1):
             started = time.monotonic()
             try:
-                report = self.metrics.timed_job(run_session_job, self.spark, ended,
-                                                self._job_settings, pool, self.stop_requested)
-            except ResultWriteInterruptedError as error:
+                report = self.metrics.timed_job(self._job, ended, pool)
+            except (ResultWriteInterruptedError, FoldInterruptedError) as error:
                 log.info("session %s: interrupted (%s); redone on restart", cid, error)
                 return None
-            except JOB_ERRORS as error:
+            except (*JOB_ERRORS, FoldNotCaughtUpError) as error:
                 if self.stop_requested.is_set():
                     log.info("session %s: stopped mid-job; redone on restart", cid)
                     return None

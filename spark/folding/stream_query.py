@@ -1,0 +1,184 @@
+"""The query service's one Structured Streaming query: every session's flights, folded as they
+are acknowledged.
+
+    readStream kaska  subscribePattern flights\\..+  (gate: registered sessions, capped at their
+                      end offsets; transform: the query fields and the session key, derived in
+                      the source's Python workers; maxOffsetsPerTrigger records per batch)
+      -> foreachBatch: one aggregation (spark/folding/batch_fold.py) collected as Arrow,
+                       folded into each session's state (spark/folding/fold_store.py)
+      checkpoint: <state dir>/stream (Spark's offsets and commits)
+
+The plan is made once per query, not per session: a session's rows are just more rows.
+Exactly once: Spark's checkpoint fixes each micro-batch's offsets before it runs and runs an
+uncommitted one again with the same offsets; the fold's effects are idempotent (fold files by
+batch id, result batches by sequence number), and the state is rebuilt as of the last commit
+before the query (re)starts.
+
+`FoldQuery` supervises it: start, a listener that hands each folded batch's end offsets to the
+store (finishes wait on it) and to the prefix releaser, and a restart with back-off when the
+query fails (a broker away past the read deadline, a lost executor in local mode, a bug in a
+batch): the state is recovered from disk first, so the failed batch is folded once.
+
+Threads: `start` and `stop` on the service's main thread; the query runs on Spark's stream
+thread (foreachBatch runs there); the supervisor on one daemon thread; the listener on Spark's
+listener bus thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from common.backoff import Backoff
+from spark.driver import JOB_ERRORS, first_line
+from spark.folding.batch_fold import fold_aggregation
+from spark.folding.checkpoint_log import (
+    batch_end_offsets,
+    last_committed_batch,
+    parse_source_offsets,
+)
+from spark.folding.fold_store import FoldStore
+from spark.folding.prefix_release import PrefixReleaser
+from spark.folding.session_files import STREAM_CHECKPOINT
+from spark.folding.stream_fields import transform_argument
+from spark.kaska_source import SOURCE_NAME
+from spark.queries import FLIGHT_COLUMNS
+
+log = logging.getLogger(__name__)
+QUERY_NAME = "flights-fold"
+FLIGHTS_PATTERN = r"flights\..+"
+TRANSFORM = "spark.folding.stream_fields:derive_for_session"
+GATE = "spark.folding.stream_fields:admit"
+RESTART_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    brokers: str
+    state_dir: Path
+    token: str | None = None
+    max_offsets_per_trigger: int = 24  # records (~11k rows each at the client's 4 MiB slices)
+    trigger_interval_s: float = 0.2
+    retry_deadline_s: float = 60.0
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.state_dir / STREAM_CHECKPOINT
+
+
+def fold_stream(spark, settings: StreamSettings):
+    """The streaming frame of every admitted session's derived flight rows."""
+    reader = (spark.readStream.format(SOURCE_NAME)
+              .option("brokers", settings.brokers)
+              .option("subscribePattern", FLIGHTS_PATTERN)
+              .option("startingOffsets", "earliest")
+              .option("columns", json.dumps(list(FLIGHT_COLUMNS)))
+              .option("includeIds", "false")
+              .option("arrowTransform", TRANSFORM)
+              .option("arrowTransformArgument", transform_argument(settings.state_dir))
+              .option("topicGate", GATE)
+              .option("topicGateArgument", str(settings.state_dir))
+              .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+              .option("retryDeadlineS", str(settings.retry_deadline_s)))
+    if settings.token is not None:
+        reader = reader.option("token", settings.token)
+    return reader.load()
+
+
+class _Progress(StreamingQueryListener):
+    """Each folded micro-batch's end offsets, to the store and the releaser."""
+
+    def __init__(self, query_name: str, on_folded) -> None:
+        self._query_name = query_name
+        self._on_folded = on_folded
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        if progress.name != self._query_name or not progress.sources:
+            return
+        end = progress.sources[0].endOffset
+        if not end:
+            return
+        self._on_folded(progress.batchId, parse_source_offsets(json.loads(end)))
+
+
+class FoldQuery:
+    def __init__(self, spark, settings: StreamSettings, store: FoldStore,
+                 releaser: PrefixReleaser | None, stop: threading.Event) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.store = store
+        self.releaser = releaser
+        self.stop_requested = stop
+        self.restarts = 0
+        self._query = None
+        self._listener = _Progress(QUERY_NAME, self._folded)
+        self._thread = threading.Thread(target=self._supervise, name="fold-query", daemon=True)
+
+    def start(self) -> None:
+        self.spark.streams.addListener(self._listener)
+        if self.releaser is not None:
+            self.releaser.start()
+        self._thread.start()
+
+    def stop(self, wait_s: float = 5.0) -> None:
+        query = self._query
+        if query is not None:
+            try:
+                query.stop()
+            except JOB_ERRORS as error:
+                log.info("stopping the fold query: %s", first_line(error))
+        self._thread.join(wait_s)
+
+    def _folded(self, batch_id: int, end_offsets) -> None:
+        self.store.folded(batch_id, end_offsets)
+        if self.releaser is not None:
+            self.releaser.offer(batch_id, end_offsets)
+
+    def _supervise(self) -> None:
+        failures = 0
+        while not self.stop_requested.is_set():
+            committed = last_committed_batch(self.settings.checkpoint)
+            self.store.recover(committed)
+            self.store.folded(committed, batch_end_offsets(self.settings.checkpoint, committed))
+            try:
+                self._query = self._start_query()
+                self._query.awaitTermination()
+                if self.stop_requested.is_set():
+                    return
+                log.error("the fold query ended by itself; starting it again")
+            except JOB_ERRORS as error:
+                if self.stop_requested.is_set():
+                    return
+                log.error("the fold query failed: %s: %s", type(error).__name__,
+                          first_line(error))
+            failures += 1
+            self.restarts += 1
+            if self.stop_requested.wait(RESTART_BACKOFF.delay_s(min(failures - 1, 8))):
+                return
+
+    def _start_query(self):
+        def fold_batch(batch, batch_id: int) -> None:
+            self.store.fold(batch_id, fold_aggregation(batch).toArrow())
+
+        return (fold_stream(self.spark, self.settings).writeStream
+                .queryName(QUERY_NAME)
+                .foreachBatch(fold_batch)
+                .option("checkpointLocation", str(self.settings.checkpoint))
+                .trigger(processingTime=f"{int(self.settings.trigger_interval_s * 1000)} "
+                                        "milliseconds")
+                .start())
