@@ -68,6 +68,14 @@ def broker(tmp_path_factory):
     process.kill()
 
 
+@pytest.fixture
+def lone_broker(tmp_path):
+    """A broker no fake query service follows: the folder deletes what such a service reads."""
+    process = BrokerProcess(tmp_path / "broker").start()
+    yield process
+    process.kill()
+
+
 @pytest.fixture(scope="module")
 def service(broker):
     fake = FakeQueryService(broker.address, rows_per_slice=40, duplicates=False).start()
@@ -209,9 +217,10 @@ class Folder:
 @pytest.mark.skipif(not hasattr(Admin, "delete_records"),
                     reason="Admin.delete_records is not in common/kaska yet")
 def test_held_back_at_the_window_released_as_the_log_start_moves_killed_and_resumed(
-        broker, data, tmp_path):
+        lone_broker, data, tmp_path):
     """No fake query service here: the folder reads the flights and deletes them, and the
-    client is not waited on for results (it is stopped once its upload ended)."""
+    client waits for results briefly (`--results-timeout-s 1`) and fails there."""
+    broker = lone_broker
     client_id = str(uuid.uuid4())
     args = (broker, data, tmp_path / "r", client_id, "--batch-rows", str(BATCH_ROWS),
             "--checkpoint-interval-s", "0", "--upload-window-bytes", str(PARTITIONS),
