@@ -1,4 +1,5 @@
-"""Admin client: create, delete and list topics (kafka-topics, in Python).
+"""Admin client: create, delete and list topics (kafka-topics, in Python), and delete records
+(kafka-delete-records: move partitions' log starts forward).
 
 What the answers promise (docs/replication.md, "What the topic list promises"):
 - `create_topic` returns once the topic is committed, with its incarnation (topic id);
@@ -6,7 +7,11 @@ What the answers promise (docs/replication.md, "What the topic list promises"):
   create or delete acknowledged before the call is in them, an uncommitted create never is;
 - `delete_topic` deletes one incarnation: the one named, or the one `topic_ids` shows when it
   starts. Its retries (after an answer that may have been lost) name that incarnation too, so
-  a topic of the same name created by someone else meanwhile is never deleted by a retry.
+  a topic of the same name created by someone else meanwhile is never deleted by a retry;
+- `delete_records` returns once each partition's new log start is committed on a majority and
+  applied on its leader (docs/replication.md, "What DeleteRecords promises"): from then on no
+  broker that leads the partition serves an offset below it. It names the incarnation it
+  listed, so a topic re-created meanwhile is left alone.
 """
 
 from __future__ import annotations
@@ -16,11 +21,24 @@ from collections.abc import Sequence
 from common.kaska.cluster import Cluster
 from common.kaska.errors import (
     InvalidTopicError,
+    KaskaError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
+    error_for_code,
 )
-from common.kaska.protocol import CreateTopicRequest, DeleteTopicRequest, ListTopicsRequest
+from common.kaska.protocol import (
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    ListTopicsRequest,
+)
+from common.kaska.protocol.delete_records import (
+    HIGH_WATERMARK,
+    PARTITIONS_MAX,
+    DeleteRecordsResponse,
+    PartitionDelete,
+)
 from common.kaska.protocol.list_topics import ListTopicsResponse
 from common.kaska.protocol.topic_id import TopicId
 from common.kaska.topic_name import is_internal, validate_topic_name
@@ -67,6 +85,47 @@ class Admin:
                 f"topic {name!r}: incarnation {topic_id}, listed, was deleted and the topic "
                 "created again before this delete arrived; the new one is left alone") from error
 
+    def delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Move each partition's log start forward to its offset (-1: its high watermark):
+        records below it are gone for every reader, and each broker deletes its whole segments
+        below it. Returns partition -> the log start now (the current one, unchanged, for an
+        offset at or below it). Each partition is asked of its leader (NOT_LEADER and leader
+        moves followed, retriable errors retried with backoff, as produce does); the topic's
+        incarnation is listed first and named, so a retry never moves a re-created topic.
+        Raises: ValueError for a negative offset other than -1 or a partition outside
+        0..1023; InvalidTopicError (illegal or internal topic);
+        UnknownTopicOrPartitionError (no such topic or partition, or the listed incarnation
+        was replaced); OffsetOutOfRangeError (an offset above the high watermark: nothing
+        moved for that partition, and the partitions after it are not asked);
+        NotLeaderError / NotEnoughReplicasError / KaskaStorageError once retries run out."""
+        validate_topic_name(topic)
+        if is_internal(topic):
+            raise InvalidTopicError(f"topic {topic!r} is internal to the broker")
+        for partition, offset in offsets.items():
+            if not 0 <= partition < PARTITIONS_MAX:
+                raise ValueError(f"partition {partition} outside 0..{PARTITIONS_MAX - 1}")
+            if offset < HIGH_WATERMARK:
+                raise ValueError(f"offset {offset} of partition {partition}: -1 (the high "
+                                 "watermark) or >= 0")
+        topic_id = self.topic_ids().get(topic)
+        if topic_id is None:
+            raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
+        return {partition: self._delete_partition_records(topic, topic_id, partition, offset)
+                for partition, offset in sorted(offsets.items())}
+
+    def _delete_partition_records(self, topic: str, topic_id: TopicId, partition: int,
+                                  offset: int) -> int:
+        request = DeleteRecordsRequest(topic, (PartitionDelete(partition, offset),), topic_id)
+        try:
+            answer = self._cluster.call(request, route=(topic, partition),
+                                        check=_raise_partition_error)
+        except UnknownTopicIdError as error:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r}: incarnation {topic_id}, listed, was deleted and the topic "
+                "created again before DeleteRecords arrived; the new one is left alone"
+            ) from error
+        return answer.partitions[0].low_watermark
+
     def topics(self, include_internal: bool = False) -> dict[str, int]:
         """Topic name → partition count."""
         return self._list(include_internal).topics
@@ -90,3 +149,13 @@ class Admin:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _raise_partition_error(response: DeleteRecordsResponse) -> None:
+    """A partition's error code as the KaskaError its class names (retried by the cluster
+    loop when retriable: NOT_LEADER refreshes the leader)."""
+    (answer,) = response.partitions
+    if answer.error_code:
+        error: KaskaError = error_for_code(answer.error_code)(
+            f"DeleteRecords of partition {answer.partition}: error code {answer.error_code}")
+        raise error

@@ -24,7 +24,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from common.kaska.connection import RESPONSE_BYTES_MAX_DEFAULT, BrokerConnection, RequestWatch
 from common.kaska.errors import (
@@ -107,7 +107,8 @@ class Cluster:
     def call(self, request, *, route: tuple[str, int] | None = None,
              timeout_s: float | None = None, server_wait_s: float = 0.0,
              ok_after_delivery: tuple[type[KaskaError], ...] = (),
-             no_retry: tuple[type[KaskaError], ...] = ()):
+             no_retry: tuple[type[KaskaError], ...] = (),
+             check: Callable[[object], None] | None = None):
         """Send `request` to the leader of `route` (or any broker) and return its response,
         retrying retriable errors with backoff up to `retry.retries_max` times.
 
@@ -115,8 +116,10 @@ class Cluster:
         the time the request asks the broker to hold it (a long poll). `ok_after_delivery`:
         errors that mean success when an earlier attempt may already have been applied (a
         retried produce answered DuplicateSequence); the call then returns None. `no_retry`:
-        retriable errors this caller wants at once. A final error carries `maybe_delivered`
-        for the caller.
+        retriable errors this caller wants at once. `check(response)` raises the KaskaError
+        an answer carries inside its body (a per-partition error code), which is then
+        retried or raised like a frame's error. A final error carries `maybe_delivered` for
+        the caller.
         """
         maybe_delivered = False
         attempt = 0
@@ -126,8 +129,11 @@ class Cluster:
                 address = self._leader(*route) if route else self._controller_or_any()
                 attempt_s = (self.request_timeout_s if timeout_s is None else timeout_s) \
                     + server_wait_s
-                return self._connection(address).request(
+                response = self._connection(address).request(
                     request, attempt_s, watch=self._watch(route, address))
+                if check is not None:
+                    check(response)
+                return response
             except KaskaError as error:
                 if maybe_delivered and isinstance(error, ok_after_delivery):
                     return None

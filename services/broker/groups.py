@@ -175,6 +175,11 @@ class GroupedReplicas:
         return self._groups.of(topic, partition).manager.append_deferred(
             topic, partition, partition_log, total_bytes, fill, acks)
 
+    def delete_records_deferred(self, topic: str, partition: int, partition_log: PartitionLog,
+                                offset: int) -> Callable[[], int]:
+        return self._groups.of(topic, partition).manager.delete_records_deferred(
+            topic, partition, partition_log, offset)
+
     def append_offsets(self, batch: bytes) -> None:
         assert self._groups.of("__offsets", OFFSETS_PARTITION) is self._groups.metadata
         self._metadata.append_offsets(batch)

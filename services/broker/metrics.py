@@ -18,7 +18,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
 - listeners: `kaska_listener_connections{listener}` (open now: kaska, kafka) and
   `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, acceptor.py:
   `full` at `--connections-max`, `stopping` during shutdown);
-- partitions: `kaska_partition_log_start_offset`, `kaska_partition_log_end_offset`,
+- partitions: `kaska_partition_log_start_offset` (what consumers may read from: the first
+  segment's base, or where DELETE_RECORDS moved it), `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
 - storage: `kaska_storage_full` (1 during a full-disk episode),
   `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
@@ -38,7 +39,9 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   nothing truncated; logged too), `_requests_refused_total{reason}`,
   `_leadership_transfers_total{outcome}` (handed_over, abandoned, stood),
   `_followers_stalled_total` (on a leader: a follower that makes no progress while the
-  leader has entries for it, once per episode; follower_progress.py), and
+  leader has entries for it, once per episode; follower_progress.py),
+  `kaska_replication_deleted_records_total` (offsets committed DELETE_RECORDS entries moved
+  below this broker's log starts: every replica counts its own), and
   `kaska_leader_lease_refusals_total` (requests refused as leader for lack of a lease);
 - peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
@@ -274,7 +277,8 @@ class BrokerCollector(Collector):
     def _partitions(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         start = GaugeMetricFamily("kaska_partition_log_start_offset",
-                                  "First offset still held (retention moves it up).", labels=labels)
+                                  "First offset consumers may read (retention and "
+                                  "DeleteRecords move it up).", labels=labels)
         end = GaugeMetricFamily("kaska_partition_log_end_offset",
                                 "Next offset to assign in this broker's log.", labels=labels)
         high = GaugeMetricFamily("kaska_partition_high_watermark",
@@ -445,6 +449,9 @@ class _ReplicationCounterFamilies:
         self.incarnations = CounterMetricFamily(
             "kaska_replication_peer_incarnation_changes", "Followers that came back with "
             "another data directory (their match index reset).", labels=labels)
+        self.deleted_records = CounterMetricFamily(
+            "kaska_replication_deleted_records", "Records (offsets) committed DeleteRecords "
+            "moved below this broker's partition log starts.", labels=labels)
         self.stalled = CounterMetricFamily(
             "kaska_replication_followers_stalled", "Episodes of a follower that fetched from "
             "one journal end while this leader held entries past it, for long enough to be "
@@ -462,10 +469,12 @@ class _ReplicationCounterFamilies:
         self.transfers.add_metric([group, "stood"], counters.transfer_candidacies)
         self.incarnations.add_metric([group], counters.peer_incarnation_changes)
         self.stalled.add_metric([group], counters.followers_stalled)
+        self.deleted_records.add_metric([group], counters.records_deleted)
 
     def families(self) -> tuple[Metric, ...]:
         return (self.elections, self.truncations, self.applied, self.divergences,
-                self.refused, self.transfers, self.incarnations, self.stalled)
+                self.refused, self.transfers, self.incarnations, self.stalled,
+                self.deleted_records)
 
 
 def broker_registry(server) -> CollectorRegistry:

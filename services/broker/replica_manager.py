@@ -25,10 +25,12 @@ from common.kaska.errors import (
     InvalidPartitionsError,
     NotEnoughReplicasError,
     NotLeaderError,
+    OffsetOutOfRangeError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from common.kaska.protocol.delete_records import HIGH_WATERMARK
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.protocol.replica_fetch import EntryKind
@@ -220,6 +222,44 @@ class ReplicaManager:
 
     def append_offsets(self, batch: bytes) -> None:
         self.append(OFFSETS_TOPIC, OFFSETS_PARTITION, batch)
+
+    # -- DeleteRecords -----------------------------------------------------------------------
+
+    def delete_records_deferred(self, topic: str, partition: int, partition_log: PartitionLog,
+                                offset: int) -> Callable[[], int]:
+        """As leader, journal a DELETE_RECORDS moving the partition's log start to `offset`
+        (HIGH_WATERMARK: the high watermark) at once; the returned call waits until the entry
+        is committed and applied here, and returns the log start then. Nothing is journaled
+        for an offset at or below the current log start (the call returns it). NotLeaderError
+        (a lapsed lease is waited for first, as a write's), OffsetOutOfRangeError above the
+        high watermark, UnknownTopicOrPartitionError while the topic is being deleted;
+        the call raises NotLeaderError / NotEnoughReplicasError as an acks=all produce."""
+        role = self.require_leader(topic, partition, lease_wait_s=self.node.config.lease_wait_s)
+        epoch = role.leader_epoch
+        high_watermark = self.high_watermark(topic, partition, partition_log)
+        target = high_watermark if offset == HIGH_WATERMARK else offset
+        if not 0 <= target <= high_watermark:
+            raise OffsetOutOfRangeError(f"{topic}/{partition}: cannot delete records below "
+                                        f"{offset}, the high watermark is {high_watermark}")
+        if target <= partition_log.log_start_offset:
+            return lambda: partition_log.log_start_offset
+        with self._metadata_lock:
+            if topic in self._deleting:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
+            entry = self.node.journal.append(epoch, EntryKind.DELETE_RECORDS, topic=topic,
+                                             partition=partition, base_offset=target)
+        self.node.leader_appended()
+        what = f"{topic}/{partition}"
+
+        def await_moved() -> int:
+            self._await_entry(entry, epoch, what)
+            node = self.node
+            # Committed is published a moment before it is applied (same lock, same step):
+            # the answer promises the move is done here.
+            node.wait_changed(lambda: node.applied > entry.index, self._ack_timeout_s)
+            return partition_log.log_start_offset
+
+        return await_moved
 
     def _await_entry(self, entry: JournalEntry, epoch: int, what: str) -> None:
         """Return once the committed prefix holds `entry` itself (its index AND epoch). A

@@ -4,6 +4,7 @@ module per API holding its request and response bodies."""
 from common.kaska.protocol.authenticate import AuthenticateRequest
 from common.kaska.protocol.commit_offset import CommitOffsetRequest
 from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
+from common.kaska.protocol.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.fetch import FetchRequest, FetchResponse
 from common.kaska.protocol.fetch_committed import FetchCommittedRequest, FetchCommittedResponse
@@ -29,6 +30,7 @@ REQUEST_TYPES = {
     Api.COMMIT_OFFSET: CommitOffsetRequest,
     Api.FETCH_COMMITTED: FetchCommittedRequest,
     Api.AUTHENTICATE: AuthenticateRequest,
+    Api.DELETE_RECORDS: DeleteRecordsRequest,
     Api.VOTE: VoteRequest,
     Api.REPLICA_FETCH: ReplicaFetchRequest,
     Api.SNAPSHOT_FETCH: SnapshotFetchRequest,
@@ -46,6 +48,7 @@ RESPONSE_TYPES = {
     Api.COMMIT_OFFSET: EmptyResponse,
     Api.FETCH_COMMITTED: FetchCommittedResponse,
     Api.AUTHENTICATE: EmptyResponse,
+    Api.DELETE_RECORDS: DeleteRecordsResponse,
     Api.VOTE: VoteResponse,
     Api.REPLICA_FETCH: ReplicaFetchResponse,
     Api.SNAPSHOT_FETCH: SnapshotFetchResponse,
@@ -54,7 +57,7 @@ assert set(REQUEST_TYPES) == set(Api) == set(RESPONSE_TYPES)
 
 __all__ = [
     "Api", "AuthenticateRequest", "CommitOffsetRequest", "CreateTopicRequest",
-    "CreateTopicResponse",
+    "CreateTopicResponse", "DeleteRecordsRequest", "DeleteRecordsResponse",
     "DeleteTopicRequest", "EmptyResponse", "ErrorBody", "FetchCommittedRequest",
     "FetchCommittedResponse", "FetchRequest", "FetchResponse", "ListOffsetsRequest",
     "ListOffsetsResponse", "ListTopicsRequest", "ListTopicsResponse", "MessageLengthRequest",

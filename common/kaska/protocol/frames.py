@@ -28,6 +28,7 @@ class Api(IntEnum):
     COMMIT_OFFSET = 8
     FETCH_COMMITTED = 9
     AUTHENTICATE = 10
+    DELETE_RECORDS = 11
     # Broker to broker (docs/replication.md).
     VOTE = 32
     REPLICA_FETCH = 33
@@ -41,7 +42,8 @@ REPLICATION_APIS = frozenset({Api.VOTE, Api.REPLICA_FETCH, Api.SNAPSHOT_FETCH})
 assert {api for api in Api if api in REPLICATION_APIS_RESERVED} == REPLICATION_APIS
 assert all(api < REPLICATION_APIS_RESERVED.start for api in Api if api not in REPLICATION_APIS)
 
-# Every API has version 0; the topic APIs also 1 (their modules); others: UnsupportedVersion.
+# Every API has version 0; the topic APIs (and DELETE_RECORDS) also 1 (their modules); others:
+# UnsupportedVersion.
 VERSION = 0
 
 REQUEST_HEADER = struct.Struct(">IHHI")

@@ -42,6 +42,7 @@ class EntryKind(IntEnum):
     DELETE_TOPIC = 2
     BATCH = 3  # a record batch; its bytes follow in the data section
     SKIPPED = 4  # a batch whose bytes the leader no longer has (topic deleted, retention)
+    DELETE_RECORDS = 5  # a partition's log start moves to base_offset (applied at commit)
 
 
 class FetchOutcome(IntEnum):

@@ -104,6 +104,9 @@ def check_fetch_response(response: ReplicaFetchResponse) -> ReplicaFetchResponse
             # A data group's DELETE_TOPIC carries the metadata group's prefix end it was
             # decided on (journal.py).
             in_range("entry carried metadata end", entry.base_offset, 0, INDEX_MAX)
+        elif entry.kind is EntryKind.DELETE_RECORDS:
+            in_range("entry partition", entry.partition, 0, PARTITIONS_MAX - 1)
+            in_range("entry log start", entry.base_offset, 0, OFFSET_MAX)
     if response.snapshot is not None:
         check_snapshot(response.snapshot)
     return response
@@ -128,6 +131,9 @@ def check_snapshot(snapshot: Snapshot) -> Snapshot:
         in_range("snapshot partition", end.partition, 0, PARTITIONS_MAX - 1)
         in_range("snapshot partition end", end.end_offset, 0, OFFSET_MAX)
     in_range("snapshot metadata end seen", snapshot.metadata_end_seen, 0, INDEX_MAX)
+    for start in snapshot.log_starts:
+        in_range("snapshot log start partition", start.partition, 0, PARTITIONS_MAX - 1)
+        in_range("snapshot log start", start.end_offset, 0, OFFSET_MAX)
     return snapshot
 
 

@@ -9,6 +9,7 @@ journal file), the state the journal prefix below `end` leaves behind:
             | u32 n × (str topic | i32 id_epoch | i64 id_index | u32 partitions)  live topics
             | u32 n × (str topic | u32 partition | i64 end_offset)    every partition's end
             | i64 metadata_end_seen                                   the mirror's watermark
+            | u32 n × (str topic | u32 partition | i64 log_start)     DeleteRecords' starts
 
 A live topic is named by its TopicId (the CREATE_TOPIC entry that made it); a partition end is
 the largest end offset of the prefix's BATCH/SKIPPED entries of the topic's live incarnation
@@ -16,7 +17,10 @@ the largest end offset of the prefix's BATCH/SKIPPED entries of the topic's live
 `metadata_end_seen`: in a data group, the longest metadata group prefix the prefix's topic
 mirror entries were decided on (services/broker/replication/snapshot.py); 0 elsewhere. A table
 written before it existed (a journal file of format version 2) ends after the partition ends:
-`read(reader, with_metadata_end=False)`, which takes 0.
+`read(reader, with_metadata_end=False)`, which takes 0. `log_starts`: per partition of a live
+incarnation, the largest log start a DELETE_RECORDS entry of the prefix moved it to (only
+partitions that had one); a table written before they existed (journal format 2 or 3) has
+none: `with_log_starts=False`.
 
 Request:  i32 follower | i32 epoch | str topic | i32 id_epoch | i64 id_index | u32 partition
           | i64 offset | i64 end_offset | u32 max_bytes
@@ -70,6 +74,7 @@ class Snapshot:
     topics: tuple[SnapshotTopic, ...] = ()  # sorted by name
     partition_ends: tuple[PartitionEnd, ...] = ()  # sorted by (topic, partition)
     metadata_end_seen: int = 0  # a data group's topic mirror watermark (see the docstring)
+    log_starts: tuple[PartitionEnd, ...] = ()  # DELETE_RECORDS' starts, as (topic, p, offset)
 
     @property
     def last_epoch(self) -> int:
@@ -87,15 +92,19 @@ class Snapshot:
         writer.u32(len(self.partition_ends))
         for end in self.partition_ends:
             writer.string(end.topic).u32(end.partition).i64(end.end_offset)
-        return writer.i64(self.metadata_end_seen)
+        writer.i64(self.metadata_end_seen).u32(len(self.log_starts))
+        for start in self.log_starts:
+            writer.string(start.topic).u32(start.partition).i64(start.end_offset)
+        return writer
 
     def encode(self) -> bytes:
         return self.write(BodyWriter()).getvalue()
 
     @classmethod
-    def read(cls, reader: BodyReader, *, with_metadata_end: bool = True) -> Snapshot:
+    def read(cls, reader: BodyReader, *, with_metadata_end: bool = True,
+             with_log_starts: bool = True) -> Snapshot:
         """`with_metadata_end`: False for a table written before `metadata_end_seen` existed
-        (it reads as 0)."""
+        (it reads as 0); `with_log_starts`: False for one written before `log_starts`."""
         end = reader.i64("snapshot end")
         epochs = tuple((reader.i32("snapshot epoch"), reader.i64("snapshot epoch start"))
                        for _ in range(reader.count(_EPOCH_BYTES, "snapshot epochs")))
@@ -106,13 +115,20 @@ class Snapshot:
                                   reader.u32("partition"), reader.i64("end_offset"))
                      for _ in range(reader.count(_PARTITION_BYTES_MIN, "snapshot partitions")))
         metadata_end_seen = reader.i64("metadata_end_seen") if with_metadata_end else 0
-        return cls(end, epochs, topics, ends, metadata_end_seen)
+        starts: tuple[PartitionEnd, ...] = ()
+        if with_metadata_end and with_log_starts:
+            starts = tuple(
+                PartitionEnd(reader.string("snapshot log start topic"), reader.u32("partition"),
+                             reader.i64("log_start"))
+                for _ in range(reader.count(_PARTITION_BYTES_MIN, "snapshot log starts")))
+        return cls(end, epochs, topics, ends, metadata_end_seen, starts)
 
     @classmethod
     def decode(cls, buf, error=InvalidResponseError, *,
-               with_metadata_end: bool = True) -> Snapshot:
+               with_metadata_end: bool = True, with_log_starts: bool = True) -> Snapshot:
         reader = BodyReader(buf, error)
-        snapshot = cls.read(reader, with_metadata_end=with_metadata_end)
+        snapshot = cls.read(reader, with_metadata_end=with_metadata_end,
+                            with_log_starts=with_log_starts)
         reader.finish()
         return snapshot
 

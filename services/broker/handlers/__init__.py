@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.kaska.protocol.create_topic import VERSIONS as CREATE_TOPIC_VERSIONS
+from common.kaska.protocol.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from common.kaska.protocol.delete_topic import VERSIONS as DELETE_TOPIC_VERSIONS
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.list_topics import VERSIONS as LIST_TOPICS_VERSIONS
@@ -17,6 +18,7 @@ from services.broker.handlers import (
     authenticate,
     commit_offset,
     create_topic,
+    delete_records,
     delete_topic,
     fetch,
     fetch_committed,
@@ -53,6 +55,7 @@ HANDLERS: dict[int, Handler] = {
     Api.COMMIT_OFFSET: _v0(commit_offset),
     Api.FETCH_COMMITTED: _v0(fetch_committed),
     Api.AUTHENTICATE: _v0(authenticate),
+    Api.DELETE_RECORDS: Handler(DELETE_RECORDS_VERSIONS, delete_records.handle),
     Api.VOTE: _v0(vote),
     Api.REPLICA_FETCH: _v0(replica_fetch),
     Api.SNAPSHOT_FETCH: _v0(snapshot_fetch),

@@ -122,11 +122,13 @@ def _batch_slices(journal: Journal, group_log: Log, entry: JournalEntry
         partition = group_log.partition(entry.topic, entry.partition)
         if partition.log_end_offset < entry.end_offset:
             found = _UNPUBLISHED
-        elif entry.base_offset < partition.log_start_offset:
+        elif entry.base_offset < partition.held_start_offset:
             found = None
         else:
+            # Below a DeleteRecords log start but still on disk: a follower holds the same
+            # bytes as the leader (its committed DELETE_RECORDS entry hides them there too).
             found = partition.read(entry.base_offset, entry.batch_bytes,
-                                   upto_offset=entry.end_offset)
+                                   upto_offset=entry.end_offset, below_start=True)
     except (UnknownTopicOrPartitionError, PartitionClosedError):
         return None  # deleted since
     if journal.incarnation(entry.topic) != entry.topic_id:

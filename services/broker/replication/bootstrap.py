@@ -144,13 +144,13 @@ def adopt_unjournaled_data(node_id: int, journal: Journal, log_store: Log,
 
 def _adopt_partition(journal: Journal, log_store: Log, topic: str, partition: int) -> None:
     partition_log = log_store.partition(topic, partition)
-    offset = partition_log.log_start_offset
+    offset = partition_log.held_start_offset  # a directory from before DeleteRecords
     end = partition_log.log_end_offset
     if offset > 0:
         _journal_adopted(journal, EntryKind.SKIPPED, topic=topic, partition=partition,
                          base_offset=0, record_count=offset)
     while offset < end:
-        chunk = partition_log.read_bytes(offset, 1 << 20, upto_offset=end)
+        chunk = partition_log.read_bytes(offset, 1 << 20, upto_offset=end, below_start=True)
         for header, _batch in iter_batches(chunk):
             _journal_adopted(journal, EntryKind.BATCH, topic=topic, partition=partition,
                              base_offset=header.base_offset,

@@ -7,8 +7,9 @@ It owns three numbers and a table:
   high watermarks of the compacted prefix (all of it is committed);
 - `applied`: entries below it are applied (in memory: the high watermarks);
 - `effects_from`: the effects of the entries below it (a DELETE_TOPIC's removal of its
-  incarnation) were done before this start (issue 20, finding 1), so they only rebuild the high
-  watermarks; every committed entry is carried out once, across restarts.
+  incarnation, a DELETE_RECORDS' move of its partition's log start) were done before this
+  start (issue 20, finding 1), so they only rebuild the high watermarks; every committed entry
+  is carried out once, across restarts.
 
 Invariants: entries are applied one by one in index order, and only committed ones; `applied`
 never goes back except when a snapshot replaces the journal (`install`, which moves it to the
@@ -66,6 +67,11 @@ class CommitApplier:
                 if entry.index >= self.effects_from:
                     self._effects.delete_incarnation(entry)
                     deleted = True
+            elif kind is EntryKind.DELETE_RECORDS and entry.index >= self.effects_from:
+                # At commit, never at append: deleted segments cannot come back if a
+                # truncation removes the entry. Persisted by the partition (its log start
+                # file), so the applied index need not be.
+                self._effects.delete_records(entry)
             self.applied = entry.index + 1
         self.applied = max(self.applied, commit)
         return touched, deleted

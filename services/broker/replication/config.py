@@ -133,3 +133,4 @@ class ReplicationCounters:
     transfer_candidacies: int = 0  # elections this broker stood in on a TIMEOUT_NOW
     lease_waits: int = 0  # writes that found the lease lapsed and waited for it
     followers_stalled: int = 0  # episodes of a follower stuck behind this leader (reported once)
+    records_deleted: int = 0  # offsets committed DELETE_RECORDS moved below the log starts here

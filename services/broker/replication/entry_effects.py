@@ -10,7 +10,11 @@ It owns the order of those writes, which recovery (`reconcile`) relies on:
 - truncating: the data of the dropped entries first (partitions cut, topics they created
   deleted), then the journal; a crash in between is repaired by reconcile at the next start;
 - a DELETE_TOPIC removes only the incarnation it names (Kafka's topic ids): a topic of that
-  name re-created later stays.
+  name re-created later stays;
+- a committed DELETE_RECORDS moves its partition's log start (persisted by the partition
+  before any segment is deleted) only in the incarnation it names, never past the partition's
+  end; the snapshot's log starts (DELETE_RECORDS entries compacted away) are enforced the same
+  way after a snapshot install and at every start (idempotent: a start only moves forward).
 
 Invariants: entries are applied one by one in index order, each whole; a partition never holds
 bytes past its journal after an apply (foreign bytes are cut first); a CREATE_TOPIC of a name
@@ -19,7 +23,8 @@ one by one gives (issue 20, finding 4). High watermarks of a topic that makes wa
 (snapshot.forget_topic).
 
 Threads: `apply`, `cut` run on the replication loop thread under the node's `_lock`;
-`delete_incarnation` under `_lock` on whichever thread advanced the commit; `sync_partitions`
+`delete_incarnation` and `delete_records` under `_lock` on whichever thread advanced the
+commit; `enforce_log_starts` under `_lock` (install, start); `sync_partitions`
 outside `_lock` (under the node's `_sync_lock`, or on the loop thread before a compaction).
 The journal and the partitions take their own locks (after `_lock`, in that order).
 """
@@ -29,11 +34,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from common.kaska.errors import UnknownTopicOrPartitionError
+from common.kaska.errors import KaskaStorageError, UnknownTopicOrPartitionError
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
+from common.kaska.protocol.snapshot_fetch import Snapshot
 from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.replication.config import ReplicationCounters
 from services.broker.replication.journal import Journal, JournalEntry
-from services.broker.replication.snapshot import forget_topic
+from services.broker.replication.snapshot import forget_topic, log_starts
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 
@@ -44,11 +51,13 @@ HighWatermarks = dict[tuple[str, int], int]
 
 class EntryEffects:
     def __init__(self, node_id: int, journal: Journal, log_store: Log,
-                 on_topic_deleted: Callable[[str], None]) -> None:
+                 on_topic_deleted: Callable[[str], None],
+                 counters: ReplicationCounters | None = None) -> None:
         self._node_id = node_id
         self._journal = journal
         self._log = log_store
         self._on_topic_deleted = on_topic_deleted
+        self._counters = counters or ReplicationCounters()
 
     # -- a follower's apply of the leader's entries -----------------------------------------
 
@@ -158,6 +167,46 @@ class EntryEffects:
         if topic in self._log.topics():
             self._log.delete_topic(topic)
         self._on_topic_deleted(topic)
+
+    # -- a committed DELETE_RECORDS --------------------------------------------------------
+
+    def delete_records(self, entry: JournalEntry) -> None:
+        """Move the partition's log start to the entry's offset, in the incarnation the entry
+        names only (a re-created topic's partition is another log)."""
+        if entry.topic_id is not None and self._journal.incarnation(entry.topic) \
+                != entry.topic_id:
+            log.info("broker %d: DeleteRecords of %s/%d (entry %d) names an incarnation no "
+                     "longer live; nothing moved", self._node_id, entry.topic,
+                     entry.partition, entry.index)
+            return
+        self._move_start(entry.topic, entry.partition, entry.base_offset, f"entry {entry.index}")
+
+    def enforce_log_starts(self, snapshot: Snapshot) -> None:
+        """Every log start the snapshot keeps (DELETE_RECORDS entries it folded in)."""
+        for (topic, partition), offset in sorted(log_starts(snapshot).items()):
+            self._move_start(topic, partition, offset, f"snapshot below {snapshot.end}")
+
+    def _move_start(self, topic: str, number: int, offset: int, why: str) -> None:
+        try:
+            if topic not in self._log.topics():
+                return  # deleted since, or an internal topic not held here
+            partition = self._log.partition(topic, number)
+            # Never past the end: a partition that lost bytes it once held (a power cut under
+            # fsync policy `none`) restarts its history there, as reconcile lets it.
+            moved = partition.delete_records(min(offset, partition.log_end_offset))
+        except (UnknownTopicOrPartitionError, PartitionClosedError):
+            return  # not held by this group's Log, or deleted meanwhile
+        except KaskaStorageError as exc:
+            # A full disk refused the log start file: nothing moved here; the records stay
+            # readable on this broker until a later DeleteRecords or restart moves it.
+            log.error("broker %d: DeleteRecords of %s/%d to %d (%s) not applied: %s",
+                      self._node_id, topic, number, offset, why, exc)
+            return
+        if moved.records_deleted:
+            self._counters.records_deleted += moved.records_deleted
+            log.info("broker %d: %s/%d log start %d -> %d (%s; %d segment(s) deleted)",
+                     self._node_id, topic, number, moved.previous, moved.start, why,
+                     moved.segments_deleted)
 
     # -- durability ------------------------------------------------------------------------
 

@@ -101,12 +101,14 @@ def answer_snapshot_fetch(request: SnapshotFetchRequest, state: raft.RaftState,
         return gone
     try:
         partition = log_store.partition(request.topic, request.partition)
-        start = partition.log_start_offset
+        # The bytes held (whole batches), below a DeleteRecords log start too: the snapshot's
+        # log starts move the follower's start afterwards (EntryEffects.enforce_log_starts).
+        start = partition.held_start_offset
         upto = min(request.end_offset, high_watermark(request.topic, request.partition),
                    partition.log_end_offset)
         offset = max(request.offset, start)
         slices = partition.read(offset, min(request.max_bytes, config.fetch_bytes_max),
-                                upto_offset=upto) if offset < upto else []
+                                upto_offset=upto, below_start=True) if offset < upto else []
     except (UnknownTopicOrPartitionError, PartitionClosedError):
         return gone  # deleted meanwhile
     return SnapshotFetchResponse(state.epoch, config.node_id, SnapshotFetchOutcome.DATA,

@@ -6,11 +6,12 @@ partition files hold the bytes BATCH entries point at.
 File format (`DIR/journal.log`), big-endian:
 
     0   4  magic           b"KJNL"
-    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 3 for a compacted journal (2: one
+    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 4 for a compacted journal (2: one
                            compacted before the snapshot table ended with the topic mirror's
-                           watermark; still read, the watermark 0)
+                           watermark; still read, the watermark 0; 3: before it ended with
+                           DELETE_RECORDS' log starts; still read, none)
     6   2  reserved        0
-    (versions 2, 3)   u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
+    (versions 2, 3, 4) u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
                       of the compacted prefix, every entry below its `end` (snapshot.py)
     ..  records back to back, one per entry, the first one's index the snapshot's end (0 for
         version 1):
@@ -142,9 +143,13 @@ log = logging.getLogger(__name__)
 JOURNAL_FILE = "journal.log"
 JOURNAL_MAGIC = b"KJNL"
 JOURNAL_FORMAT_VERSION = 1
-JOURNAL_FORMAT_VERSION_COMPACTED = 3  # a snapshot follows the header
+JOURNAL_FORMAT_VERSION_COMPACTED = 4  # a snapshot follows the header
+# A snapshot follows whose table predates `log_starts` (read, never written).
+JOURNAL_FORMAT_VERSION_COMPACTED_V3 = 3
 # A snapshot follows whose table predates `metadata_end_seen` (read, never written).
 JOURNAL_FORMAT_VERSION_COMPACTED_V2 = 2
+_COMPACTED_VERSIONS = (JOURNAL_FORMAT_VERSION_COMPACTED, JOURNAL_FORMAT_VERSION_COMPACTED_V3,
+                       JOURNAL_FORMAT_VERSION_COMPACTED_V2)
 NO_EPOCH = -1  # end_of_epoch's answer when no epoch qualifies (same value as raft.NO_EPOCH)
 TOPIC_BYTES_MAX = 249
 
@@ -428,7 +433,7 @@ def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
         raise CorruptJournalError(f"{path}: bad magic {magic!r}")
     if version == JOURNAL_FORMAT_VERSION:
         return Snapshot(), FILE_HEADER_BYTES
-    if version not in (JOURNAL_FORMAT_VERSION_COMPACTED, JOURNAL_FORMAT_VERSION_COMPACTED_V2):
+    if version not in _COMPACTED_VERSIONS:
         raise CorruptJournalError(f"{path}: unknown format version {version}")
     # The snapshot was fsynced before the file was renamed into place: no crash tears it.
     prefix = os.pread(fd, RECORD_PREFIX_BYTES, FILE_HEADER_BYTES)
@@ -441,7 +446,8 @@ def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
                                   "fails its crc32c")
     try:
         snapshot = check_snapshot(Snapshot.decode(
-            payload, with_metadata_end=version == JOURNAL_FORMAT_VERSION_COMPACTED))
+            payload, with_metadata_end=version != JOURNAL_FORMAT_VERSION_COMPACTED_V2,
+            with_log_starts=version == JOURNAL_FORMAT_VERSION_COMPACTED))
     except (InvalidResponseError, OutOfRangeFieldError) as exc:
         raise CorruptJournalError(f"{path}: unreadable snapshot: {exc}") from None
     return snapshot, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + length

@@ -185,7 +185,7 @@ class ReplicationNode:
         quorum, self.identity = opened.quorum, opened.identity
         applied, commit = opened.applied, opened.commit
         self._effects = EntryEffects(config.node_id, self.journal, log_store,
-                                     self._on_topic_deleted)
+                                     self._on_topic_deleted, self.counters)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._syncing = config.fsync is ReplicationFsync.ENTRY
@@ -212,6 +212,8 @@ class ReplicationNode:
             self.journal, self._effects,
             effects_from=max(min(applied, self.journal.end), self.journal.start))
         with self._lock:
+            # DeleteRecords folded into the snapshot: their entries are gone, their starts not.
+            self._effects.enforce_log_starts(self.journal.snapshot)
             self._apply_commits_locked(commit)
         self._persisted_commit = commit
         self._persisted_at_s = clock()
@@ -284,6 +286,12 @@ class ReplicationNode:
 
     def high_watermark(self, topic: str, partition: int) -> int:
         return self._commits.high_watermark(topic, partition)
+
+    @property
+    def applied(self) -> int:
+        """Every committed entry below it has had its effects here (commit_apply.py); read
+        under `_lock` (a `wait_changed` predicate) it includes the commit just published."""
+        return self._commits.applied
 
     def entry_committed(self, index: int, epoch: int) -> bool:
         """Whether the committed prefix holds THE entry (index, epoch) -- not merely something
@@ -885,6 +893,9 @@ class ReplicationNode:
                                   topic, number, end, described):
                 return
         with self._lock:
+            # Before the journal: a crash in between restarts from the old journal, whose
+            # install starts over; after it, the start enforces the snapshot's log starts.
+            self._effects.enforce_log_starts(snapshot)
             self.journal.install(snapshot)
             self._truncation_generation += 1
             self._synced_end = snapshot.end  # the journal and every copied byte are synced

@@ -222,11 +222,11 @@ def _first_missing_batch(partition: PartitionLog, batches: list[JournalEntry]) -
 
 def _holds(partition: PartitionLog, entry: JournalEntry) -> bool:
     """Whether the batch at the entry's base offset is the entry's (offsets, size)."""
-    if entry.base_offset < partition.log_start_offset:
-        return True  # retention (or a restart) removed it: nothing left to compare
+    if entry.base_offset < partition.held_start_offset:
+        return True  # retention, DeleteRecords (or a restart) removed it: nothing to compare
     try:
         slices = partition.read(entry.base_offset, entry.batch_bytes,
-                                upto_offset=entry.end_offset)
+                                upto_offset=entry.end_offset, below_start=True)
     except OffsetOutOfRangeError:
         return False
     if not slices:

@@ -14,6 +14,10 @@ replication need of the prefix:
   on disk, and a DELETE_TOPIC after the snapshot names them;
 - every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
   live incarnation): the high watermark the prefix makes, and the bytes `reconcile` expects;
+- every partition's log start a DELETE_RECORDS entry of the prefix moved it to (the largest
+  one; only for live incarnations): a follower that installs the snapshot, and a broker that
+  restarts from it, move their own log starts there, so a compacted DeleteRecords is never lost
+  (its entry no longer exists to be applied);
 - in a data group, `metadata_end_seen`: the largest metadata group prefix end its topic mirror
   entries carried (journal.py, `metadata_end_seen`): the mirror never acts on a copy of the
   metadata group shorter than that (topic_mirror.py), so it must outlive the entries that
@@ -50,6 +54,8 @@ class CommittedEntry(Protocol):
     partition: int
     partitions: int
 
+    base_offset: int
+
     @property
     def end_offset(self) -> int: ...
 
@@ -59,7 +65,8 @@ class CommittedEntry(Protocol):
     @property
     def metadata_end_seen(self) -> int: ...
 
-__all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "partition_ends"]
+__all__ = ["NO_TOPIC_ID", "Snapshot", "advance", "forget_topic", "log_starts",
+           "partition_ends"]
 
 
 def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
@@ -68,6 +75,7 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
     epochs = list(snapshot.epochs)
     topics = {topic.name: topic for topic in snapshot.topics}
     ends = partition_ends(snapshot)
+    starts = log_starts(snapshot)
     end = snapshot.end
     metadata_end_seen = snapshot.metadata_end_seen
     for entry in entries:
@@ -79,11 +87,16 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
         kind, name = entry.kind, entry.topic
         if kind is EntryKind.CREATE_TOPIC:
             forget_topic(ends, name)
+            forget_topic(starts, name)
             id_epoch, id_index = entry.carried_topic_id or (entry.epoch, entry.index)
             topics[name] = SnapshotTopic(name, id_epoch, id_index, entry.partitions)
         elif kind is EntryKind.DELETE_TOPIC:
             forget_topic(ends, name)
+            forget_topic(starts, name)
             topics.pop(name, None)
+        elif kind is EntryKind.DELETE_RECORDS and (name in topics or is_internal(name)):
+            key = (name, entry.partition)
+            starts[key] = max(starts.get(key, 0), entry.base_offset)
         elif kind in (EntryKind.BATCH, EntryKind.SKIPPED) and (name in topics
                                                                 or is_internal(name)):
             key = (name, entry.partition)
@@ -91,13 +104,20 @@ def advance(snapshot: Snapshot, entries: Iterable[CommittedEntry]) -> Snapshot:
     return Snapshot(end, tuple(epochs), tuple(topics[name] for name in sorted(topics)),
                     tuple(PartitionEnd(topic, partition, offset)
                           for (topic, partition), offset in sorted(ends.items())),
-                    metadata_end_seen)
+                    metadata_end_seen,
+                    tuple(PartitionEnd(topic, partition, offset)
+                          for (topic, partition), offset in sorted(starts.items())))
 
 
 def forget_topic(ends: dict[tuple[str, int], int], topic: str) -> None:
     """Drop every partition's end (or high watermark) of `topic`: its incarnation is gone."""
     for key in [key for key in ends if key[0] == topic]:
         del ends[key]
+
+
+def log_starts(snapshot: Snapshot) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the log start DELETE_RECORDS entries of the prefix set."""
+    return {(start.topic, start.partition): start.end_offset for start in snapshot.log_starts}
 
 
 def partition_ends(snapshot: Snapshot) -> dict[tuple[str, int], int]:

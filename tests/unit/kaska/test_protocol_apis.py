@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from common.kaska import protocol as p
 from common.kaska.errors import InvalidRequestError, InvalidResponseError, UnsupportedVersionError
 from common.kaska.protocol import frames
+from common.kaska.protocol.delete_records import PartitionDelete, PartitionDeleted
 from common.kaska.protocol.metadata import BrokerInfo, PartitionInfo
 from common.kaska.protocol.produce import ProducePrefix, read_prefix
 from common.kaska.protocol.topic_id import TopicId
@@ -34,6 +35,9 @@ REQUESTS = [
     p.CommitOffsetRequest("group-1", "t", 2, 17),
     p.FetchCommittedRequest("g", "t", 0),
     p.AuthenticateRequest(b"s3cret"),
+    p.DeleteRecordsRequest("t", (PartitionDelete(0, 12345678901), PartitionDelete(3, -1)),
+                           TopicId(3, 9)),
+    p.DeleteRecordsRequest("t", (PartitionDelete(1023, 0),)),
 ]
 
 RESPONSES = [
@@ -44,6 +48,7 @@ RESPONSES = [
     p.ListTopicsResponse({"a": 1, "b": 4}),
     p.MessageLengthResponse(300),
     p.FetchCommittedResponse(-1),
+    p.DeleteRecordsResponse((PartitionDeleted(0, 0, 17), PartitionDeleted(2, 6, -1))),
     p.EmptyResponse(),
 ]
 
@@ -101,7 +106,7 @@ def test_a_version_1_delete_is_only_ever_read_with_its_incarnation():
 
 
 @pytest.mark.parametrize("request_type", [p.CreateTopicRequest, p.DeleteTopicRequest,
-                                          p.ListTopicsRequest])
+                                          p.ListTopicsRequest, p.DeleteRecordsRequest])
 def test_topic_api_versions_beyond_ours_are_unsupported(request_type):
     with pytest.raises(UnsupportedVersionError):
         request_type.decode(b"", 2)

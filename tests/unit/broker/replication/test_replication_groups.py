@@ -200,7 +200,7 @@ def test_a_metadata_groups_own_entries_carry_no_watermark(tmp_path):
 
 def test_a_journal_compacted_before_the_watermark_existed_still_opens(tmp_path):
     """Format version 2: its snapshot table ends after the partition ends; it reads as
-    watermark 0, and the next compaction writes version 3."""
+    watermark 0, and the next compaction writes the current version (4)."""
     journal = _data_group_journal(tmp_path / "j")
     journal.compact(2)
     snapshot = journal.snapshot
@@ -208,7 +208,9 @@ def test_a_journal_compacted_before_the_watermark_existed_still_opens(tmp_path):
     path = tmp_path / "j" / JOURNAL_FILE
     table = snapshot.encode()
     records = path.read_bytes()[FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + len(table):]
-    old_table = table[:-8]  # without the trailing i64 watermark
+    # Without the trailing i64 watermark and the (empty) u32 count of log starts.
+    assert not snapshot.log_starts
+    old_table = table[:-12]
     path.write_bytes(b"KJNL\x00\x02\x00\x00" + struct.pack(
         ">II", len(old_table), crc32c.crc32c(old_table)) + old_table + records)
     reopened = Journal(tmp_path / "j")
@@ -219,7 +221,7 @@ def test_a_journal_compacted_before_the_watermark_existed_still_opens(tmp_path):
         reopened.compact(4)
     finally:
         reopened.close()
-    assert path.read_bytes()[:8] == b"KJNL\x00\x03\x00\x00"
+    assert path.read_bytes()[:8] == b"KJNL\x00\x04\x00\x00"
     again = Journal(tmp_path / "j")
     try:
         assert again.snapshot.metadata_end_seen == 9
