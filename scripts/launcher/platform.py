@@ -168,6 +168,7 @@ class LocalPlatform:
             "--secret-file", str(self.secret_file),
             "--ui-port", str(self.spark_ui_port),
             "--metrics-listen", f"127.0.0.1:{self.service_metrics_port}",
+            "--state-dir", str(self.layout.run_dir / SERVICE_NAME),
             *self.service_argv_extra])
         pid = self.spawn(SERVICE_NAME)
         console.say(f"  started {SERVICE_NAME:<16} pid {pid:<7} Spark {self.master}, "

@@ -113,6 +113,10 @@ class _Progress(StreamingQueryListener):
         end = progress.sources[0].endOffset
         if not end:
             return
+        if progress.numInputRows:
+            log.info("micro-batch %d folded: %d rows in %.2f s (%s)", progress.batchId,
+                     progress.numInputRows, progress.durationMs.get("triggerExecution", 0) / 1000,
+                     ", ".join(f"{k} {v} ms" for k, v in sorted(progress.durationMs.items())))
         self._on_folded(progress.batchId, parse_source_offsets(json.loads(end)))
 
 
