@@ -30,7 +30,9 @@ Response: i32 epoch | i32 leader_id | u8 outcome | i64 log_start_offset | data (
                       the leader's high watermark (sendfile from the segment files)
           GONE:       the leader holds no such incarnation or partition (deleted since)
           NOT_LEADER: the receiver does not lead `epoch`
-`log_start_offset`: the leader's; a follower ending below it restarts there (retention).
+`log_start_offset`: the first offset the leader holds bytes of (its first segment's base, at or
+below a DeleteRecords log start, which the snapshot's `log_starts` carry); a follower ending
+below it restarts there (retention, DeleteRecords).
 Pure data classes; thread-safe.
 """
 

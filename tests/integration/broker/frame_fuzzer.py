@@ -172,6 +172,15 @@ class FrameFactory:
                                         partition, rng.randint(0, 1 << 40),
                                         rng.randint(0, 1 << 40), rng.randint(0, 1 << 24)
                                         ).encode()
+        if api == Api.DELETE_RECORDS:
+            # Version 0 (no topic id); offsets from -1 (the high watermark) past any end,
+            # partitions past the topic's; sometimes one named twice (refused whole).
+            items = [(rng.randint(0, 5), rng.choice((-1, 0, rng.randint(0, 80), 1 << 40)))
+                     for _ in range(rng.randint(0, 4))]
+            writer = BodyWriter().u32(len(items))
+            for item_partition, offset in items:
+                writer.u32(item_partition).i64(offset)
+            return head + writer.getvalue()
         assert api == Api.AUTHENTICATE, api
         return AuthenticateRequest(rng.randbytes(rng.randint(0, 40))).encode()
 
@@ -244,7 +253,7 @@ class FrameFactory:
     def _hostile_topic(self) -> Frame:
         api = self.rng.choice((Api.PRODUCE, Api.FETCH, Api.LIST_OFFSETS, Api.METADATA,
                                Api.CREATE_TOPIC, Api.DELETE_TOPIC, Api.MESSAGE_LENGTH,
-                               Api.COMMIT_OFFSET, Api.FETCH_COMMITTED))
+                               Api.COMMIT_OFFSET, Api.FETCH_COMMITTED, Api.DELETE_RECORDS))
         body = self.valid_body(api, self.rng.choice(HOSTILE_TOPICS))
         if self.rng.random() < 0.2:  # a name "over 65,535 bytes": the u16 prefix lies
             body = b"\xff\xff" + b"y" * 70_000

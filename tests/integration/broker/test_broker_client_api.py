@@ -228,3 +228,24 @@ def test_unknown_topic_is_reported(broker):
     with Consumer(broker.address, **FAST_FAIL_OPTIONS) as consumer, \
             pytest.raises(UnknownTopicOrPartitionError):
         consumer.subscribe("no-such-topic")
+
+
+def test_delete_records_on_a_broker_of_one(admin, producer, consumer, topic_name):
+    """A cluster of one commits its DELETE_RECORDS at once: the start moves, a fetch below it
+    is out of range, ListOffsets earliest answers it, the records from it on are intact."""
+    admin.create_topic(topic_name, partitions=2)
+    for n in range(10):
+        producer.send_msg(topic_name, b"r%d" % n, partition=1)
+    assert admin.delete_records(topic_name, {1: 4, 0: -1}) == {0: 0, 1: 4}
+    assert consumer.start_offset(topic_name, 1) == 4
+    consumer.seek(topic_name, 3, partition=1)
+    with pytest.raises(OffsetOutOfRangeError):
+        consumer.poll(timeout_s=2.0)
+    consumer.seek(topic_name, 4, partition=1)
+    assert consumer.poll(timeout_s=5.0).value == b"r4"
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records(topic_name, {1: 11})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.delete_records(f"{topic_name}-missing", {0: 1})
+    with pytest.raises(InvalidTopicError):
+        admin.delete_records("__offsets", {0: 1})

@@ -5,6 +5,7 @@ snapshot keeping a compacted DeleteRecords."""
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from common.kaska.protocol.delete_records import (
 )
 from common.kaska.protocol.fetch import FetchRequest
 from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from common.kaska.protocol.metadata import BrokerInfo
 from common.kaska.protocol.peer_auth import OutOfRangeFieldError
 from common.kaska.protocol.replica_fetch import (
     EntryHeader,
@@ -39,6 +41,10 @@ from common.kaska.protocol.replication_bounds import check_fetch_response
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
 from services.broker.body import RequestBody
 from services.broker.handlers import delete_records, fetch, list_offsets
+from services.broker.kafka import fetch as kafka_fetch
+from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.errors import NONE as KAFKA_NONE
+from services.broker.kafka.errors import OFFSET_OUT_OF_RANGE as KAFKA_OUT_OF_RANGE
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.snapshot import log_starts
@@ -124,6 +130,19 @@ def test_the_leader_moves_the_start_once_committed_and_frees_segments(leader):
     with pytest.raises(OffsetOutOfRangeError):
         leader.handlers.call(fetch, FetchRequest("t", 0, 16, 1 << 20, 0))
     assert node.counters.records_deleted == 17
+
+
+def test_the_kafka_listener_fetch_refuses_below_the_start_and_names_it(leader):
+    with follower_keeping_up(leader.node):
+        leader.handlers.delete((0, 17))
+    kctx = KafkaContext(broker=leader.handlers.ctx, node_id=1,
+                        brokers=(BrokerInfo(1, "127.0.0.1", 19092),), cluster_id="c",
+                        rng=random.Random(1), groups=None)
+    below = kafka_fetch._read_partition(kctx, kafka_fetch.Wanted("t", 0, 16, 1 << 20), 1 << 20)
+    assert (below.error_code, below.log_start_offset) == (KAFKA_OUT_OF_RANGE, 17)
+    at = kafka_fetch._read_partition(kctx, kafka_fetch.Wanted("t", 0, 17, 1 << 20), 1 << 20)
+    assert (at.error_code, at.log_start_offset, at.high_watermark) == (KAFKA_NONE, 17, RECORDS)
+    assert at.records
 
 
 def test_minus_one_is_the_high_watermark(leader):
