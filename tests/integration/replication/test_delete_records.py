@@ -24,6 +24,7 @@ from common.kaska.errors import KaskaError, OffsetOutOfRangeError
 from common.kaska.protocol.fetch import FetchRequest
 from common.kaska.protocol.list_offsets import ListOffsetsRequest
 from common.kaska.record_batch import iter_batches, iter_records
+from services.broker.replication.placement import group_directory, group_of
 from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import (
     FAST_ELECTIONS,
@@ -34,7 +35,7 @@ from tests.integration.replication.workload import CLIENT_TIMEOUTS, RIDE_OUT_RET
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOPIC = "windowed"
+TOPIC = "windowed.s1"  # partition 0 in group 1 of 3 (a data group), group 0 of 1
 SEGMENT_BYTES = 16 * 1024
 RECORD_BYTES = 1000
 RECORDS = 120
@@ -77,10 +78,15 @@ def wait_until(predicate, what: str, timeout_s: float = WAIT_S):
 
 
 def segment_bases(cluster, i: int) -> list[int]:
-    """Base offsets of broker i's segment files of TOPIC/0 (one replication group: the data
-    directory itself)."""
-    directory = cluster.brokers[i].data_dir / TOPIC / "0"
+    """Base offsets of broker i's segment files of TOPIC/0 (in its replication group's
+    directory: the data directory itself for group 0)."""
+    group = group_of(TOPIC, 0, cluster.groups)
+    directory = group_directory(cluster.brokers[i].data_dir, group) / TOPIC / "0"
     return sorted(int(path.stem) for path in directory.glob("*.log"))
+
+
+def partition_leader(cluster, among=None) -> int:
+    return cluster.group_leader(group_of(TOPIC, 0, cluster.groups), among=among).leader_id
 
 
 def freed_below(cluster, i: int, start: int) -> bool:
@@ -131,10 +137,14 @@ def records_from(cluster, offset: int) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("groups", [1, 3])
 def test_records_go_on_every_broker_stay_gone_after_failover_and_a_retry_is_a_duplicate(
-        make_cluster):
+        make_cluster, groups):
+    """With three replication groups the partition lives in data group 1 (its own journal,
+    leader and directory `@group-1`), whose leader is the one killed."""
+    assert group_of(TOPIC, 0, groups) == (0 if groups == 1 else 1)
     started = time.monotonic()
-    cluster = make_cluster(extra_args=(*FAST_ELECTIONS, *SMALL_SEGMENTS))
+    cluster = make_cluster(extra_args=(*FAST_ELECTIONS, *SMALL_SEGMENTS), groups=groups)
     cluster.create_topic(TOPIC, 1)
     writer = uuid.uuid4()
     produce(cluster, writer, 0, RECORDS)
@@ -167,10 +177,10 @@ def test_records_go_on_every_broker_stay_gone_after_failover_and_a_retry_is_a_du
         assert resumed.send_batch(TOPIC, 0, [payload(RECORDS)], sequence=RECORDS) == RECORDS
     assert records_from(cluster, RECORDS) == [(RECORDS, payload(RECORDS))]
 
-    # The leader dies: its successor refuses the deleted offsets too.
-    leader = cluster.leader_id()
+    # The partition's leader dies: its successor refuses the deleted offsets too.
+    leader = partition_leader(cluster)
     cluster.kill(leader, signal.SIGKILL)
-    successor = cluster.leader(among=cluster.others(leader)).leader_id
+    successor = partition_leader(cluster, among=cluster.others(leader))
     assert successor != leader
     answered_by, refused = leader_answer(cluster, FetchRequest(TOPIC, 0, RECORDS - 1, 1 << 20,
                                                                0))
@@ -186,7 +196,8 @@ def test_records_go_on_every_broker_stay_gone_after_failover_and_a_retry_is_a_du
         assert freed_below(cluster, i, RECORDS), (i, segment_bases(cluster, i))
     assert records_from(cluster, RECORDS) == [(RECORDS, payload(RECORDS))], "stored once"
     assert not cluster.safety_lines()
-    print(f"\n[delete records] 3 brokers, {RECORDS} records in 16 KiB segments; moved to 100, "
+    print(f"\n[delete records] 3 brokers, {groups} group(s), {RECORDS} records in 16 KiB "
+          f"segments; moved to 100, "
           f"then the high watermark; leader {leader} killed, {successor} refused below; "
           f"{time.monotonic() - started:.1f} s")
 
@@ -201,7 +212,7 @@ def test_a_follower_paused_through_the_delete_and_a_compaction_frees_its_segment
     writer = uuid.uuid4()
     produce(cluster, writer, 0, RECORDS)
     cluster.wait_caught_up(TOPIC, [0])
-    leader = cluster.leader_id()
+    leader = partition_leader(cluster)
     follower = cluster.others(leader)[0]
     before = segment_bases(cluster, follower)
 
