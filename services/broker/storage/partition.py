@@ -87,6 +87,7 @@ from services.broker.storage.errors import (
     CorruptSegmentError,
     PartitionClosedError,
     ReplicaOffsetMismatchError,
+    StorageFullError,
 )
 from services.broker.storage.log_start import (
     LOG_START_FILE,
@@ -167,7 +168,7 @@ class PartitionLog:
         self._start = read_log_start(self.directory)
         with self._lock:
             # A crash between persisting a start and deleting the segments below it.
-            self._delete_below_start_locked("delete records (recovered)")
+            self._free_below_start_locked("delete records (recovered)")
 
     # -- state ---------------------------------------------------------------------------
 
@@ -553,21 +554,35 @@ class PartitionLog:
             self._persist_start_locked(offset)
             if offset == self._leo and not self._view[0][-1].is_empty:
                 self._dirty = True
-                self._roll_locked()  # so the active segment's bytes can go too
-            deleted = self._delete_below_start_locked("delete records")
-            return StartMoved(previous, offset, deleted)
+                try:
+                    self._roll_locked()  # so the active segment's bytes can go too
+                except StorageFullError as exc:
+                    log.warning("%s: no room to roll at the new log start %d (%s); the "
+                                "active segment stays until the next roll", self.directory,
+                                offset, exc)
+            return StartMoved(previous, offset,
+                              self._free_below_start_locked("delete records"))
 
     def _persist_start_locked(self, offset: int) -> None:
         with self._space.writing(self.directory / LOG_START_FILE):
             write_log_start(self.directory, offset)
         self._start = offset
 
-    def _delete_below_start_locked(self, why: str) -> int:
+    def _free_below_start_locked(self, why: str) -> int:
+        """Delete the segments wholly below the (persisted) start; segments deleted. The start
+        already hides them, so a full disk refusing the producer snapshot this needs
+        (`_ensure_snapshot_locked`) only postpones it to the next move or open -- an open
+        never fails for it."""
         segments = list(self._view[0])
         doomed = 0
         while doomed < len(segments) - 1 and segments[doomed].next_offset <= self._start:
             doomed += 1
-        return self._delete_front_locked(segments, doomed, why)
+        try:
+            return self._delete_front_locked(segments, doomed, why)
+        except StorageFullError as exc:
+            log.warning("%s: %s: segments below %d kept for now: %s", self.directory, why,
+                        self._start, exc)
+            return 0
 
     def _delete_front_locked(self, segments: list[LogSegment], doomed: int, why: str) -> int:
         if not doomed:

@@ -1,9 +1,13 @@
 """DeleteRecords in storage: `PartitionLog.delete_records` moves a logical log start (inside a
 segment too), persists it, deletes whole segments below it, and keeps producer dedup."""
 
+import errno
+
 import pytest
 
 from common.kaska.errors import OffsetOutOfRangeError
+from services.broker.storage import log_start
+from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log_start import (
     LOG_START_FILE,
     decode_log_start,
@@ -11,8 +15,10 @@ from services.broker.storage.log_start import (
     read_log_start,
 )
 from services.broker.storage.partition import PartitionLog
+from services.broker.storage.segment import LogSegment
 
 from .batches import SMALL, new_producer_id, records, sized_batch
+from .full_disk import refuse_writes
 
 
 def fill(part: PartitionLog, count: int, pid: bytes | None = None) -> None:
@@ -158,3 +164,34 @@ def test_a_producer_whose_batches_are_all_below_the_start_is_remembered(tmp_path
     assert again.last_sequence(old) == 2
     result = again.append(sized_batch(500, 2, producer_id=old, sequence=2))
     assert result.duplicate and result.base_offset == 2
+
+
+def test_a_full_disk_refusing_the_start_file_moves_nothing(tmp_path, monkeypatch):
+    part = PartitionLog(tmp_path, SMALL)
+    fill(part, 20)
+    disk = refuse_writes(monkeypatch, log_start)
+    with pytest.raises(StorageFullError):
+        part.delete_records(10)
+    assert disk.refused and part.log_start_offset == 0 and part.segment_count == 3
+    assert not list(tmp_path.glob("log-start*")), "no file, no leftover"
+    disk.free()
+    assert part.delete_records(10).start == 10
+
+
+def test_a_full_disk_refusing_the_roll_still_moves_the_start(tmp_path, monkeypatch):
+    """At the log end the active segment is rolled to go too; without room for the new
+    segment the start still moves (the records are hidden), the active segment stays."""
+    part = PartitionLog(tmp_path, SMALL)
+    fill(part, 10)
+    refused = []
+
+    def no_room(directory, base_offset, *args, **kwargs):
+        refused.append(base_offset)
+        raise StorageFullError(directory, OSError(errno.ENOSPC, "no space"))
+
+    monkeypatch.setattr(LogSegment, "create", no_room)
+    moved = part.delete_records(10)
+    assert refused == [10] and moved.start == 10 and part.log_start_offset == 10
+    assert segment_files(tmp_path) == [8]
+    with pytest.raises(OffsetOutOfRangeError):
+        part.read(9, 600)
