@@ -1,14 +1,14 @@
 """What one micro-batch contributes to each session: its counts, Q1 and Q2 rows, Q3's candidates
-and Q4's fares, from the batch's rows aggregated once in Spark.
+and Q4's fares, from the batch's rows aggregated where they were read.
 
-    table = fold_aggregation(micro_batch).toArrow()     # one Spark job per micro-batch
-    folds = folds_by_session(table)                     # {session key: BatchFold}, pure Arrow
+    partials (AGGREGATE_SCHEMA: derived rows grouped by every field and the session, counted;
+              spark/folding/stream_fields.fold_rows, in the source's workers)
+    folds = folds_by_session(pa.concat_tables(partials))   # {session key: BatchFold}
 
-`fold_aggregation` groups the derived rows (spark/flight_fields.py's DERIVED_SCHEMA plus the
-session key) by every column and counts them: for most rows only (kind, route, fare, airports
-known) are set, so they collapse to one row per distinct fare of a route; Q1 and Q2 rows keep
-their printed fields. One shuffle-light aggregation is the whole Spark side of a micro-batch,
-and the driver receives a few hundred thousand rows per million, not the rows.
+For most rows only (kind, route, fare, airports known) are set, so they collapse to one row per
+distinct fare of a route; Q1 and Q2 rows keep their printed fields. The same key may come from
+several partials (several ranges of a micro-batch): every step below adds counts, so that is
+the same as one aggregate.
 
 `folds_by_session` splits that table per session:
 - counts: rows, valid rows, invalid rows by kind (QUERIES.md "Valid rows", every kind), and
@@ -32,8 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from common.result_csv import QUERY_HEADERS
 from spark.flight_fields import (
@@ -52,17 +50,14 @@ from spark.route_id import route_of
 SESSION = "session"  # the session key column (spark/folding/session_files.session_key)
 COUNT = "n"
 FOLD_KEYS = (SESSION, *DERIVED_SCHEMA.names)
+AGGREGATE_SCHEMA = DERIVED_SCHEMA.insert(0, pa.field(SESSION, pa.int64())).append(
+    pa.field(COUNT, pa.int64()))
 Q4_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (FARE, pa.float64()), (COUNT, pa.int64())])
 # Q3's order within a route (spark.queries.shortest_per_route).
 Q3_ORDER = (DURATION_MINUTES, "legId", FARE, STOPOVERS, "travelDuration")
 Q3_CANDIDATE_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (DURATION_MINUTES, pa.int64()),
                                  ("legId", pa.string()), (FARE, pa.float64()),
                                  (STOPOVERS, pa.string()), ("travelDuration", pa.string())])
-
-
-def fold_aggregation(micro_batch: DataFrame) -> DataFrame:
-    """The micro-batch's rows grouped by every derived column and the session, counted."""
-    return micro_batch.groupBy(*FOLD_KEYS).agg(F.count(F.lit(1)).alias(COUNT))
 
 
 @dataclass(frozen=True)
@@ -78,7 +73,7 @@ class BatchFold:
 
 
 def folds_by_session(table: pa.Table) -> dict[int, BatchFold]:
-    """Each session's part of one micro-batch's `fold_aggregation`."""
+    """Each session's part of one micro-batch's aggregate (AGGREGATE_SCHEMA)."""
     if table.num_rows == 0:
         return {}
     sessions = table[SESSION]

@@ -2,10 +2,11 @@
 are acknowledged.
 
     readStream kaska  subscribePattern flights\\..+  (gate: registered sessions, capped at their
-                      end offsets; transform: the query fields and the session key, derived in
-                      the source's Python workers; maxOffsetsPerTrigger records per batch)
-      -> foreachBatch: one aggregation (spark/folding/batch_fold.py) collected as Arrow,
-                       folded into each session's state (spark/folding/fold_store.py)
+                      end offsets; transform: each range's rows derived and aggregated in the
+                      source's Python workers, one partial per range; maxOffsetsPerTrigger
+                      records per micro-batch)
+      -> foreachBatch: the partials collected as Arrow, folded into each session's state
+                       (spark/folding/batch_fold.py, spark/folding/fold_store.py)
       checkpoint: <state dir>/stream (Spark's offsets and commits)
 
 The plan is made once per query, not per session: a session's rows are just more rows.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,6 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from common.backoff import Backoff
 from spark.driver import JOB_ERRORS, first_line
-from spark.folding.batch_fold import fold_aggregation
 from spark.folding.checkpoint_log import (
     batch_end_offsets,
     last_committed_batch,
@@ -45,14 +46,16 @@ from spark.folding.checkpoint_log import (
 from spark.folding.fold_store import FoldStore
 from spark.folding.prefix_release import PrefixReleaser
 from spark.folding.session_files import STREAM_CHECKPOINT
-from spark.folding.stream_fields import transform_argument
+from spark.folding.stream_fields import partials_table, transform_argument
 from spark.kaska_source import SOURCE_NAME
 from spark.queries import FLIGHT_COLUMNS
 
 log = logging.getLogger(__name__)
 QUERY_NAME = "flights-fold"
 FLIGHTS_PATTERN = r"flights\..+"
-TRANSFORM = "spark.folding.stream_fields:derive_for_session"
+TRANSFORM = "spark.folding.stream_fields:fold_rows"
+# One Arrow batch, so one partial, per input range: the transform folds a range at once.
+ARROW_BATCH_ROWS_MAX = 4_000_000
 GATE = "spark.folding.stream_fields:admit"
 RESTART_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
 
@@ -84,6 +87,7 @@ def fold_stream(spark, settings: StreamSettings):
               .option("topicGate", GATE)
               .option("topicGateArgument", str(settings.state_dir))
               .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+              .option("arrowBatchRowsMax", str(ARROW_BATCH_ROWS_MAX))
               .option("retryDeadlineS", str(settings.retry_deadline_s)))
     if settings.token is not None:
         reader = reader.option("token", settings.token)
@@ -177,7 +181,15 @@ class FoldQuery:
 
     def _start_query(self):
         def fold_batch(batch, batch_id: int) -> None:
-            self.store.fold(batch_id, fold_aggregation(batch).toArrow())
+            started = time.monotonic()
+            collected = batch.toArrow()
+            read_s = time.monotonic() - started
+            partials = partials_table(collected)
+            self.store.fold(batch_id, partials)
+            log.info("micro-batch %d: %d partials (%d rows, %d aggregated) read in %.2f s, "
+                     "folded in %.2f s", batch_id, collected.num_rows,
+                     sum(collected["rows"].to_pylist()), partials.num_rows, read_s,
+                     time.monotonic() - started - read_s)
 
         return (fold_stream(self.spark, self.settings).writeStream
                 .queryName(QUERY_NAME)

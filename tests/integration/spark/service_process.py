@@ -27,12 +27,19 @@ class ServiceProcess:
         command = [sys.executable, "-m", "spark.service", "--brokers", self.brokers,
                    "--master", "local[2]", "--shuffle-partitions", "2", "--driver-memory", "1g",
                    # No warm-up job (these tests time nothing; run_local's tests keep it on).
-                   "--warm-up-rows", "0", *self.extra_args]
+                   "--warm-up-rows", "0", *self._state_dir_args(), *self.extra_args]
         env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log,
                                          start_new_session=True)
         return self
+
+    def _state_dir_args(self) -> list[str]:
+        """The fold state beside the log, the same for every start of this service (a restart
+        resumes from it), unless the test names one."""
+        if "--state-dir" in self.extra_args:
+            return []
+        return ["--state-dir", str(self.log_path.with_name(self.log_path.name + ".state"))]
 
     def kill9(self) -> None:
         """SIGKILL the service and everything it started (its Spark JVM, Python workers)."""
