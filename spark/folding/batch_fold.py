@@ -1,23 +1,18 @@
 """What one micro-batch contributes to each session: its counts, Q1 and Q2 rows, Q3's candidates
-and Q4's fares, from the batch's rows aggregated where they were read.
+and Q4's fares, from partials made where the rows were read.
 
-    partials (AGGREGATE_SCHEMA: derived rows grouped by every field and the session, counted;
-              spark/folding/stream_fields.fold_rows, in the source's workers)
-    folds = folds_by_session(pa.concat_tables(partials))   # {session key: BatchFold}
+    partial = partial_of(derived rows of one range)     # in a source worker (stream_fields)
+    fold = fold_of([partials of one session in one micro-batch])    # on the driver
 
-For most rows only (kind, route, fare, airports known) are set, so they collapse to one row per
-distinct fare of a route; Q1 and Q2 rows keep their printed fields. The same key may come from
-several partials (several ranges of a micro-batch): every step below adds counts, so that is
-the same as one aggregate.
-
-`folds_by_session` splits that table per session:
-- counts: rows, valid rows, invalid rows by kind (QUERIES.md "Valid rows", every kind), and
-  the valid rows Q2 skipped because an airport is unknown;
-- `q4`: (route_id, fare, n) over the valid rows: the exact fare -> count map of each route
-  (Q4 takes the fares above the session's final mean at the finish: spark/folding/finish.py);
-- `q1`, `q2`: the rows, one per input row (a group of n equal rows is n rows), sorted by every
-  column so that a micro-batch run again yields them in the same order (the result writer's
-  row numbers and sequence numbers depend on it);
+A `Partial` is a range's counts (rows, valid rows, invalid rows by kind, the valid rows Q2
+skipped because an airport is unknown), its Q4 fares as (route_id, fare, n) with one row per
+distinct pair, and its Q1 and Q2 rows (the few fields they print or Q3 ranks by). Nothing in a
+partial depends on another range, so a micro-batch's fold is their sum:
+- `q4`: the ranges' (route_id, fare, n) concatenated: the exact fare -> count map of each route,
+  a pair possibly in several rows (Q4 takes the fares above the session's final mean at the
+  finish, spark/folding/finish.py, after grouping);
+- `q1`, `q2`: the rows, sorted by every column so that a micro-batch run again yields them in
+  the same order (the result writer's row numbers and sequence numbers depend on it);
 - `q3`: per route, the Q3_ROWS_PER_ROUTE_MAX shortest Q1 rows (QUERIES.md's order, then
   stopovers and travelDuration as spark.queries.shortest_per_route breaks the last ties): the
   top 2 of a union is the top 2 of the parts' top 2s.
@@ -35,7 +30,6 @@ import pyarrow.compute as pc
 
 from common.result_csv import QUERY_HEADERS
 from spark.flight_fields import (
-    DERIVED_SCHEMA,
     DURATION_MINUTES,
     ENDPOINTS_KNOWN,
     FARE,
@@ -49,10 +43,11 @@ from spark.route_id import route_of
 
 SESSION = "session"  # the session key column (spark/folding/session_files.session_key)
 COUNT = "n"
-FOLD_KEYS = (SESSION, *DERIVED_SCHEMA.names)
-AGGREGATE_SCHEMA = DERIVED_SCHEMA.insert(0, pa.field(SESSION, pa.int64())).append(
-    pa.field(COUNT, pa.int64()))
 Q4_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (FARE, pa.float64()), (COUNT, pa.int64())])
+# The Q1 and Q2 rows of a range: what either query prints or Q3 ranks by.
+DETAIL_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (FARE, pa.float64()), ("legId", pa.string()),
+                           ("travelDuration", pa.string()), (DURATION_MINUTES, pa.int64()),
+                           (STOPOVERS, pa.string()), (TOTAL_DISTANCE, pa.float64())])
 # Q3's order within a route (spark.queries.shortest_per_route).
 Q3_ORDER = (DURATION_MINUTES, "legId", FARE, STOPOVERS, "travelDuration")
 Q3_CANDIDATE_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (DURATION_MINUTES, pa.int64()),
@@ -61,42 +56,62 @@ Q3_CANDIDATE_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (DURATION_MINUTES, pa.i
 
 
 @dataclass(frozen=True)
+class Partial:
+    """What a source worker makes of one range's derived rows."""
+
+    rows: int
+    valid_rows: int
+    q2_skipped: int
+    invalid: dict[str, int]  # every kind of INVALID_KINDS, zeros included
+    q4: pa.Table  # Q4_SCHEMA, one row per distinct (route, fare) of the range
+    details: pa.Table  # DETAIL_SCHEMA: the Q1 and Q2 rows
+
+
+@dataclass(frozen=True)
 class BatchFold:
     rows: int
     valid_rows: int
     invalid: dict[str, int]  # every kind of INVALID_KINDS, zeros included
     q2_skipped: int
-    q4: pa.Table  # Q4_SCHEMA
+    q4: pa.Table  # Q4_SCHEMA (a (route, fare) may repeat: every use adds the counts)
     q1: pa.Table  # QUERY_HEADERS["q1"], sorted
     q2: pa.Table  # QUERY_HEADERS["q2"], sorted
     q3: pa.Table  # Q3_CANDIDATE_SCHEMA, at most Q3_ROWS_PER_ROUTE_MAX rows per route
 
 
-def folds_by_session(table: pa.Table) -> dict[int, BatchFold]:
-    """Each session's part of one micro-batch's aggregate (AGGREGATE_SCHEMA)."""
-    if table.num_rows == 0:
-        return {}
-    sessions = table[SESSION]
-    return {key: fold_of(table.filter(pc.equal(sessions, key)))
-            for key in pc.unique(sessions).to_pylist()}
+def partial_of(derived: pa.Table) -> Partial:
+    """The partial of rows in spark/flight_fields.DERIVED_SCHEMA."""
+    kinds = derived[INVALID_KIND]
+    valid = derived.filter(pc.is_null(kinds))
+    counted = pc.value_counts(kinds.drop_null()).to_pylist()
+    invalid = dict.fromkeys(INVALID_KINDS, 0)
+    for entry in counted:
+        invalid[entry["values"]] = entry["counts"]
+    known = pc.fill_null(valid[ENDPOINTS_KNOWN], False)
+    details = derived.filter(pc.or_(pc.is_valid(derived[STOPOVERS]),
+                                    pc.is_valid(derived[TOTAL_DISTANCE])))
+    ones = pa.array(np.ones(valid.num_rows, np.int64))
+    return Partial(rows=derived.num_rows, valid_rows=valid.num_rows,
+                   q2_skipped=valid.num_rows - _sum(known.cast(pa.int64())), invalid=invalid,
+                   q4=q4_part(pa.table([valid[ROUTE_ID], valid[FARE], ones], schema=Q4_SCHEMA)),
+                   details=details.select(DETAIL_SCHEMA.names).cast(DETAIL_SCHEMA))
 
 
-def fold_of(rows: pa.Table) -> BatchFold:
-    """The fold of one session's aggregated rows."""
-    counts = rows[COUNT]
-    kinds = rows[INVALID_KIND]
-    valid = pc.is_null(kinds)
-    invalid = {kind: _sum(pc.filter(counts, pc.equal(kinds, kind))) for kind in INVALID_KINDS}
-    valid_rows = rows.filter(valid)
-    unknown = pc.invert(pc.fill_null(valid_rows[ENDPOINTS_KNOWN], False))
-    q1_rows = expand(rows.filter(pc.is_valid(rows[STOPOVERS])))
+def fold_of(partials: list[Partial]) -> BatchFold:
+    """One session's fold of a micro-batch: its ranges' partials together."""
+    details = pa.concat_tables([partial.details for partial in partials])
+    q1_rows = details.filter(pc.is_valid(details[STOPOVERS]))
+    q2_rows = details.filter(pc.is_valid(details[TOTAL_DISTANCE]))
     return BatchFold(
-        rows=_sum(counts), valid_rows=_sum(valid_rows[COUNT]), invalid=invalid,
-        q2_skipped=_sum(pc.filter(valid_rows[COUNT], unknown)),
-        q4=q4_part(valid_rows.select([ROUTE_ID, FARE, COUNT])),
+        rows=sum(partial.rows for partial in partials),
+        valid_rows=sum(partial.valid_rows for partial in partials),
+        invalid={kind: sum(partial.invalid[kind] for partial in partials)
+                 for kind in INVALID_KINDS},
+        q2_skipped=sum(partial.q2_skipped for partial in partials),
+        q4=pa.concat_tables([partial.q4 for partial in partials]),
         q1=sort_all(_printed(q1_rows, "q1")),
-        q2=sort_all(_printed(expand(rows.filter(pc.is_valid(rows[TOTAL_DISTANCE]))), "q2")),
-        q3=shortest_per_route(q1_rows.select(Q3_CANDIDATE_SCHEMA.names).cast(Q3_CANDIDATE_SCHEMA)))
+        q2=sort_all(_printed(q2_rows, "q2")),
+        q3=shortest_per_route(q1_rows.select(Q3_CANDIDATE_SCHEMA.names)))
 
 
 def q4_part(rows: pa.Table) -> pa.Table:
@@ -104,14 +119,6 @@ def q4_part(rows: pa.Table) -> pa.Table:
     grouped = rows.group_by([ROUTE_ID, FARE], use_threads=False).aggregate([(COUNT, "sum")])
     return pa.table([grouped[ROUTE_ID], grouped[FARE], grouped[f"{COUNT}_sum"]],
                     schema=Q4_SCHEMA)
-
-
-def expand(rows: pa.Table) -> pa.Table:
-    """One row per counted row: a row with n = 3 three times."""
-    repeats = rows[COUNT].to_numpy()
-    if rows.num_rows == 0 or (repeats == 1).all():
-        return rows
-    return rows.take(pa.array(np.repeat(np.arange(rows.num_rows), repeats)))
 
 
 def shortest_per_route(candidates: pa.Table) -> pa.Table:
@@ -143,8 +150,8 @@ def _printed(rows: pa.Table, query: str) -> pa.Table:
 
 
 def sort_all(table: pa.Table) -> pa.Table:
-    """Sorted by every column: equal keys are equal rows, so the order is a function of the
-    rows (a -0.0 fare sorts equal to 0.0 but Spark's grouping made it 0.0 already)."""
+    """Sorted by every column: equal keys are equal rows (but for a -0.0 fare beside a 0.0 one,
+    which the stable sort keeps in input order, itself the same in every run)."""
     if table.num_rows == 0:
         return table
     return table.sort_by([(name, "ascending") for name in table.column_names])

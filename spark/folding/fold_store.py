@@ -37,11 +37,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
 from common.session_records import QUERIES, flights_topic
 from spark.airport_distances import AirportCoordinates
-from spark.folding.batch_fold import BatchFold, folds_by_session
+from spark.folding.batch_fold import BatchFold, Partial, fold_of
 from spark.folding.finish import mean_fare, q3_table, q4_table
 from spark.folding.session_files import (
     SessionFiles,
@@ -136,10 +134,10 @@ class FoldStore:
 
     # -- the stream ------------------------------------------------------------------------
 
-    def fold(self, batch_id: int, table: pa.Table) -> None:
-        """Micro-batch `batch_id`, aggregated (batch_fold.fold_aggregation): each session's
-        part written and folded."""
-        folds = folds_by_session(table)
+    def fold(self, batch_id: int, partials: Mapping[int, list[Partial]]) -> None:
+        """Micro-batch `batch_id`'s partials by session key: each session's part written and
+        folded."""
+        folds = {key: fold_of(parts) for key, parts in partials.items()}
         with self._lock:
             for state in self._states.values():
                 state.compact(batch_id - 1)

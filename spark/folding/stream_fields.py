@@ -7,15 +7,15 @@
   offsets of its SessionEnded once those are known (`ended.json`), and no more once the
   session is finished. Every other topic is never read.
 - `fold_rows(table, argument)` (the source's `arrowTransform`, in the Python workers): the
-  rows' query fields (spark/flight_fields.derive, given the session's airports) grouped by
-  every field and counted (batch_fold.FOLD_KEYS, the session key included), and handed to
-  Spark as ONE row: (session, rows, partial), `partial` being that aggregate as Arrow IPC
-  bytes. `argument` is the JSON {"state_dir": ..., "topic": "{topic}"}; the source puts each
-  input partition's topic in place of `{topic}`.
+  rows' query fields (spark/flight_fields.derive, given the session's airports) folded into a
+  `batch_fold.Partial` (counts, Q4's (route, fare, n), the Q1 and Q2 rows), handed to Spark as
+  ONE row (PARTIAL_SCHEMA; the tables as Arrow IPC bytes). `argument` is the JSON
+  {"state_dir": ..., "topic": "{topic}"}; the source puts each input partition's topic in
+  place of `{topic}`.
 
-Why one row of bytes and not the rows: the rows are Arrow in the worker already, and pyarrow
-groups them ~10x cheaper than Spark's hash aggregate after the JVM has turned every row into
-an UnsafeRow and back into Arrow for the driver (270k derived rows, local[2], warm: Spark's
+Why one row per range and not the rows: the rows are Arrow in the worker already, and pyarrow
+folds them ~10x cheaper than Spark's hash aggregate after the JVM has turned every row into an
+UnsafeRow and back into Arrow for the driver (270k derived rows, local[2], warm: Spark's
 aggregation and collection 0.61-0.66 s; the same rows collected raw 0.22-0.28 s, grouped by
 pyarrow 0.07 s). Spark still plans, schedules and retries the reads, keeps the offsets and
 the commit log, and carries each range's partial to the driver: a few MB per micro-batch.
@@ -33,18 +33,20 @@ import functools
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from spark.airport_distances import AirportCoordinates
 from spark.flight_fields import derive
-from spark.folding.batch_fold import AGGREGATE_SCHEMA, COUNT, FOLD_KEYS, SESSION
+from spark.folding.batch_fold import SESSION, Partial, partial_of
 from spark.folding.session_files import SessionFiles, client_of_topic
 from spark.kaska_gate import TopicAdmission
 
-ROWS, PARTIAL = "rows", "partial"
-PARTIAL_SCHEMA = pa.schema([(SESSION, pa.int64()), (ROWS, pa.int64()), (PARTIAL, pa.binary())])
+ROWS, VALID_ROWS, Q2_SKIPPED, INVALID, Q4, DETAILS = (
+    "rows", "valid_rows", "q2_skipped", "invalid", "q4", "details")
+PARTIAL_SCHEMA = pa.schema([(SESSION, pa.int64()), (ROWS, pa.int64()), (VALID_ROWS, pa.int64()),
+                            (Q2_SKIPPED, pa.int64()), (INVALID, pa.string()),
+                            (Q4, pa.binary()), (DETAILS, pa.binary())])
 TOPIC_PLACEHOLDER = "{topic}"
 _SESSIONS_CACHED_MAX = 64
 
@@ -80,20 +82,28 @@ def fold_rows(table: pa.Table, argument: str) -> pa.Table:
     if client_id is None:
         raise SessionNotRegisteredError(f"{spec['topic']!r} is no session's flights topic")
     key, coordinates = _session_airports(spec["state_dir"], client_id)
-    derived = derive(table, coordinates)
-    derived = derived.append_column(SESSION, pa.array(np.full(derived.num_rows, key,
-                                                              dtype=np.int64)))
-    partial = aggregate_rows(derived)
-    return pa.table([pa.array([key], pa.int64()), pa.array([table.num_rows], pa.int64()),
-                     pa.array([ipc_bytes(partial)], pa.binary())], schema=PARTIAL_SCHEMA)
+    return partial_row(key, partial_of(derive(table, coordinates)))
 
 
-def aggregate_rows(derived: pa.Table) -> pa.Table:
-    """batch_fold.AGGREGATE_SCHEMA: the rows grouped by every field and counted."""
-    counted = derived.append_column(COUNT, pa.array(np.ones(derived.num_rows, np.int64)))
-    grouped = counted.group_by(list(FOLD_KEYS), use_threads=False).aggregate([(COUNT, "sum")])
-    return pa.table([grouped[name] for name in FOLD_KEYS] + [grouped[f"{COUNT}_sum"]],
-                    schema=AGGREGATE_SCHEMA)
+def partial_row(key: int, partial: Partial) -> pa.Table:
+    """`partial` of session `key` as one PARTIAL_SCHEMA row."""
+    values = [key, partial.rows, partial.valid_rows, partial.q2_skipped,
+              json.dumps(partial.invalid), ipc_bytes(partial.q4), ipc_bytes(partial.details)]
+    return pa.table([pa.array([value], field.type)
+                     for value, field in zip(values, PARTIAL_SCHEMA, strict=True)],
+                    schema=PARTIAL_SCHEMA)
+
+
+def partials_by_session(batch: pa.Table) -> dict[int, list[Partial]]:
+    """The partials of a micro-batch (PARTIAL_SCHEMA rows, as collected), by session key, in
+    the batch's order."""
+    by_session: dict[int, list[Partial]] = {}
+    for row in batch.to_pylist():
+        by_session.setdefault(row[SESSION], []).append(Partial(
+            rows=row[ROWS], valid_rows=row[VALID_ROWS], q2_skipped=row[Q2_SKIPPED],
+            invalid=json.loads(row[INVALID]), q4=_table(row[Q4]),
+            details=_table(row[DETAILS])))
+    return by_session
 
 
 def ipc_bytes(table: pa.Table) -> bytes:
@@ -103,11 +113,9 @@ def ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def partials_table(batch: pa.Table) -> pa.Table:
-    """The micro-batch's partials (PARTIAL_SCHEMA rows, as collected) as one aggregate."""
-    tables = [ipc.open_stream(pa.py_buffer(blob)).read_all()
-              for blob in batch[PARTIAL].to_pylist()]
-    return pa.concat_tables(tables) if tables else AGGREGATE_SCHEMA.empty_table()
+def _table(blob: bytes) -> pa.Table:
+    with ipc.open_stream(pa.py_buffer(blob)) as reader:
+        return reader.read_all()
 
 
 @functools.lru_cache(maxsize=_SESSIONS_CACHED_MAX)

@@ -46,7 +46,7 @@ from spark.folding.checkpoint_log import (
 from spark.folding.fold_store import FoldStore
 from spark.folding.prefix_release import PrefixReleaser
 from spark.folding.session_files import STREAM_CHECKPOINT
-from spark.folding.stream_fields import partials_table, transform_argument
+from spark.folding.stream_fields import partials_by_session, transform_argument
 from spark.kaska_source import SOURCE_NAME
 from spark.queries import FLIGHT_COLUMNS
 
@@ -184,11 +184,9 @@ class FoldQuery:
             started = time.monotonic()
             collected = batch.toArrow()
             read_s = time.monotonic() - started
-            partials = partials_table(collected)
-            self.store.fold(batch_id, partials)
-            log.info("micro-batch %d: %d partials (%d rows, %d aggregated) read in %.2f s, "
-                     "folded in %.2f s", batch_id, collected.num_rows,
-                     sum(collected["rows"].to_pylist()), partials.num_rows, read_s,
+            self.store.fold(batch_id, partials_by_session(collected))
+            log.info("micro-batch %d: %d partials of %d rows read in %.2f s, folded in %.2f s",
+                     batch_id, collected.num_rows, sum(collected["rows"].to_pylist()), read_s,
                      time.monotonic() - started - read_s)
 
         return (fold_stream(self.spark, self.settings).writeStream

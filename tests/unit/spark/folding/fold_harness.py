@@ -1,15 +1,13 @@
 """Folding without Spark, for unit tests: rows -> the partial a source worker makes of them
-(spark/folding/stream_fields) -> spark/folding."""
+(spark/folding/stream_fields.fold_rows) -> spark/folding."""
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
 from spark.airport_distances import AirportCoordinates
 from spark.flight_fields import derive
-from spark.folding.batch_fold import SESSION
-from spark.folding.stream_fields import aggregate_rows
+from spark.folding.batch_fold import Partial, partial_of
 from spark.queries import FLIGHT_COLUMNS
 
 
@@ -18,9 +16,6 @@ def flights_table(rows: list[dict]) -> pa.Table:
                      for name in FLIGHT_COLUMNS})
 
 
-def aggregated(rows: list[dict], airports: dict[str, tuple[float, float]],
-               key: int) -> pa.Table:
-    """The aggregate of one session's `rows`, as a source worker makes it."""
-    derived = derive(flights_table(rows), AirportCoordinates(airports).to_json())
-    return aggregate_rows(derived.append_column(
-        SESSION, pa.array(np.full(derived.num_rows, key), pa.int64())))
+def partial(rows: list[dict], airports: dict[str, tuple[float, float]]) -> Partial:
+    """The partial a source worker makes of `rows` (one range)."""
+    return partial_of(derive(flights_table(rows), AirportCoordinates(airports).to_json()))

@@ -11,14 +11,14 @@ import pytest
 
 from scripts.datagen.generate import generate
 from spark.folding import session_state
-from spark.folding.batch_fold import folds_by_session
+from spark.folding.batch_fold import fold_of
 from spark.folding.finish import mean_fare, q3_table, q4_table
 from spark.folding.session_files import SessionFiles, session_key
 from spark.folding.session_state import SessionState
 from spark.result_columns import format_table
 from tests import reference_queries as reference
 from tests.result_compare import assert_all_results
-from tests.unit.spark.folding.fold_harness import aggregated
+from tests.unit.spark.folding.fold_harness import partial
 
 CLIENT = "0f8fad5b-d9cb-469f-a165-70867728950e"
 
@@ -42,8 +42,10 @@ def _fold_all(state: SessionState, flights, airports, cuts, first_batch=0, on_ba
     streamed = {"q1": [], "q2": []}
     start = 0
     for batch_id, end in enumerate(cuts, start=first_batch):
-        table = aggregated(flights[start:end], airports, state.key)
-        (fold,) = folds_by_session(table).values()
+        # Each micro-batch in two ranges, as a topic's partitions would give them.
+        middle = (start + end) // 2
+        fold = fold_of([partial(flights[start:middle], airports),
+                        partial(flights[middle:end], airports)])
         written = {}
         for query in ("q1", "q2"):
             rows, slices = state.summary.written[query]
