@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-WINDOW_BYTES_DEFAULT = 256 * 1024 * 1024
+WINDOW_BYTES_DEFAULT = 128 * 1024 * 1024
 POLL_INTERVAL_S_DEFAULT = 0.2
 RECORDS_HELD_MAX_DEFAULT = 100_000
 NEAR_SHARE = 0.75  # poll the log start once the backlog passes this share of the window

@@ -15,14 +15,15 @@ uncommitted one again with the same offsets; the fold's effects are idempotent (
 batch id, result batches by sequence number), and the state is rebuilt as of the last commit
 before the query (re)starts.
 
-`FoldQuery` supervises it: start, a listener that hands each folded batch's end offsets to the
-store (finishes wait on it) and to the prefix releaser, and a restart with back-off when the
-query fails (a broker away past the read deadline, a lost executor in local mode, a bug in a
-batch): the state is recovered from disk first, so the failed batch is folded once.
+`FoldQuery` supervises it: start, each folded batch's end offsets handed to the store
+(finishes wait on them) and to the prefix releaser (which waits for the batch's commit), and a
+restart with back-off when the query fails (a broker away past the read deadline, a lost
+executor in local mode, a bug in a batch): the state is recovered from disk first, so the
+failed batch is folded once.
 
 Threads: `start` and `stop` on the service's main thread; the query runs on Spark's stream
-thread (foreachBatch runs there); the supervisor on one daemon thread; the listener on Spark's
-listener bus thread.
+thread (foreachBatch runs there); the supervisor on one daemon thread. No StreamingQueryListener:
+its py4j callbacks cost the JVM's listener bus ~60 ms of CPU per micro-batch.
 """
 
 from __future__ import annotations
@@ -34,14 +35,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql.streaming import StreamingQueryListener
-
 from common.backoff import Backoff
 from spark.driver import JOB_ERRORS, first_line
 from spark.folding.checkpoint_log import (
     batch_end_offsets,
     last_committed_batch,
-    parse_source_offsets,
 )
 from spark.folding.fold_store import FoldStore
 from spark.folding.prefix_release import PrefixReleaser
@@ -94,36 +92,6 @@ def fold_stream(spark, settings: StreamSettings):
     return reader.load()
 
 
-class _Progress(StreamingQueryListener):
-    """Each folded micro-batch's end offsets, to the store and the releaser."""
-
-    def __init__(self, query_name: str, on_folded) -> None:
-        self._query_name = query_name
-        self._on_folded = on_folded
-
-    def onQueryStarted(self, event) -> None:
-        pass
-
-    def onQueryIdle(self, event) -> None:
-        pass
-
-    def onQueryTerminated(self, event) -> None:
-        pass
-
-    def onQueryProgress(self, event) -> None:
-        progress = event.progress
-        if progress.name != self._query_name or not progress.sources:
-            return
-        end = progress.sources[0].endOffset
-        if not end:
-            return
-        if progress.numInputRows:
-            log.info("micro-batch %d folded: %d rows in %.2f s (%s)", progress.batchId,
-                     progress.numInputRows, progress.durationMs.get("triggerExecution", 0) / 1000,
-                     ", ".join(f"{k} {v} ms" for k, v in sorted(progress.durationMs.items())))
-        self._on_folded(progress.batchId, parse_source_offsets(json.loads(end)))
-
-
 class FoldQuery:
     def __init__(self, spark, settings: StreamSettings, store: FoldStore,
                  releaser: PrefixReleaser | None, stop: threading.Event) -> None:
@@ -134,11 +102,9 @@ class FoldQuery:
         self.stop_requested = stop
         self.restarts = 0
         self._query = None
-        self._listener = _Progress(QUERY_NAME, self._folded)
         self._thread = threading.Thread(target=self._supervise, name="fold-query", daemon=True)
 
     def start(self) -> None:
-        self.spark.streams.addListener(self._listener)
         if self.releaser is not None:
             self.releaser.start()
         self._thread.start()
@@ -185,9 +151,13 @@ class FoldQuery:
             collected = batch.toArrow()
             read_s = time.monotonic() - started
             self.store.fold(batch_id, partials_by_session(collected))
-            log.info("micro-batch %d: %d partials of %d rows read in %.2f s, folded in %.2f s",
-                     batch_id, collected.num_rows, sum(collected["rows"].to_pylist()), read_s,
-                     time.monotonic() - started - read_s)
+            # Spark logged the batch's end offsets before running it (checkpoint_log.py).
+            self._folded(batch_id, batch_end_offsets(self.settings.checkpoint, batch_id))
+            rows = sum(collected["rows"].to_pylist())
+            if rows:
+                log.info("micro-batch %d: %d partials of %d rows read in %.2f s, folded in "
+                         "%.2f s", batch_id, collected.num_rows, rows, read_s,
+                         time.monotonic() - started - read_s)
 
         return (fold_stream(self.spark, self.settings).writeStream
                 .queryName(QUERY_NAME)
