@@ -52,6 +52,7 @@ from common.session_records import (
 )
 from spark.acks_ahead import AcksAhead, read_acks_ahead
 from spark.folding.fold_store import SessionKeyCollisionError
+from spark.folding.service_fold import SessionNotRecoverableError
 from spark.metrics import JobMetrics
 from spark.progress_store import (
     PROGRESS_STORE_NAME,
@@ -330,7 +331,7 @@ class QueryService:
         if self._fold is not None:
             try:
                 self._until_broker_answers(lambda: self._fold.on_ended(record))
-            except SessionKeyCollisionError as error:
+            except (SessionKeyCollisionError, SessionNotRecoverableError) as error:
                 log.error("session %s: %s; given up, its client gets no results",
                           record.client_id, error)
                 self._count("sessions_given_up")
@@ -347,7 +348,7 @@ class QueryService:
             return
         try:
             self._until_broker_answers(lambda: self._fold.on_started(record))
-        except SessionKeyCollisionError as error:
+        except (SessionKeyCollisionError, SessionNotRecoverableError) as error:
             log.error("session %s: %s; its rows are not folded", record.client_id, error)
 
     def absorb_finished(self, store, wait_s: float) -> None:

@@ -130,8 +130,9 @@ def produce_session(brokers: str, flights_path: Path, airports_path: Path, *,
                     client_id: str | None = None, partitions: int = PARTITIONS_DEFAULT,
                     slice_rows: int = SLICE_ROWS_DEFAULT, end_session: bool = True,
                     **client_options) -> LoadedSession:
-    """A whole client session through the client library: topics, SessionStarted, every row,
-    then (with `end_session`) SessionEnded with the exact end offsets."""
+    """A whole client session through the client library, in the client's order: topics, the
+    airports, SessionStarted with their end offsets, the flights, then (with `end_session`)
+    SessionEnded with the exact end offsets."""
     started = time.perf_counter()
     client_id = client_id or str(uuid.uuid4())
     with Admin(brokers, **client_options) as admin:
@@ -141,10 +142,11 @@ def produce_session(brokers: str, flights_path: Path, airports_path: Path, *,
                              (results_topic(client_id), 1)):
             ensure_topic(admin, topic, count)
     with Producer(brokers, producer_id=client_id, **client_options) as producer:
-        producer.send_msg(SESSIONS_TOPIC, encode(SessionStarted(client_id, partitions)))
         airport_ends, airport_rows = load_topic(
             producer, airports_topic(client_id), partitions,
             csv_slices(airports_path, ";", slice_rows, AIRPORTS_NULL_TEXT))
+        producer.send_msg(SESSIONS_TOPIC, encode(SessionStarted(client_id, partitions,
+                                                                airport_ends)))
         flight_ends, flight_rows = load_topic(
             producer, flights_topic(client_id), partitions,
             csv_slices(flights_path, ",", slice_rows))

@@ -40,6 +40,11 @@ class FoldNotCaughtUpError(Exception):
     """The stream did not fold a session's rows within the wait: the job is retried."""
 
 
+class SessionNotRecoverableError(Exception):
+    """A session met for the first time (a state directory started afresh) whose flights' first
+    records are deleted already: its results cannot be exact, so it gets none."""
+
+
 class FoldInterruptedError(Exception):
     """A stop came while a finish waited for the fold; redone on the next start."""
 
@@ -97,6 +102,7 @@ class ServiceFold:
         with RangeReader(self.settings.brokers, token=self.settings.token,
                          retry_deadline_s=self.settings.retry_deadline_s) as reader:
             coordinates = read_airports(reader, airports_topic(client_id), airports_end_offsets)
+            _check_flights_whole(reader, client_id, len(airports_end_offsets))
         self.store.register(client_id, coordinates)
         log.info("session %s registered: %d known airports; its flights are folded as they "
                  "come", client_id, len(coordinates.by_code))
@@ -115,3 +121,15 @@ class ServiceFold:
             raise FoldNotCaughtUpError(f"session {cid}: not folded up to {ends} within "
                                        f"{self.fold_wait_s_max:.0f} s")
         return self.store.finish(cid)
+
+
+def _check_flights_whole(reader: RangeReader, client_id: str, partitions: int) -> None:
+    """SessionNotRecoverableError unless every flights partition still starts at offset 0: the
+    stream reads a newly admitted topic from its log start, which must be the session's start
+    (a state directory lost while a session's prefix was released cannot fold it again)."""
+    topic = flights_topic(client_id)
+    starts = [reader.offsets(topic, partition)[0] for partition in range(partitions)]
+    if any(starts):
+        raise SessionNotRecoverableError(
+            f"session {client_id}: {topic} starts at {starts}, not at 0: its first records were "
+            "folded and released by an earlier state of this service, which is gone")

@@ -34,7 +34,9 @@ IDLE_END = re.compile(r"idle warm-up: (\d+) of (\d+) passes ran")
 def test_a_session_ends_the_idle_passes_and_its_results_stay_exact(broker, services):
     with Admin(broker.address, **CLIENT_OPTIONS) as admin:
         ensure_topic(admin, SESSIONS_TOPIC, 1)
-    service = services("--warm-up-rows", "900", "--warm-up-idle-passes", str(PASSES))
+    # Warm-up passes run the batch job's plan: they are the batch mode's (`--fold batch`).
+    service = services("--fold", "batch", "--warm-up-rows", "900", "--warm-up-idle-passes",
+                       str(PASSES))
     # The first pass, then idle ones: the session below comes while they run.
     wait_until(lambda: len(service.log_lines(PASS_LINE)) >= 1 + PASSES_BEFORE_SESSION,
                "idle warm-up passes", service)

@@ -1,6 +1,8 @@
-"""The query service end to end: sessions produced through the client library (generated data
-with malformed rows, and a real sample), results equal to the plain-Python reference, exactly
-once even when the service is killed with SIGKILL while writing them, and a clean SIGTERM."""
+"""The query service's batch mode (`--fold batch`: a job per ended session) end to end: sessions
+produced through the client library (generated data with malformed rows, and a real sample),
+results equal to the plain-Python reference, exactly once even when the service is killed with
+SIGKILL while writing them, and a clean SIGTERM. The streaming fold's faults are
+test_fold_faults.py's."""
 
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ def test_killed_mid_write_and_restarted_results_are_exactly_once(tmp_path, broke
     topic = results_topic(first.client_id)
 
     # Slow result writes: the kill lands after some slices and before the last QueryDone.
-    service = services("--result-rows-per-slice", "25", "--result-slice-pause-s", "0.1")
+    service = services("--fold", "batch", "--result-rows-per-slice", "25",
+                       "--result-slice-pause-s", "0.1")
     wait_until(lambda: sum(isinstance(r, ResultRows) and r.query == "q2" for r in topic_records(
         broker.address, topic)) >= SLICES_BEFORE_KILL, "q2's result slices", service)
     service.kill9()
@@ -98,7 +101,7 @@ def test_killed_mid_write_and_restarted_results_are_exactly_once(tmp_path, broke
     # A second session, ended while no service runs: both are answered after the restart.
     second = produce_session(broker.address, REAL / "itineraries_1000_a.csv",
                              REAL / "airports-codepublic.csv", **CLIENT_OPTIONS)
-    restarted = services("--result-rows-per-slice", "25")
+    restarted = services("--fold", "batch", "--result-rows-per-slice", "25")
     for session in (first, second):
         wait_until(lambda s=session: len(done_queries(topic_records(
             broker.address, results_topic(s.client_id)))) >= len(QUERIES),

@@ -8,8 +8,8 @@ local[2]) and a client session (`python -m client`).
   the shared topics `__offsets` and `sessions` (the session's own commits and records, within
   one reservation step of a segment: a broker that became leader during the session reserves
   `reserve_ahead_bytes` ahead -- seen once at load 13-16, 4 KiB -> 1 MiB + 4 KiB on
-  `__offsets`), the service counts three topics deleted, and both of its cursors are committed
-  at the end of `sessions`.
+  `__offsets`), the service counts three topics deleted, and both of its cursors (in its state
+  directory) are at the end of `sessions`.
 - The fault case: a retention of a few seconds, the service SIGKILLed once it read the ack
   (the topics are still there), restarted: it reads the ack again and deletes the topics; the
   session is not redone against its deleted input (no failed or given-up attempt) and nothing
@@ -33,7 +33,8 @@ from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, sessi
 from services.broker.replication.placement import group_directory
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
-from spark.query_service import CLEANUP_GROUP, CONSUMER_GROUP
+from spark.progress_store import PROGRESS_STORE_NAME, FileProgressStore
+from spark.query_service import CLEANUP_STORE_NAME
 from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import BrokerCluster, free_ports
 from tests.integration.run_local_helpers import assert_results_match_reference, generated
@@ -163,10 +164,13 @@ def assert_only_shared_topics_grew(changes: dict[int, dict[str, tuple]]) -> None
                 f"broker {broker}: {path} grew {before} -> {after} bytes: {changed}"
 
 
-def cursor_at_end(cluster: BrokerCluster, group: str) -> bool:
-    """The group's committed position on `sessions` is its end."""
-    with Consumer(cluster.bootstrap, group=group) as consumer:
-        return consumer.committed(SESSIONS_TOPIC, 0) == consumer.end_offset(SESSIONS_TOPIC, 0)
+def cursor_at_end(cluster: BrokerCluster, service: ServiceProcess, store_name: str) -> bool:
+    """The service's cursor `store_name` on `sessions` (kept in its state directory, beside the
+    fold state) is at the end of `sessions`."""
+    state_dir = service.log_path.with_name(service.log_path.name + ".state")
+    with Consumer(cluster.bootstrap, group="t") as consumer:
+        end = consumer.end_offset(SESSIONS_TOPIC, 0)
+    return FileProgressStore(state_dir, store_name).load(0) == end
 
 
 def live_session_topics(cluster: BrokerCluster, client_id: str) -> set[str]:
@@ -193,9 +197,9 @@ def test_an_acknowledged_session_leaves_no_bytes_on_any_broker(cluster, data, se
                "session directories gone from every broker", service, DELETION_WAIT_S)
     assert live_session_topics(cluster, client_id) == set()
     assert_only_shared_topics_grew(usage_changes(baseline, broker_usage(cluster)))
-    for group in (CLEANUP_GROUP, CONSUMER_GROUP):
-        wait_until(lambda g=group: cursor_at_end(cluster, g), f"{group} at the end of sessions",
-                   service, DELETION_WAIT_S)
+    for store in (CLEANUP_STORE_NAME, PROGRESS_STORE_NAME):
+        wait_until(lambda s=store: cursor_at_end(cluster, service, s),
+                   f"{store} at the end of sessions", service, DELETION_WAIT_S)
     _, samples = scrape(metrics_port)
     assert samples[("query_service_session_topics_deleted_total", ())] == 3
     assert samples[("query_service_sessions_cleaned_total", ())] == 1
@@ -235,8 +239,8 @@ def test_a_service_killed_after_the_ack_deletes_the_topics_after_its_restart(clu
         ended = sum(bool(re.search(rf"session {client_id}( done in|: a job for it is already"
                                    rf" running|: interrupted|: given up)", line))
                     for line in lines)
-        return ended >= picked and cursor_at_end(cluster, CLEANUP_GROUP) and cursor_at_end(
-            cluster, CONSUMER_GROUP)
+        return ended >= picked and cursor_at_end(cluster, restarted, CLEANUP_STORE_NAME) and \
+            cursor_at_end(cluster, restarted, PROGRESS_STORE_NAME)
 
     wait_until(settled, "both cursors at the end of sessions, every job for the session ended",
                restarted, DELETION_WAIT_S)
