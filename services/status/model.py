@@ -20,7 +20,10 @@ Rules:
   leads it or its leader does not report in-sync replicas. The cluster's under-replicated
   partitions are the sum of the groups' as their leaders count them.
 - sessions: upload progress in batches (the high watermarks of the session's data topics on
-  the leader), rows once the session ended, each query done or not with its result rows.
+  the leader), rows once the session ended, each query done or not with its result rows; the
+  folding progress of its flights topic in records (one per batch), as the session tracker
+  last read it (sessions.py): folded (the sum of the log starts), stored (of the high
+  watermarks) and the backlog between them, None until first read.
 """
 
 from __future__ import annotations
@@ -198,6 +201,8 @@ def session_rows(sessions: Sequence[SessionProgress], leader: BrokerReport | Non
                                                                              s.client_id),
         "batches_total": s.batches_total, "rows_sent": s.rows_sent,
         "rows_rejected": s.rows_rejected, "done": s.done,
+        "folded_records": s.folded_records, "stored_records": s.stored_records,
+        "backlog_records": s.backlog_records,
         "queries": [{"query": query, "done": p.done, "result_rows": p.result_rows}
                     for query, p in sorted(s.queries.items())],
     } for s in sessions]

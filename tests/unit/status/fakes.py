@@ -51,8 +51,12 @@ def brokers() -> dict[str, BrokerReport]:
 
 
 def sessions() -> list[SessionProgress]:
-    running = SessionProgress(CID, partitions=4)
+    """Running: 12 of its 20 stored flights batches folded. Done: all 36 folded. New: its
+    flights offsets not read yet."""
+    running = SessionProgress(CID, partitions=4, folded_records=12, stored_records=20)
     done = SessionProgress("d0ne", 4, ended=True, batches_total=40, rows_sent=12000,
                            rows_rejected=3, queries={q: QueryProgress(True, 10)
-                                                     for q in ("q1", "q2", "q3", "q4")})
-    return [running, done]
+                                                     for q in ("q1", "q2", "q3", "q4")},
+                           folded_records=36, stored_records=36)
+    new = SessionProgress("n3w", partitions=4)
+    return [running, done, new]

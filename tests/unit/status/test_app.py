@@ -10,6 +10,7 @@ from services.status.__main__ import build_config, build_parser
 from services.status.app import create_app, format_age
 from services.status.config import StatusConfigError
 from services.status.plot import rates, sparkline_svg
+from tests.unit.status.fakes import CID
 from tests.unit.status.test_model import check_document, document
 
 
@@ -38,6 +39,19 @@ def test_the_page_and_the_json_show_the_same_document():
     assert 'data-group="1" data-state="no healthy majority"' in html
     assert "without a healthy majority: group 1" in html
     assert client.get("/healthz").text == "ok"
+
+
+def test_the_sessions_table_shows_each_sessions_folding_progress():
+    html = TestClient(create_app(lambda: document())).get("/").text
+    rows = {cid: html.split(f'data-client="{cid}"')[1].split("</tr>")[0]
+            for cid in (CID, "d0ne", "n3w")}
+    assert '<th>folded</th>' in html
+    assert 'data-backlog="8"' in rows[CID]
+    assert "12 / 20 batches" in rows[CID] and "(backlog 8)" in rows[CID]
+    assert "36 / 36 batches" in rows["d0ne"]
+    assert '<span class="muted">(backlog 0)</span>' in rows["d0ne"]
+    assert 'data-backlog=""' in rows["n3w"] and "batches" not in rows["n3w"].split(
+        'data-backlog=""')[1].split("</td>")[0], "not read yet: a dash, not zeros"
 
 
 def test_service_names_are_escaped_in_the_page():

@@ -72,13 +72,19 @@ def test_brokers_leader_epoch_partitions_and_lag():
 
 
 def test_sessions_upload_progress_rows_and_queries():
-    running, done = document()["sessions"]
+    running, done, _new = document()["sessions"]
     assert running["batches_uploaded"] == 28 + 5 and running["batches_total"] is None
     assert running["rows_sent"] is None and not running["ended"] and not running["done"]
     assert done["batches_uploaded"] == done["batches_total"] == 40  # topics may be deleted
     assert done["rows_sent"] == 12000 and done["done"]
     assert [(q["query"], q["done"], q["result_rows"]) for q in done["queries"]] == [
         (q, True, 10) for q in ("q1", "q2", "q3", "q4")]
+
+
+def test_sessions_folding_progress_is_folded_stored_and_the_backlog_between():
+    running, done, new = document()["sessions"]
+    assert [(s["folded_records"], s["stored_records"], s["backlog_records"])
+            for s in (running, done, new)] == [(12, 20, 8), (36, 36, 0), (None, None, None)]
 
 
 def test_each_groups_health_is_its_leaders_word():
@@ -150,7 +156,8 @@ PARTITION = {"topic": str, "partition": int, "log_end_offset": int, "high_waterm
 SESSION = {"client_id": str, "partitions": int, "ended": bool,
            "batches_uploaded": (int, type(None)), "batches_total": (int, type(None)),
            "rows_sent": (int, type(None)), "rows_rejected": (int, type(None)), "done": bool,
-           "queries": list}
+           "queries": list, "folded_records": (int, type(None)),
+           "stored_records": (int, type(None)), "backlog_records": (int, type(None))}
 QUERY = {"query": str, "done": bool, "result_rows": int}
 EVENT = {"at_s": NUMBER, "kind": str, "service": str, "detail": str, "reporters": list}
 LINK = {"name": str, "url": str}
