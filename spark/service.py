@@ -80,6 +80,7 @@ from spark.driver import (
 )
 from spark.folding.service_fold import ServiceFold
 from spark.folding.stream_query import StreamSettings
+from spark.folding.warm_up import SAMPLE_ROWS_DEFAULT as FOLD_WARM_UP_ROWS_MAX
 from spark.metrics import query_service_registry
 from spark.query_service import QueryService
 from spark.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return service.metrics.snapshot()[0] > 0  # a session job runs
 
     if fold is not None:
-        fold.start()  # its plan is made once, and the JIT warms on the sessions themselves
+        fold.start(min(settings.warm_up_rows, FOLD_WARM_UP_ROWS_MAX))
     elif settings.warm_up_settle_s is None:
         if warm_up_quietly(spark, settings.warm_up_rows):
             warm_up_idle_in_background(spark, settings.warm_up_idle_passes, stop_requested,

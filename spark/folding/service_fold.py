@@ -27,13 +27,17 @@ from common.session_records import (
     airports_topic,
     flights_topic,
 )
+from spark.driver import JOB_ERRORS, first_line
 from spark.folding.airports import read_airports
 from spark.folding.fold_store import FinishReport, FoldStore
 from spark.folding.prefix_release import PrefixReleaser
 from spark.folding.stream_query import FoldQuery, StreamSettings
+from spark.folding.warm_up import warm_up_fold
 from spark.result_writer import QueryResultWriter
+from spark.warm_up import WarmUpError
 
 log = logging.getLogger("spark.service")
+STREAM_START_WAIT_S_MAX = 120.0
 
 
 class FoldNotCaughtUpError(Exception):
@@ -67,8 +71,20 @@ class ServiceFold:
         self.releaser = PrefixReleaser(settings.checkpoint, self._delete_records, stop)
         self.query = FoldQuery(spark, settings, self.store, self.releaser, stop)
 
-    def start(self) -> None:
+    def start(self, warm_up_rows: int) -> None:
+        """Warm the fold up (spark/folding/warm_up.py), start the stream and wait for its first
+        trigger: a first session then pays neither."""
+        if warm_up_rows > 0:
+            try:
+                log.info("fold warmed up in %.1f s (%d sample rows)",
+                         warm_up_fold(self.query.spark, warm_up_rows), warm_up_rows)
+            except (*JOB_ERRORS, WarmUpError) as error:
+                log.warning("the fold's warm-up failed, serving cold: %s: %s",
+                            type(error).__name__, first_line(error))
         self.query.start()
+        if not self.query.wait_started(STREAM_START_WAIT_S_MAX):
+            log.warning("the fold query made no trigger within %.0f s; serving anyway",
+                        STREAM_START_WAIT_S_MAX)
 
     def stop(self) -> None:
         self.query.stop()

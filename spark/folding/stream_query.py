@@ -109,6 +109,17 @@ class FoldQuery:
             self.releaser.start()
         self._thread.start()
 
+    def wait_started(self, wait_s_max: float) -> bool:
+        """Whether the query made its first trigger within `wait_s_max` (its source runner up,
+        its checkpoint read, its first offsets asked for)."""
+        deadline = time.monotonic() + wait_s_max
+        while time.monotonic() < deadline and not self.stop_requested.is_set():
+            query = self._query
+            if query is not None and query.lastProgress is not None:
+                return True
+            self.stop_requested.wait(0.1)
+        return False
+
     def stop(self, wait_s: float = 5.0) -> None:
         query = self._query
         if query is not None:
