@@ -56,6 +56,8 @@ TRANSFORM = "spark.folding.stream_fields:fold_rows"
 ARROW_BATCH_ROWS_MAX = 4_000_000
 GATE = "spark.folding.stream_fields:admit"
 RESTART_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
+# A SIGTERM must end the service within a few seconds (Compose kills it 10 s after).
+STOP_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,23 @@ class FoldQuery:
             self.stop_requested.wait(0.1)
         return False
 
-    def stop(self, wait_s: float = 5.0) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop the query, waiting at most `wait_s`: a micro-batch in flight is abandoned
+        (Spark's own stop then ends its tasks), and runs again at the next start."""
         query = self._query
         if query is not None:
-            try:
-                query.stop()
-            except JOB_ERRORS as error:
-                log.info("stopping the fold query: %s", first_line(error))
-        self._thread.join(wait_s)
+            stopper = threading.Thread(target=self._stop_query, args=(query,),
+                                       name="fold-query-stop", daemon=True)
+            stopper.start()
+            stopper.join(wait_s)
+        self._thread.join(max(0.0, wait_s / 2))
+
+    @staticmethod
+    def _stop_query(query) -> None:
+        try:
+            query.stop()
+        except JOB_ERRORS as error:
+            log.info("stopping the fold query: %s", first_line(error))
 
     def _folded(self, batch_id: int, end_offsets) -> None:
         self.store.folded(batch_id, end_offsets)
