@@ -1,7 +1,9 @@
 """The status page's replication groups against three real brokers (three groups, a topic in
 each): healthy while every broker is in sync; a SIGKILLed broker leaves every group
 under-replicated on the page, with the partitions counted, until it is restarted and caught
-up. The poller and page are the real ones, in-process; the brokers' /metrics are real."""
+up. A session's folding progress follows its flights topic's log starts (moved by
+DeleteRecords, as the query service does) and keeps its last values once its topics are gone.
+The poller and page are the real ones, in-process; the brokers' /metrics are real."""
 
 from __future__ import annotations
 
@@ -11,12 +13,22 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from common.session_records import SESSIONS_TOPIC
+from common.kaska import Admin, Producer
+from common.session_records import (
+    SESSIONS_TOPIC,
+    ResultsAcked,
+    SessionStarted,
+    encode,
+    flights_topic,
+    results_topic,
+    session_topics,
+)
 from services.broker.replication.in_sync import REPLICA_LAG_TIME_MAX_S
 from services.status.app import create_app
 from services.status.config import StatusConfig
 from services.status.poller import Poller
 from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster, free_ports
+from tests.integration.replication.workload import CLIENT_TIMEOUTS, RIDE_OUT_RETRY
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,6 +36,7 @@ GROUPS = 3
 PARTITIONS = 6
 WAIT_S = REPLICA_LAG_TIME_MAX_S + 60
 POLL_S = 0.2
+CID = "f01d0000-0000-4000-8000-000000000001"
 
 
 @pytest.fixture
@@ -91,3 +104,53 @@ def test_a_killed_broker_leaves_every_group_under_replicated_until_it_is_back(cl
     back = wait_for_document(poller, "every group healthy again", lambda b: (
         states(b) == ["healthy"] * GROUPS))
     assert back["brokers"]["under_replicated_partitions"] == 0
+
+
+def wait_for_session(poller: Poller, what: str, condition) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        doc = poller.poll_once()
+        session = next((s for s in doc["sessions"] if s["client_id"] == CID), None)
+        if session is not None and condition(session):
+            return doc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {WAIT_S:g} s; last: {session}")
+        time.sleep(POLL_S)
+
+
+def folding(doc: dict) -> tuple:
+    session = next(s for s in doc["sessions"] if s["client_id"] == CID)
+    return session["folded_records"], session["stored_records"], session["backlog_records"]
+
+
+def test_a_sessions_folding_progress_follows_its_log_starts_and_stays_once_its_topics_go(
+        cluster, poller):
+    for topic, partitions in ((SESSIONS_TOPIC, 1), (flights_topic(CID), 2),
+                              (results_topic(CID), 1)):
+        cluster.create_topic(topic, partitions)
+    with Producer(cluster.bootstrap, retry=RIDE_OUT_RETRY, **CLIENT_TIMEOUTS) as producer, \
+            Admin(cluster.bootstrap, retry=RIDE_OUT_RETRY, **CLIENT_TIMEOUTS) as admin:
+        for partition, batches in ((0, 6), (1, 4)):
+            for n in range(batches):
+                producer.send_batch(flights_topic(CID), partition, [b"row %d" % n])
+        producer.send_msg(SESSIONS_TOPIC, encode(SessionStarted(CID, 2)))
+        stored = wait_for_session(poller, "10 batches stored, none folded", lambda s: (
+            s["stored_records"] == 10))
+        assert folding(stored) == (0, 10, 10)
+
+        assert admin.delete_records(flights_topic(CID), {0: 4, 1: 1}) == {0: 4, 1: 1}
+        folded = wait_for_session(poller, "5 batches folded", lambda s: (
+            s["folded_records"] == 5))
+        assert folding(folded) == (5, 10, 5)
+        html = TestClient(create_app(lambda: folded)).get("/").text
+        row = html.split(f'data-client="{CID}"')[1].split("</tr>")[0]
+        assert "5 / 10 batches" in row and "(backlog 5)" in row
+
+        producer.send_msg(SESSIONS_TOPIC, encode(ResultsAcked(CID, {})))
+        for topic in session_topics(CID):
+            if topic in admin.topics():
+                admin.delete_topic(topic)
+        gone = wait_for_session(poller, "the session acknowledged", lambda s: s["done"])
+        assert not set(session_topics(CID)) & set(admin.topics()), "the scenario: topics gone"
+        assert folding(gone) == (5, 10, 5)
+        assert folding(poller.poll_once()) == (5, 10, 5), "the last values stay"
