@@ -145,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
     parser.add_argument("--trigger-interval-s", type=float, default=0.2)
     parser.add_argument("--fold-wait-s-max", type=float, default=600.0,
                         help="how long an ended session's finish waits for the stream")
+    parser.add_argument("--fold-range-pause-s", type=float, default=0.0,
+                        help="each range read waits this long (fault-injection tests only)")
     add_log_level_flag(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -178,7 +180,8 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s,
         warm_up_idle_passes=max(0, args.warm_up_idle_passes), fold=args.fold,
         state_dir=args.state_dir, max_offsets_per_trigger=args.max_offsets_per_trigger,
-        trigger_interval_s=args.trigger_interval_s, fold_wait_s_max=args.fold_wait_s_max)
+        trigger_interval_s=args.trigger_interval_s, fold_wait_s_max=args.fold_wait_s_max,
+        fold_range_pause_s=max(0.0, args.fold_range_pause_s))
 
 
 def service_fold(spark, settings: ServiceSettings, stop: threading.Event) -> ServiceFold | None:
@@ -189,7 +192,8 @@ def service_fold(spark, settings: ServiceSettings, stop: threading.Event) -> Ser
                             token=settings.token,
                             max_offsets_per_trigger=settings.max_offsets_per_trigger,
                             trigger_interval_s=settings.trigger_interval_s,
-                            retry_deadline_s=settings.read_retry_deadline_s)
+                            retry_deadline_s=settings.read_retry_deadline_s,
+                            range_pause_s=settings.fold_range_pause_s)
     return ServiceFold(spark, stream, stop, rows_per_slice=settings.rows_per_slice,
                        slice_pause_s=settings.result_slice_pause_s,
                        fold_wait_s_max=settings.fold_wait_s_max)

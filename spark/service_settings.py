@@ -62,6 +62,7 @@ class ServiceSettings:
     max_offsets_per_trigger: int = 24  # records per micro-batch
     trigger_interval_s: float = 0.2
     fold_wait_s_max: float = 600.0  # a finish waits this long for the stream, then retries
+    fold_range_pause_s: float = 0.0  # fault-injection tests only: each range read waits
 
     @property
     def deletes_finished_sessions(self) -> bool:

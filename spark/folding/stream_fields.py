@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -56,8 +57,11 @@ class SessionNotRegisteredError(Exception):
     admits no such topic, so this is a state directory the worker does not share."""
 
 
-def transform_argument(state_dir: Path) -> str:
-    return json.dumps({"state_dir": str(state_dir), "topic": TOPIC_PLACEHOLDER})
+def transform_argument(state_dir: Path, range_pause_s: float = 0.0) -> str:
+    """`range_pause_s`: each range waits this long before it is folded (fault-injection tests
+    only: widens the window in which a worker is killed mid-task)."""
+    return json.dumps({"state_dir": str(state_dir), "topic": TOPIC_PLACEHOLDER,
+                       "pause_s": range_pause_s})
 
 
 def admit(topic: str, state_dir: str) -> TopicAdmission:
@@ -82,6 +86,8 @@ def fold_rows(table: pa.Table, argument: str) -> pa.Table:
     if client_id is None:
         raise SessionNotRegisteredError(f"{spec['topic']!r} is no session's flights topic")
     key, coordinates = _session_airports(spec["state_dir"], client_id)
+    if spec.get("pause_s"):
+        time.sleep(spec["pause_s"])
     return partial_row(key, partial_of(derive(table, coordinates)))
 
 

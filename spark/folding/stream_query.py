@@ -68,6 +68,7 @@ class StreamSettings:
     max_offsets_per_trigger: int = 24  # records (~11k rows each at the client's 4 MiB slices)
     trigger_interval_s: float = 0.2
     retry_deadline_s: float = 60.0
+    range_pause_s: float = 0.0  # fault-injection tests only (stream_fields.transform_argument)
 
     @property
     def checkpoint(self) -> Path:
@@ -83,7 +84,8 @@ def fold_stream(spark, settings: StreamSettings):
               .option("columns", json.dumps(list(FLIGHT_COLUMNS)))
               .option("includeIds", "false")
               .option("arrowTransform", TRANSFORM)
-              .option("arrowTransformArgument", transform_argument(settings.state_dir))
+              .option("arrowTransformArgument", transform_argument(settings.state_dir,
+                                                                      settings.range_pause_s))
               .option("topicGate", GATE)
               .option("topicGateArgument", str(settings.state_dir))
               .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))

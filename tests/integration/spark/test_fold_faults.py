@@ -123,7 +123,8 @@ def test_killed_mid_finish_writes_each_result_once(tmp_path, broker, data, servi
 def test_python_workers_killed_mid_batch_cost_a_redone_batch_not_a_row(tmp_path, broker, data,
                                                                        services):
     report, expected = data
-    service = services(*SLOW_FOLD)
+    # Each range's task takes a second: a kill lands in the middle of one.
+    service = services(*SLOW_FOLD, "--fold-range-pause-s", "1.0")
     session = produce_session(broker.address, report.flights_path, report.airports_path,
                               slice_rows=SLICE_ROWS, **CLIENT_OPTIONS)
     wait_until(lambda: any(folded_rows(service)), "a first folded micro-batch", service)
