@@ -317,7 +317,9 @@ class QueryService:
                 self._count("records_skipped")
                 if isinstance(record, SessionStarted):
                     self._count("sessions_started")
-                    self._register_started(record)
+                    if not self._acks_ahead.acknowledged_later(
+                            message.partition, message.offset, record.client_id):
+                        self._register_started(record)
             self._progress.finished(message.partition, message.offset)
             return
         where = f"{SESSIONS_TOPIC}/{message.partition}@{message.offset}"

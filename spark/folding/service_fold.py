@@ -20,6 +20,7 @@ import logging
 import threading
 
 from common.kaska import Admin
+from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.range_reader import RangeReader
 from common.session_records import (
     SessionEnded,
@@ -117,8 +118,15 @@ class ServiceFold:
             return
         with RangeReader(self.settings.brokers, token=self.settings.token,
                          retry_deadline_s=self.settings.retry_deadline_s) as reader:
-            coordinates = read_airports(reader, airports_topic(client_id), airports_end_offsets)
-            _check_flights_whole(reader, client_id, len(airports_end_offsets))
+            try:
+                coordinates = read_airports(reader, airports_topic(client_id),
+                                            airports_end_offsets)
+                _check_flights_whole(reader, client_id, len(airports_end_offsets))
+            except UnknownTopicOrPartitionError as error:
+                # The client creates every topic before its SessionStarted: a topic missing
+                # now was deleted (the session acknowledged, or cleaned up by hand).
+                raise SessionNotRecoverableError(
+                    f"session {client_id}: its topics are gone ({error})") from error
         self.store.register(client_id, coordinates)
         log.info("session %s registered: %d known airports; its flights are folded as they "
                  "come", client_id, len(coordinates.by_code))
