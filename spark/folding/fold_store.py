@@ -208,10 +208,10 @@ class FoldStore:
             if state is None or state.client_id != client_id:
                 raise KeyError(f"session {client_id} has no fold state")
             summary = state.summary
-            q4_map, candidates = state.q4_map(), state.q3_candidates()
-        mean = mean_fare(q4_map)
+            q4_rows, candidates = state.q4_rows(), state.q3_candidates()
+        mean = mean_fare(q4_rows)
         invalid = dict(summary.invalid)
-        tables = {"q3": q3_table(candidates), "q4": q4_table(q4_map, mean)}
+        tables = {"q3": q3_table(candidates), "q4": q4_table(q4_rows, mean)}
         query_rows = {}
         for query in QUERIES:
             writer = self._writer(client_id, query)

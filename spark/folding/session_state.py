@@ -135,9 +135,14 @@ class SessionState:
         return True
 
     def q4_map(self) -> pa.Table:
-        """The session's whole fare -> count map per route (Q4_SCHEMA)."""
+        """The session's whole fare -> count map per route (Q4_SCHEMA), one row per pair."""
         tables = [self.q4_base, *self.q4_parts]
         return q4_part(pa.concat_tables(tables)) if len(tables) > 1 else self.q4_base
+
+    def q4_rows(self) -> pa.Table:
+        """The same map's rows unmerged (a pair may repeat): what the finish needs, which
+        groups by fare and by route anyway."""
+        return pa.concat_tables([self.q4_base, *self.q4_parts])
 
     def load(self, committed_batch: int) -> None:
         """The state as of Spark's `committed_batch` (module doc: recovery); newer files are
