@@ -3,7 +3,7 @@ it and the workers that finish sessions from it.
 
 Owns: the `SessionState` of each registered, unfinished session (by session key), the result
 writers of the streamed queries (Q1, Q2) per session, and what the stream has folded so far
-(the end offsets of the newest folded micro-batch, from the query's progress).
+(the end offsets of the newest folded micro-batch, from the checkpoint's offset log).
 
 The life of a session here:
 1. `register` (the main loop, on SessionStarted): its airports file is written; from then on
