@@ -142,31 +142,21 @@ def test_python_workers_killed_mid_batch_cost_a_redone_batch_not_a_row(tmp_path,
 
 
 def _kill_python_workers(service_pid: int) -> int:
-    """SIGKILL every forked `pyspark.worker` under the service (Spark's executor side in local
-    mode); how many."""
-    listed = subprocess.run(["pgrep", "-f", "pyspark.daemon pyspark.worker"],
-                            capture_output=True, text=True, check=False).stdout.split()
+    """SIGKILL every `pyspark.daemon` process (the daemon and the workers it forked: Spark's
+    executor side in local mode) of the service's session; how many. By session, not by
+    parent: a worker whose daemon was killed first lives on, reparented, and is still used."""
+    listed = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True,
+                            check=False).stdout.split()
     killed = 0
     for pid in map(int, listed):
-        if _descends_from(pid, service_pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    return killed
-
-
-def _descends_from(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        if pid == ancestor:
-            return True
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                pid = int(stat.read().rpartition(")")[2].split()[1])
-        except OSError:
-            return False
-    return False
+            if os.getsid(pid) != service_pid:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass  # gone meanwhile
+    return killed
 
 
 def test_a_client_held_back_then_killed_resumes_and_gets_exact_results(tmp_path, broker, data,
