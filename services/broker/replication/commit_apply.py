@@ -8,7 +8,7 @@ It owns three numbers and a table:
 - `applied`: entries below it are applied (in memory: the high watermarks);
 - `effects_from`: the effects of the entries below it (a DELETE_TOPIC's removal of its
   incarnation, a DELETE_RECORDS' move of its partition's log start) were done before this
-  start (issue 20, finding 1), so they only rebuild the high watermarks; every committed entry
+  start, so they only rebuild the high watermarks; every committed entry
   is carried out once, across restarts.
 
 Invariants: entries are applied one by one in index order, and only committed ones; `applied`

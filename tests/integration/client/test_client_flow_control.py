@@ -9,8 +9,7 @@
   airports' end offsets.
 - The test moves the log start itself (Admin.delete_records, as the folding service will): a
   client is held back at its window and released as the log start moves, killed while held
-  back and resumed: every row stored exactly once. Needs `Admin.delete_records` (being added
-  to common/kaska); skipped until it exists.
+  back and resumed: every row stored exactly once.
 """
 
 import math
@@ -214,8 +213,6 @@ class Folder:
         self._thread.join(10)
 
 
-@pytest.mark.skipif(not hasattr(Admin, "delete_records"),
-                    reason="Admin.delete_records is not in common/kaska yet")
 def test_held_back_at_the_window_released_as_the_log_start_moves_killed_and_resumed(
         lone_broker, data, tmp_path):
     """No fake query service here: the folder reads the flights and deletes them, and the
