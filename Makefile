@@ -19,14 +19,18 @@ $(STAMP): pyproject.toml setup.py services/broker/kafka/_record_walk.c
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+#: create `.venv/` and install the pinned dependencies (and the C extension) into it
 build: $(STAMP)
 
+#: ruff over the whole tree
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+#: ruff, then the whole pytest suite (unit, integration; the Docker tests where an engine answers)
 test: $(STAMP) lint
 	$(PY) -m pytest
 
+#: generate `DATA_DIR/itineraries.csv` and `airports.csv` (`ROWS`, `SEED`) unless they are there
 data: $(STAMP)
 	@if [ -s $(DATA_DIR)/itineraries.csv ] && [ -s $(DATA_DIR)/airports.csv ]; then \
 		echo "$(DATA_DIR)/ already holds data"; \
@@ -34,11 +38,13 @@ data: $(STAMP)
 		$(PY) -m scripts.generate_data --rows $(ROWS) --seed $(SEED) --out $(DATA_DIR); \
 	fi
 
+#: remove `.venv/` and the caches
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build
 
 # Offline images: base (debootstrap from the host's apt mirror when no registry answers),
 # wheels downloaded on the host, then runtime (deps) and code layers. Needs root and Docker.
+#: build the base, runtime and code images, offline if need be (root, Docker)
 docker-image: $(STAMP)
 	PYTHON=$(abspath $(PY)) scripts/build_images.sh
 
@@ -47,6 +53,7 @@ docker-image: $(STAMP)
 # logs in DEMO_DIR.
 DEMO_DIR ?= results/demo
 .PHONY: demo
+#: the embedded default: local brokers, query service, checkers and one client session on a generated sample
 demo: $(STAMP)
 	$(PY) -m scripts.run_local --results-dir $(DEMO_DIR) --rows $(ROWS) --seed $(SEED)
 
@@ -76,6 +83,7 @@ $(CLUSTER_SECRET_FILE):
 	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $@
 	@echo "generated the cluster secret in $@"
 
+#: images, data, the whole Compose deployment; follows the client until its results are written
 docker-compose-up: docker-image data $(CLUSTER_SECRET_FILE)
 	@mkdir -p $(RESULTS_DIR)
 	@# A fresh session: a client that finds no client id in its state directory starts one.
@@ -85,14 +93,17 @@ docker-compose-up: docker-image data $(CLUSTER_SECRET_FILE)
 	$(PY) -m scripts.compose_follow --project $(COMPOSE_PROJECT) --started-at $$started_at
 	@echo "results: $(RESULTS_DIR)/client-*/ ; the deployment keeps running (make docker-compose-logs, make chaos, make docker-compose-down)"
 
+#: stop the deployment and remove its volumes
 docker-compose-down: $(CLUSTER_SECRET_FILE)
 	$(COMPOSE_ENV) $(COMPOSE) down --volumes --remove-orphans
 
+#: follow every service's log
 docker-compose-logs: $(CLUSTER_SECRET_FILE)
 	$(COMPOSE_ENV) $(COMPOSE) logs --follow --tail=100
 
 # Nobody is spared, the last health checker included: the checkers heal one another faster
 # than a fault every CHAOS_INTERVAL_S arrives (`make chaos-verify` proves it).
+#: SIGKILL or pause a random container of the deployment every `CHAOS_INTERVAL_S` for `CHAOS_DURATION_S`
 chaos: $(STAMP)
 	$(PY) -m scripts.killer --backend docker --project $(COMPOSE_PROJECT) --random \
 		--pause-ratio $(CHAOS_PAUSE_RATIO) --interval-s $(CHAOS_INTERVAL_S) \
@@ -110,6 +121,7 @@ CHAOS_VICTIMS ?= random
 CHAOS_LOCAL ?=
 CHAOS_VERIFY_ARGS ?=
 .PHONY: chaos-verify
+#: `CHAOS_ROUNDS` fresh deployments, each a session under random faults, checked exact and healed
 chaos-verify: $(STAMP) $(if $(CHAOS_LOCAL),,docker-image)
 	$(PY) -m scripts.chaos_verify --rounds $(CHAOS_ROUNDS) --interval-s $(CHAOS_INTERVAL_S) \
 		--pause-ratio $(CHAOS_PAUSE_RATIO) --victims $(CHAOS_VICTIMS) \
@@ -120,6 +132,7 @@ chaos-verify: $(STAMP) $(if $(CHAOS_LOCAL),,docker-image)
 # liveness check on; a benchmark, not part of `make test`.
 SOAK_ROUNDS ?= 2000000
 .PHONY: soak
+#: the replication state machine's soak (`SOAK_ROUNDS`), every safety check on
 soak: $(STAMP)
 	RAFT_SOAK_STEPS=$(SOAK_ROUNDS) $(PY) -m pytest -q -s --timeout=0 -k soak \
 		tests/unit/broker/replication/test_raft_property.py
@@ -129,6 +142,7 @@ soak: $(STAMP)
 PIPELINE_ROWS ?= 2000000
 BENCH_ROWS ?= 200000
 .PHONY: bench
+#: broker, replication, query and pipeline benchmarks, one JSON line each
 bench: $(STAMP)
 	$(PY) -m scripts.bench_broker
 	$(PY) -m scripts.bench_replication
@@ -148,6 +162,14 @@ NEMESIS_SEED ?=
 NEMESIS_BROKERS ?= 3
 NEMESIS_ARGS ?=
 .PHONY: nemesis
+#: real brokers under a seeded random fault schedule, then every acknowledged record checked
 nemesis: $(STAMP)
 	$(PY) -m scripts.nemesis --seconds $(NEMESIS_SECONDS) --brokers $(NEMESIS_BROKERS) \
 		$(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED)) $(NEMESIS_ARGS)
+
+# docs/cli.md, the command and flag reference, regenerated from every entry point's --help and
+# the `#:` lines above the targets here (tests/unit/scripts/test_cli_reference.py checks it).
+.PHONY: docs
+#: regenerate docs/cli.md from the parsers and these targets' `#:` lines
+docs: $(STAMP)
+	$(PY) -m scripts.cli_reference
