@@ -77,9 +77,13 @@ class HelpFailedError(RuntimeError):
     """An entry point's `--help` did not exit 0."""
 
 
+# Variables a parser may read a default from: the reference shows the code's defaults.
+DEPLOYMENT_ENV_PREFIXES = ("FLIGHTS_", "KASKA_", "COMPOSE_")
+
+
 def _help_env() -> dict[str, str]:
-    # Deployment variables (FLIGHTS_*) may change a flag's default: the reference shows the code's.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("FLIGHTS_")}
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(DEPLOYMENT_ENV_PREFIXES)}
     env["COLUMNS"] = str(HELP_COLUMNS)
     env["LINES"] = "50"
     env["PYTHONPATH"] = str(REPO_ROOT)
