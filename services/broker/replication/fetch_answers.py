@@ -3,9 +3,9 @@ memory of one follower connection (`FetchSession`), the refusals of a REPLICA_FE
 journal entries one answer carries (`entries_to_send`), and the whole answer to a
 SNAPSHOT_FETCH (`answer_snapshot_fetch`).
 
-`ReplicationNode.answer_fetch` keeps the REPLICA_FETCH itself: it steps the state machine under
-the node's `_lock`, long-polls on its condition and checks the leadership again under the lock
-before it reads the entries (`entries_to_send` runs there, under `_lock`).
+`LeaderAnswers.answer_fetch` (leader_answers.py) keeps the REPLICA_FETCH itself: it steps the
+state machine under the node's `_lock`, long-polls on its condition and checks the leadership
+again under the lock before it reads the entries (`entries_to_send` runs there, under `_lock`).
 
 Invariants:
 - an answer carries at most `fetch_entries_max` entries and, past its first entry, at most
