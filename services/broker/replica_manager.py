@@ -38,7 +38,7 @@ from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
-from services.broker.replication.journal import JournalEntry, TopicId, carrying, closing
+from services.broker.replication.journal_record import JournalEntry, TopicId, carrying, closing
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.storage.log import PARTITIONS_MAX, Log

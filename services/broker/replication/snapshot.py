@@ -9,7 +9,7 @@ replication need of the prefix:
   below the snapshot is still checked (OffsetsForLeaderEpoch), and `epoch_of(index)` still
   names the epoch of a compacted entry (an acknowledgement names its entry's epoch);
 - the live topics with their TopicId (the (epoch, index) of their CREATE_TOPIC entry, or the
-  metadata group's incarnation a data group's CREATE_TOPIC carries: journal.py) and
+  metadata group's incarnation a data group's CREATE_TOPIC carries: journal_record.py) and
   partition counts: later entries derive their topic ids from them, `reconcile` expects them
   on disk, and a DELETE_TOPIC after the snapshot names them;
 - every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
@@ -19,7 +19,7 @@ replication need of the prefix:
   restarts from it, move their own log starts there, so a compacted DeleteRecords is never lost
   (its entry no longer exists to be applied);
 - in a data group, `metadata_end_seen`: the largest metadata group prefix end its topic mirror
-  entries carried (journal.py, `metadata_end_seen`): the mirror never acts on a copy of the
+  entries carried (journal_record.py, `metadata_end_seen`): the mirror never acts on a copy of the
   metadata group shorter than that (topic_mirror.py), so it must outlive the entries that
   carried it. It never decreases.
 
@@ -44,8 +44,8 @@ from common.kaska.topic_name import is_internal
 
 
 class CommittedEntry(Protocol):
-    """What `advance` reads of a journal entry (journal.py's JournalEntry; journal.py imports
-    this module, so this one names the shape rather than the class)."""
+    """What `advance` reads of a journal entry (journal_record.py's JournalEntry; journal_record.py
+    imports this module, so this one names the shape rather than the class)."""
 
     index: int
     epoch: int

@@ -17,11 +17,10 @@ from services.broker.replication.errors import (
     JournalEpochError,
     JournalGapError,
 )
-from services.broker.replication.journal import (
+from services.broker.replication.journal import NO_EPOCH, Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
-    NO_EPOCH,
-    Journal,
     JournalEntry,
     encode_entry,
 )

@@ -12,10 +12,10 @@ from common.kaska.protocol.replication_bounds import check_snapshot
 from common.kaska.protocol.snapshot_fetch import PartitionEnd, Snapshot, SnapshotTopic
 from services.broker.replication import journal as journal_module
 from services.broker.replication.errors import CorruptJournalError, JournalCompactedError
-from services.broker.replication.journal import (
+from services.broker.replication.journal import Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
-    Journal,
     JournalEntry,
     TopicId,
 )

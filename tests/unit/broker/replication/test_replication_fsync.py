@@ -18,7 +18,7 @@ from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaF
 from services.broker.config import BrokerConfig
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.errors import SyncFailedError
-from services.broker.replication.journal import JOURNAL_FILE
+from services.broker.replication.journal_record import JOURNAL_FILE
 from services.broker.replication.node import (
     PeerAddress,
     ReplicationConfig,

@@ -14,11 +14,11 @@ import pytest
 
 from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic, TopicsView
-from services.broker.replication.journal import (
+from services.broker.replication.journal import Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
     RECORD_PREFIX_BYTES,
-    Journal,
     JournalEntry,
     TopicId,
     carrying,

@@ -24,7 +24,7 @@ from common.kaska.protocol.replica_fetch import (
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.errors import CorruptJournalError
-from services.broker.replication.journal import FILE_HEADER_BYTES, JOURNAL_FILE
+from services.broker.replication.journal_record import FILE_HEADER_BYTES, JOURNAL_FILE
 from services.broker.replication.node import (
     REPLICATION_DIR,
     PeerAddress,
