@@ -28,11 +28,12 @@ Threads:
   applies entries or truncates, so a follower's journal and partitions change in one order.
 - request threads: `answer_vote`, `answer_fetch` (the leader's side of replication), and the
   leader's appends (`replica_manager.py`).
-- the commit saver (`_save_commits`): every `commit_persist_interval_s` it saves the commit and
-  applied indexes (four fsyncs). Not on the loop: under a write load an fsync waits for the
-  file system's journal, which writes out every dirty page of the partitions first (ext4's
-  ordered mode), and a follower's loop stalled in it for 0.1-0.26 s between two fetches, so
-  its confirmations of the leader's answers came too late for the leader lease.
+- the commit saver (`_commit_saver`, common/periodic.py): every `commit_persist_interval_s` it
+  saves the commit and applied indexes (`save_commit_if_due`: four fsyncs). Not on the loop:
+  under a write load an fsync waits for the file system's journal, which writes out every dirty
+  page of the partitions first (ext4's ordered mode), and a follower's loop stalled in it for
+  0.1-0.26 s between two fetches, so its confirmations of the leader's answers came too late
+  for the leader lease.
 
 Locks, always taken in this order: `_lock` (the state machine, the high watermarks, commits
 applied) → a partition's lock → the journal's lock. Network waits never hold `_lock`.
@@ -89,6 +90,7 @@ from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
+from common.periodic import PeriodicThread
 from services.broker.replication import raft
 from services.broker.replication.bootstrap import open_replication_state
 from services.broker.replication.commit_apply import CommitApplier
@@ -204,8 +206,11 @@ class ReplicationNode(LeaderAnswers, FollowerFetching):
         thread_name = f"kaska-replication-{config.node_id}" + (
             f"-g{config.group}" if config.group else "")
         self._thread = threading.Thread(target=self._run, daemon=True, name=thread_name)
-        self._commit_saver = threading.Thread(target=self._save_commits, daemon=True,
-                                              name=f"{thread_name}-commits")
+        # Saving is a lower bound only: after a failed save (OSError) a restart starts from an
+        # older commit, and the next interval tries again.
+        self._commit_saver = PeriodicThread(
+            f"{thread_name}-commits", config.commit_persist_interval_s, self.save_commit_if_due,
+            stop=self._stop, errors=(OSError,), on_error=self._commit_save_failed)
         self._next_peer = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -512,13 +517,8 @@ class ReplicationNode(LeaderAnswers, FollowerFetching):
                             exc)
                 self._stop.wait(self.config.tick_interval_s)
 
-    def _save_commits(self) -> None:
-        while not self._stop.wait(self.config.commit_persist_interval_s):
-            try:
-                self.save_commit_if_due()
-            except OSError as exc:
-                # A lower bound only: a restart starts from an older commit; tried again.
-                log.warning("%s: saving the commit index failed: %s", self.name, exc)
+    def _commit_save_failed(self, exc: Exception) -> None:
+        log.warning("%s: saving the commit index failed: %s", self.name, exc)
 
     def _one_round(self) -> None:
         self.tick()
