@@ -34,7 +34,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication.config import REPLICATION_DIR, ReplicationConfig
@@ -51,6 +50,7 @@ from services.broker.replication.quorum_store import (
     QuorumStore,
 )
 from services.broker.replication.reconcile import reconcile
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)

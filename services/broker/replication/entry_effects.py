@@ -35,12 +35,12 @@ import logging
 from collections.abc import Callable
 
 from common.kaska.errors import KaskaStorageError, UnknownTopicOrPartitionError
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
-from common.kaska.protocol.snapshot_fetch import Snapshot
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication.config import ReplicationCounters
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.snapshot import forget_topic, log_starts
+from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 

@@ -27,17 +27,17 @@ from collections.abc import Callable
 
 from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
-from common.kaska.protocol.replica_fetch import ReplicaFetchResponse
-from common.kaska.protocol.snapshot_fetch import (
+from services.broker.replication import raft
+from services.broker.replication.config import ReplicationConfig
+from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.wire.replica_fetch import FetchOutcome as WireOutcome
+from services.broker.replication.wire.replica_fetch import ReplicaFetchResponse
+from services.broker.replication.wire.snapshot_fetch import (
     NO_TOPIC_ID,
     SnapshotFetchOutcome,
     SnapshotFetchRequest,
     SnapshotFetchResponse,
 )
-from services.broker.replication import raft
-from services.broker.replication.config import ReplicationConfig
-from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import FileSlice

@@ -33,17 +33,17 @@ from concurrent.futures import Future
 
 from common.kaska.errors import KaskaError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.replica_fetch import (
-    EntryKind,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
-from common.kaska.protocol.snapshot_fetch import Snapshot
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication import raft
 from services.broker.replication.snapshot import partition_ends
 from services.broker.replication.snapshot_install import copy_partition, make_topics
+from services.broker.replication.wire.replica_fetch import (
+    EntryKind,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+from services.broker.replication.wire.replica_fetch import FetchOutcome as WireOutcome
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.checkpoint import CheckpointStore, CorruptCheckpointError
-from common.kaska.protocol.peer_auth import CLUSTER_ID_BYTES_MAX
 from services.broker.replication.errors import ReplicationError
+from services.broker.replication.wire.peer_auth import CLUSTER_ID_BYTES_MAX
 
 IDENTITY_NAME = "identity"
 CLUSTER_ID_ENV = "FLIGHTS_KASKA_CLUSTER_ID"

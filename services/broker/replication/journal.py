@@ -65,7 +65,6 @@ from array import array
 from pathlib import Path
 
 from common.kaska.errors import NotLeaderError
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.errors import (
     JournalClosedError,
     JournalCompactedError,
@@ -84,6 +83,7 @@ from services.broker.replication.journal_record import (
 )
 from services.broker.replication.journal_recovery import open_file, recover, write_file
 from services.broker.replication.snapshot import Snapshot, advance, partition_ends
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.partition import fsync_directory
 

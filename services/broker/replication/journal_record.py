@@ -56,9 +56,9 @@ from typing import NamedTuple
 
 import crc32c
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.errors import InvalidJournalEntryError
 from services.broker.replication.snapshot import Snapshot
+from services.broker.replication.wire.replica_fetch import EntryKind
 
 JOURNAL_FILE = "journal.log"
 JOURNAL_MAGIC = b"KJNL"

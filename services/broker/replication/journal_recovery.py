@@ -33,8 +33,6 @@ from pathlib import Path
 import crc32c
 
 from common.kaska.errors import InvalidResponseError
-from common.kaska.protocol.peer_auth import OutOfRangeFieldError
-from common.kaska.protocol.replication_bounds import check_snapshot
 from services.broker.replication.errors import CorruptJournalError
 from services.broker.replication.journal_record import (
     COMPACTED_VERSIONS,
@@ -57,6 +55,8 @@ from services.broker.replication.journal_record import (
     snapshot_incarnations,
 )
 from services.broker.replication.snapshot import Snapshot
+from services.broker.replication.wire.peer_auth import OutOfRangeFieldError
+from services.broker.replication.wire.replication_bounds import check_snapshot
 from services.broker.storage.partition import fsync_directory
 
 log = logging.getLogger(__name__)

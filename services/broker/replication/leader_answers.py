@@ -25,12 +25,6 @@ import logging
 
 from common.kaska.errors import UnknownReplicaError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.peer_auth import RequestStamp
-from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest, ReplicaFetchResponse
-from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest, SnapshotFetchResponse
-from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
-from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from services.broker.peer_gate import PeerSession
 from services.broker.replication import raft
 from services.broker.replication.fetch_answers import (
@@ -40,6 +34,15 @@ from services.broker.replication.fetch_answers import (
     refusal,
 )
 from services.broker.replication.journal import JournalEntry
+from services.broker.replication.wire.peer_auth import RequestStamp
+from services.broker.replication.wire.replica_fetch import FetchOutcome as WireOutcome
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest, ReplicaFetchResponse
+from services.broker.replication.wire.snapshot_fetch import (
+    SnapshotFetchRequest,
+    SnapshotFetchResponse,
+)
+from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
+from services.broker.replication.wire.vote import VoteResponse as WireVoteResponse
 from services.broker.storage.partition import FileSlice
 
 log = logging.getLogger(__name__)

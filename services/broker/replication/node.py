@@ -87,9 +87,6 @@ from pathlib import Path
 
 from common.kaska.errors import KaskaError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
-from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.periodic import PeriodicThread
 from services.broker.replication import raft
 from services.broker.replication.bootstrap import open_replication_state
@@ -112,6 +109,9 @@ from services.broker.replication.leader_answers import LeaderAnswers
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.quorum_store import QuorumState
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
+from services.broker.replication.wire.vote import VoteResponse as WireVoteResponse
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 

@@ -2,7 +2,7 @@
 docs/replication.md "Compaction").
 
 A snapshot replaces the journal entries below its `end` (the table's format is in
-common/kaska/protocol/snapshot_fetch.py). It keeps exactly what later entries, recovery and
+wire/snapshot_fetch.py). It keeps exactly what later entries, recovery and
 replication need of the prefix:
 
 - the epoch cache of the prefix, whole (one pair per epoch): a follower's `last_fetched_epoch`
@@ -33,14 +33,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.snapshot_fetch import (
+from common.kaska.topic_name import is_internal
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.snapshot_fetch import (
     NO_TOPIC_ID,
     PartitionEnd,
     Snapshot,
     SnapshotTopic,
 )
-from common.kaska.topic_name import is_internal
 
 
 class CommittedEntry(Protocol):

@@ -24,13 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from common.kaska.protocol.snapshot_fetch import (
-    NO_TOPIC_ID,
-    SnapshotFetchOutcome,
-    SnapshotFetchRequest,
-    SnapshotFetchResponse,
-    SnapshotTopic,
-)
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import is_internal
 from services.broker.replication.config import ReplicationConfig
@@ -38,6 +31,13 @@ from services.broker.replication.entry_effects import HighWatermarks
 from services.broker.replication.journal import Journal
 from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.snapshot import forget_topic
+from services.broker.replication.wire.snapshot_fetch import (
+    NO_TOPIC_ID,
+    SnapshotFetchOutcome,
+    SnapshotFetchRequest,
+    SnapshotFetchResponse,
+    SnapshotTopic,
+)
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import crc32c
 import pytest
 
 from common.kaska.errors import NotLeaderError
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.errors import (
     CorruptJournalError,
     InvalidJournalEntryError,
@@ -24,6 +23,7 @@ from services.broker.replication.journal_record import (
     JournalEntry,
     encode_entry,
 )
+from services.broker.replication.wire.replica_fetch import EntryKind
 
 
 @pytest.fixture

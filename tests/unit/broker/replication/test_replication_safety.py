@@ -14,13 +14,6 @@ import pytest
 
 from common.kaska.errors import NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.errors import CorruptJournalError
@@ -30,6 +23,13 @@ from services.broker.replication.node import (
     PeerAddress,
     ReplicationConfig,
     ReplicationNode,
+)
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
 )
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter

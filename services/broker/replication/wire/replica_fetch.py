@@ -29,7 +29,7 @@ from typing import ClassVar
 from common.kaska.errors import InvalidResponseError
 from common.kaska.protocol.codec import BodyReader, BodyWriter
 from common.kaska.protocol.frames import Api
-from common.kaska.protocol.snapshot_fetch import Snapshot
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 
 # index, epoch, kind, empty topic, partition, base_offset, record_count, partitions, data_bytes
 ENTRY_HEADER_BYTES_MIN = 8 + 4 + 1 + 2 + 4 + 8 + 4 + 4 + 4
