@@ -9,7 +9,7 @@ Response: i32 epoch | i32 leader_id | i64 commit | u8 outcome, then
           SNAPSHOT:   the snapshot table (snapshot_fetch.py): fetch_end lies below the leader's
                       compacted prefix; the follower installs it and fetches on from its end
           TIMEOUT_NOW: nothing; the leader hands leadership to this follower, which holds its
-                      whole journal, and stepped down: stand for election now (issue 24)
+                      whole journal, and stepped down: stand for election now (leadership transfer)
 Entry header: i64 index | i32 epoch | u8 kind | str topic | u32 partition | i64 base_offset
               | u32 record_count | u32 partitions | u32 data_bytes
 
