@@ -1,12 +1,12 @@
 """The deployment's shared secret: where a process finds it, and how big it may be.
 
 One secret authenticates every frame between the platform's processes: the brokers' peer frames
-(common/kaska/protocol/peer_auth.py), the health checkers' election packets and the services'
-heartbeats (common/heartbeat.py). It never travels on a command line (`ps` shows those to every
-user of the host) nor in an image: a process reads it from the file named by `--secret-file`
-(run_local writes one, mode 0600) or else from the environment variable `FLIGHTS_CLUSTER_SECRET`
-(Compose passes it so; `make docker-compose-up` generates it once into `.secrets/`).
-Surrounding whitespace is dropped, so `echo $SECRET > file` works.
+(services/broker/replication/wire/peer_auth.py), the health checkers' election packets and the
+services' heartbeats (common/heartbeat.py). It never travels on a command line (`ps` shows those
+to every user of the host) nor in an image: a process reads it from the file named by
+`--secret-file` (run_local writes one, mode 0600) or else from the environment variable
+`FLIGHTS_CLUSTER_SECRET` (Compose passes it so; `make docker-compose-up` generates it once into
+`.secrets/`). Surrounding whitespace is dropped, so `echo $SECRET > file` works.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import selectors
@@ -42,6 +43,7 @@ from common.heartbeat import (
     frame_length,
     parse_target,
 )
+from common.periodic import PeriodicThread
 from common.replay_guard import ReplayGuard, is_stale
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
 from healthchecker.supervision import Departed, Event, Lost, Seen
@@ -388,8 +390,10 @@ class ProbeRunner:
         self._refusals: Counter[str] = Counter()
         self._refusals_lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(probe,), daemon=True,
-                                          name=f"probe-{probe.name}") for probe in self.probes]
+        self._threads = [PeriodicThread(f"probe-{probe.name}", interval_s,
+                                        functools.partial(self.probe_one, probe),
+                                        stop=self._stop, tick_at_start=True)
+                         for probe in self.probes]
         for probe in self.probes:
             table.expect_probe(probe.name)
 
@@ -401,8 +405,7 @@ class ProbeRunner:
     def stop(self, join_timeout_s: float = 2.0) -> None:
         self._stop.set()
         for thread in self._threads:
-            if thread.is_alive():
-                thread.join(timeout=join_timeout_s)
+            thread.join(join_timeout_s)
 
     def probe_once(self) -> None:
         for probe in self.probes:
@@ -441,8 +444,3 @@ class ProbeRunner:
             raise OSError(f"no HTTP answer from {probe.host}:{probe.port}: {error!r}") from error
         finally:
             connection.close()
-
-    def _run(self, probe: Probe) -> None:
-        while not self._stop.is_set():
-            self.probe_one(probe)
-            self._stop.wait(self.interval_s)

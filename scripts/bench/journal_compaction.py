@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch
 from scripts.bench import child as bench_child
 from scripts.bench.child import Child
@@ -34,6 +33,7 @@ from services.broker.replication.quorum_store import (
     QuorumState,
     QuorumStore,
 )
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import Log
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from common.cluster_secret import SECRET_BYTES_MAX
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from common.kaska.protocol.replication_bounds import NODE_ID_MAX
 from services.broker.replication.identity import check_cluster_id
 from services.broker.replication.node import ReplicationFsync
 from services.broker.replication.placement import check_groups
+from services.broker.replication.wire.replication_bounds import NODE_ID_MAX
 
 MIB = 1024 * 1024
 
@@ -41,7 +41,7 @@ class BrokerConfig:
     advertised_port: int | None = None
     peers: tuple[Peer, ...] = ()  # the other brokers of the cluster (none: a cluster of one)
     token: str | None = None
-    # Signs and checks every frame between brokers (common/kaska/protocol/peer_auth.py); a
+    # Signs and checks every frame between brokers (replication/wire/peer_auth.py); a
     # broker with peers needs it. Never in repr: configs get logged.
     cluster_secret: bytes | None = field(default=None, repr=False)
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT

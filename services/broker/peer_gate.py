@@ -1,12 +1,12 @@
 """The broker's door for replication frames: only its peers, signed, fresh and in range, get in.
 
 Every VOTE and REPLICA_FETCH request passes `PeerGate.open_request` before the replication node
-sees it (common/kaska/protocol/peer_auth.py has the wire format). In order:
+sees it (services/broker/replication/wire/peer_auth.py has the wire format). In order:
 
 1. the MAC with the cluster's secret (a broker without a secret takes no peer frames),
 2. addressed to this broker, signed by a configured peer of this broker's cluster (the
    stamp's cluster id: issue 20, finding 8),
-3. decoded, and every number in range (common/kaska/protocol/replication_bounds.py),
+3. decoded, and every number in range (services/broker/replication/wire/replication_bounds.py),
 4. of a replication group this broker runs (the stamp's `group`, below `groups`), and bound: the
    id the body claims (candidate, follower) is the signer's, and a connection that once spoke
    for a broker and a group speaks for no other (each group's follower keeps its own
@@ -41,7 +41,8 @@ from typing import Generic, TypeVar
 
 from common.kaska.errors import InvalidRequestError, InvalidResponseError
 from common.kaska.protocol.frames import VERSION
-from common.kaska.protocol.peer_auth import (
+from common.replay_guard import FRAME_AGE_S_MAX_DEFAULT, ReplayGuard, is_stale
+from services.broker.replication.wire.peer_auth import (
     AnswerMac,
     ForgedPeerFrameError,
     ImpostorPeerFrameError,
@@ -56,7 +57,6 @@ from common.kaska.protocol.peer_auth import (
     check_cluster,
     open_request,
 )
-from common.replay_guard import FRAME_AGE_S_MAX_DEFAULT, ReplayGuard, is_stale
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ from common.kaska.errors import (
 from common.kaska.protocol.delete_records import HIGH_WATERMARK
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from services.broker.metrics import BrokerCounters
 from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
-from services.broker.replication.journal import JournalEntry, TopicId, carrying, closing
+from services.broker.replication.journal_record import JournalEntry, TopicId, carrying, closing
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.log import PARTITIONS_MAX, Log
 from services.broker.storage.partition import AppendResult, PartitionLog
 

@@ -13,12 +13,12 @@ topic) it is left alone.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
+from common.periodic import PeriodicThread
 from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.storage.errors import StorageFullError
 
@@ -37,22 +37,14 @@ class RetentionThread:
         self._storage = storage
         self._safe_offset = safe_offset
         self._compactable_below = compactable_below
-        self._interval_s = interval_ms / 1000
         self._clock_ms = clock_ms
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kaska-retention", daemon=True)
+        self._thread = PeriodicThread("kaska-retention", interval_ms / 1000, self.run_once)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.run_once()
+        self._thread.stop()
 
     def run_once(self) -> int:
         """One pass over every partition; the number of segments deleted."""

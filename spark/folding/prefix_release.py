@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
+from common.periodic import PeriodicThread
 from spark.folding.checkpoint_log import is_committed
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,13 @@ class PrefixReleaser:
                  stop: threading.Event, interval_s: float = RELEASE_INTERVAL_S) -> None:
         self._checkpoint = Path(checkpoint)
         self._delete_records = delete_records
-        self._stop = stop
         self._interval_s = interval_s
         self._lock = threading.Lock()
         self._pending: list[tuple[int, dict[str, dict[int, int]]]] = []
         self.released: dict[str, dict[int, int]] = {}
         self.records_released = 0
-        self._thread = threading.Thread(target=self._run, name="prefix-releaser", daemon=True)
+        self._thread = PeriodicThread("prefix-releaser", interval_s, self.release_committed,
+                                      stop=stop)
 
     def start(self) -> None:
         self._thread.start()
@@ -49,10 +50,6 @@ class PrefixReleaser:
         """Micro-batch `batch_id` read up to `end_offsets`: release them once it commits."""
         with self._lock:
             self._pending.append((batch_id, {t: dict(o) for t, o in end_offsets.items()}))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.release_committed()
 
     def release_committed(self) -> None:
         """One round: the newest committed pending batch's offsets released."""

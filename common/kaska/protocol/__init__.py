@@ -1,5 +1,9 @@
 """The Kaska wire protocol: frame headers (`frames`), bounded body codecs (`codec`) and one
-module per API holding its request and response bodies."""
+module per client API holding its request and response bodies.
+
+The replication APIs (`frames.REPLICATION_APIS`: VOTE, REPLICA_FETCH, SNAPSHOT_FETCH) keep
+their numbers in `frames.Api`, but only brokers speak them: their codecs and the peer frames'
+signatures are the broker's (services/broker/replication/wire/), not registered here."""
 
 from common.kaska.protocol.authenticate import AuthenticateRequest
 from common.kaska.protocol.commit_offset import CommitOffsetRequest
@@ -8,15 +12,12 @@ from common.kaska.protocol.delete_records import DeleteRecordsRequest, DeleteRec
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.fetch import FetchRequest, FetchResponse
 from common.kaska.protocol.fetch_committed import FetchCommittedRequest, FetchCommittedResponse
-from common.kaska.protocol.frames import Api, EmptyResponse, ErrorBody
+from common.kaska.protocol.frames import REPLICATION_APIS, Api, EmptyResponse, ErrorBody
 from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
 from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
 from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse
 from common.kaska.protocol.produce import ProduceRequest, ProduceResponse
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest, ReplicaFetchResponse
-from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest, SnapshotFetchResponse
-from common.kaska.protocol.vote import VoteRequest, VoteResponse
 
 REQUEST_TYPES = {
     Api.PRODUCE: ProduceRequest,
@@ -31,9 +32,6 @@ REQUEST_TYPES = {
     Api.FETCH_COMMITTED: FetchCommittedRequest,
     Api.AUTHENTICATE: AuthenticateRequest,
     Api.DELETE_RECORDS: DeleteRecordsRequest,
-    Api.VOTE: VoteRequest,
-    Api.REPLICA_FETCH: ReplicaFetchRequest,
-    Api.SNAPSHOT_FETCH: SnapshotFetchRequest,
 }
 
 RESPONSE_TYPES = {
@@ -49,11 +47,8 @@ RESPONSE_TYPES = {
     Api.FETCH_COMMITTED: FetchCommittedResponse,
     Api.AUTHENTICATE: EmptyResponse,
     Api.DELETE_RECORDS: DeleteRecordsResponse,
-    Api.VOTE: VoteResponse,
-    Api.REPLICA_FETCH: ReplicaFetchResponse,
-    Api.SNAPSHOT_FETCH: SnapshotFetchResponse,
 }
-assert set(REQUEST_TYPES) == set(Api) == set(RESPONSE_TYPES)
+assert set(REQUEST_TYPES) == set(Api) - REPLICATION_APIS == set(RESPONSE_TYPES)
 
 __all__ = [
     "Api", "AuthenticateRequest", "CommitOffsetRequest", "CreateTopicRequest",
@@ -62,7 +57,5 @@ __all__ = [
     "FetchCommittedResponse", "FetchRequest", "FetchResponse", "ListOffsetsRequest",
     "ListOffsetsResponse", "ListTopicsRequest", "ListTopicsResponse", "MessageLengthRequest",
     "MessageLengthResponse", "MetadataRequest", "MetadataResponse", "ProduceRequest",
-    "ProduceResponse", "REQUEST_TYPES", "RESPONSE_TYPES", "ReplicaFetchRequest",
-    "ReplicaFetchResponse", "SnapshotFetchRequest", "SnapshotFetchResponse", "VoteRequest",
-    "VoteResponse",
+    "ProduceResponse", "REQUEST_TYPES", "RESPONSE_TYPES",
 ]

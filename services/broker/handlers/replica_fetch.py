@@ -27,15 +27,6 @@ import logging
 from dataclasses import replace
 
 from common.kaska.errors import UnknownServerError, UnknownTopicOrPartitionError
-from common.kaska.protocol.peer_auth import RequestStamp
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.replication_bounds import check_fetch_request
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_peer_request
@@ -43,6 +34,15 @@ from services.broker.peer_gate import PeerSession
 from services.broker.replication.fetch_answers import FetchSession
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import ReplicationNode
+from services.broker.replication.wire.peer_auth import RequestStamp
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+from services.broker.replication.wire.replication_bounds import check_fetch_request
 from services.broker.reply import Reply
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log

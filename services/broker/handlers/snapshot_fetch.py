@@ -8,11 +8,11 @@ committed bytes of the incarnation the request names are sent (node.answer_snaps
 
 from __future__ import annotations
 
-from common.kaska.protocol.replication_bounds import check_snapshot_fetch_request
-from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_peer_request
+from services.broker.replication.wire.replication_bounds import check_snapshot_fetch_request
+from services.broker.replication.wire.snapshot_fetch import SnapshotFetchRequest
 from services.broker.reply import Reply
 
 

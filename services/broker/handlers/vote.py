@@ -4,11 +4,11 @@ request from the candidate itself gets this far, and the answer is signed (peer_
 
 from __future__ import annotations
 
-from common.kaska.protocol.replication_bounds import check_vote_request
-from common.kaska.protocol.vote import VoteRequest
 from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_peer_request
+from services.broker.replication.wire.replication_bounds import check_vote_request
+from services.broker.replication.wire.vote import VoteRequest
 from services.broker.reply import Reply
 
 

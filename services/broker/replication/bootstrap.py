@@ -2,8 +2,8 @@
 (`open_replication_state`): check the directory belongs to the configured cluster, open the
 journal and the small stores beside it, give the directory an identity when it has none, journal
 the data of a directory written before replication, and reconcile the partitions with the
-journal at the commit index to start from (issue 20, finding 8; docs/replication.md,
-"Membership and identity").
+journal at the commit index to start from (docs/replication.md, "Membership and
+identity").
 
 The order is a contract: the cluster id is checked before anything else is read
 (`ClusterIdMismatchError`: the broker refuses to start); the identity is made, and old data
@@ -34,7 +34,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication.config import REPLICATION_DIR, ReplicationConfig
@@ -51,6 +50,7 @@ from services.broker.replication.quorum_store import (
     QuorumStore,
 )
 from services.broker.replication.reconcile import reconcile
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,11 @@ without a lock: a dict read, and a snapshot install replaces the whole table at 
 
 from __future__ import annotations
 
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.snapshot_fetch import Snapshot
 from services.broker.replication.entry_effects import EntryEffects, HighWatermarks
 from services.broker.replication.journal import Journal
 from services.broker.replication.snapshot import forget_topic, partition_ends
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 
 
 class CommitApplier:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.journal import Journal, JournalEntry, TopicId
+from services.broker.replication.wire.replica_fetch import EntryKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ It owns the order of those writes, which recovery (`reconcile`) relies on:
 Invariants: entries are applied one by one in index order, each whole; a partition never holds
 bytes past its journal after an apply (foreign bytes are cut first); a CREATE_TOPIC of a name
 already on disk replaces that older incarnation, so the result is what applying the entries
-one by one gives (issue 20, finding 4). High watermarks of a topic that makes way are forgotten
+one by one gives. High watermarks of a topic that makes way are forgotten
 (snapshot.forget_topic).
 
 Threads: `apply`, `cut` run on the replication loop thread under the node's `_lock`;
@@ -35,12 +35,12 @@ import logging
 from collections.abc import Callable
 
 from common.kaska.errors import KaskaStorageError, UnknownTopicOrPartitionError
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
-from common.kaska.protocol.snapshot_fetch import Snapshot
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.replication.config import ReplicationCounters
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.snapshot import forget_topic, log_starts
+from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 
@@ -86,7 +86,7 @@ class EntryEffects:
         already here is another incarnation -- an older one whose DELETE_TOPIC this broker has
         not applied yet (a leader journals a CREATE_TOPIC only once that delete is committed),
         or the empty leftover of this very entry's refused append -- and makes way, so the
-        result is what applying the entries one by one gives (finding 4)."""
+        result is what applying the entries one by one gives."""
         topic = entry.topic
         if topic in self._log.topics():
             log.info("broker %d: topic %r re-created by entry %d; the incarnation %s on disk "

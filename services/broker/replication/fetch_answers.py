@@ -3,9 +3,9 @@ memory of one follower connection (`FetchSession`), the refusals of a REPLICA_FE
 journal entries one answer carries (`entries_to_send`), and the whole answer to a
 SNAPSHOT_FETCH (`answer_snapshot_fetch`).
 
-`ReplicationNode.answer_fetch` keeps the REPLICA_FETCH itself: it steps the state machine under
-the node's `_lock`, long-polls on its condition and checks the leadership again under the lock
-before it reads the entries (`entries_to_send` runs there, under `_lock`).
+`LeaderAnswers.answer_fetch` (leader_answers.py) keeps the REPLICA_FETCH itself: it steps the
+state machine under the node's `_lock`, long-polls on its condition and checks the leadership
+again under the lock before it reads the entries (`entries_to_send` runs there, under `_lock`).
 
 Invariants:
 - an answer carries at most `fetch_entries_max` entries and, past its first entry, at most
@@ -27,17 +27,17 @@ from collections.abc import Callable
 
 from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
-from common.kaska.protocol.replica_fetch import ReplicaFetchResponse
-from common.kaska.protocol.snapshot_fetch import (
+from services.broker.replication import raft
+from services.broker.replication.config import ReplicationConfig
+from services.broker.replication.journal import Journal, JournalEntry
+from services.broker.replication.wire.replica_fetch import FetchOutcome as WireOutcome
+from services.broker.replication.wire.replica_fetch import ReplicaFetchResponse
+from services.broker.replication.wire.snapshot_fetch import (
     NO_TOPIC_ID,
     SnapshotFetchOutcome,
     SnapshotFetchRequest,
     SnapshotFetchResponse,
 )
-from services.broker.replication import raft
-from services.broker.replication.config import ReplicationConfig
-from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import FileSlice

@@ -1,6 +1,6 @@
 """BrokerIdentity: which cluster a data directory belongs to, which incarnation of the broker it
-holds, and whether that broker may vote yet (issue 20, finding 8; Kafka's meta.properties and
-KIP-853's directory id).
+holds, and whether that broker may vote yet (docs/replication.md, "Membership and identity";
+Kafka's meta.properties and KIP-853's directory id).
 
 File (under `DATA/@replication/`, CheckpointStore's atomic, checksummed, fsynced scheme: see
 common/checkpoint.py):
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.checkpoint import CheckpointStore, CorruptCheckpointError
-from common.kaska.protocol.peer_auth import CLUSTER_ID_BYTES_MAX
 from services.broker.replication.errors import ReplicationError
+from services.broker.replication.wire.peer_auth import CLUSTER_ID_BYTES_MAX
 
 IDENTITY_NAME = "identity"
 CLUSTER_ID_ENV = "FLIGHTS_KASKA_CLUSTER_ID"

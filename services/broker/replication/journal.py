@@ -3,29 +3,8 @@
 One entry per change to the data directory, in the one order the leader made them; the
 partition files hold the bytes BATCH entries point at.
 
-File format (`DIR/journal.log`), big-endian:
-
-    0   4  magic           b"KJNL"
-    4   2  format_version  JOURNAL_FORMAT_VERSION (1), or 4 for a compacted journal (2: one
-                           compacted before the snapshot table ended with the topic mirror's
-                           watermark; still read, the watermark 0; 3: before it ended with
-                           DELETE_RECORDS' log starts; still read, none)
-    6   2  reserved        0
-    (versions 2, 3, 4) u32 length | u32 crc32c | snapshot table (snapshot_fetch.py): the state
-                      of the compacted prefix, every entry below its `end` (snapshot.py)
-    ..  records back to back, one per entry, the first one's index the snapshot's end (0 for
-        version 1):
-
-    u32 length (of the payload) | u32 crc32c(payload) | payload
-    payload: i64 index | i32 epoch | u8 kind | u16 topic length | topic (utf-8)
-             | u32 partition | i64 base_offset | u32 record_count | u32 partitions
-             | u32 batch_bytes
-
-A payload is PAYLOAD_BYTES_MIN..PAYLOAD_BYTES_MAX bytes (the topic is at most
-TOPIC_BYTES_MAX = 249 utf-8 bytes; topic names are ASCII). The file is created whole under a
-temporary name and renamed into place, so `journal.log` always carries its header; one whose
-header is wrong is never "repaired" (CorruptJournalError): an empty journal would make
-`reconcile` delete every topic.
+The file's format and the record codec are in journal_record.py; opening and recovering the
+file (a torn tail, corruption) in journal_recovery.py.
 
 Invariants:
 - Indexes are dense from `start` (the snapshot's end; 0 until the journal is first compacted):
@@ -39,42 +18,12 @@ Invariants:
   An append is one `os.write` on an O_APPEND descriptor (a failed or short write is cut off
   again), truncation is one `ftruncate` at a remembered record position.
 
-Recovery on open tells a torn tail from corruption. Only the LAST record can be torn (an
-append is one write at the end of the file; a crash can leave it short, or, after a machine
-crash, with bytes that never reached the disk): a record that runs past the end of the file,
-a bad CRC or an impossible length in a record that is the last one (nothing after its extent;
-for an impossible length: less than one record's bytes left), or a tail of zero bytes
-(space the file system allocated but never wrote) is cut (ftruncate + fsync) with a logged
-warning. Anything else -- a bad CRC, an impossible length or unreadable fields with records
-after it, or a whole record (good CRC) whose index is not the previous + 1, whose epoch goes
-back or whose kind is unknown -- is corruption, not a crash: `CorruptJournalError` naming the
-byte position, and the broker refuses to start. Cutting there would silently drop committed
-entries and make `reconcile` delete the topics they created (issue 20, finding 7).
-
-Topic ids (issue 20, findings 1 and 4): every incarnation of a topic is named by the
-(epoch, index) of the CREATE_TOPIC entry that made it, `TopicId`. The journal derives the id of
-every entry as it appends or reads it (a CREATE_TOPIC names itself; a BATCH, SKIPPED or
-DELETE_TOPIC names the incarnation the journal's latest CREATE_TOPIC of its topic made, None for
-a topic never created in the journal, such as the internal `__offsets`). Every replica derives
-the same ids from the same prefix (Raft's log matching: one entry per (epoch, index)), so they
-travel neither on disk nor on the wire; a journal that is ever compacted must keep them in its
-snapshot. `incarnation(topic)` is the id the journal's latest CREATE_TOPIC of `topic` gave.
-A data group's CREATE_TOPIC (replication/topic_mirror.py) opens, in its own journal, an
-incarnation the metadata group created: it carries that incarnation's id (`carries`: its
-`record_count` holds the id's epoch + 1, its `base_offset` the id's index; both are unused by a
-CREATE_TOPIC otherwise, so a metadata group's CREATE_TOPIC carries nothing) and names it,
-not itself, so one incarnation has one id in every group. A data group's DELETE_TOPIC carries
-the end of the metadata group's committed prefix its close was decided on (`closing`: in its
-`base_offset`, unused by a DELETE_TOPIC otherwise; 0, as in the metadata group's own deletes:
-nothing carried). `metadata_end_seen` of an entry is that end, or for a carried id its index
-+ 1 (the open was decided on a prefix holding that CREATE): the topic mirror's watermark.
-
 Full disk: the journal is written with `write` (no map), so a full disk is an ordinary error:
 the failed or short write is cut off again and `append` / `append_replica` raise
 StorageFullError (KAFKA_STORAGE_ERROR, retriable; counted in the data directory's DiskSpace)
 with nothing added. The caller retries later.
 
-Compaction (issue 20, finding 10; Raft §7, KIP-630): `compact(upto)` folds the entries below
+Compaction (Raft §7, KIP-630): `compact(upto)` folds the entries below
 `upto` -- all committed and applied, the caller's promise -- into the snapshot and rewrites the
 file as header + snapshot + the later records, under a temporary name (`journal.log.tmp`),
 fsynced, then renamed over `journal.log` (and the directory fsynced). A crash at any point
@@ -111,413 +60,39 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 import threading
 from array import array
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
 
-import crc32c
-
-from common.kaska.errors import InvalidResponseError, NotLeaderError
-from common.kaska.protocol.peer_auth import OutOfRangeFieldError
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.replication_bounds import check_snapshot
+from common.kaska.errors import NotLeaderError
 from services.broker.replication.errors import (
-    CorruptJournalError,
-    InvalidJournalEntryError,
     JournalClosedError,
     JournalCompactedError,
     JournalEpochError,
     JournalGapError,
 )
+from services.broker.replication.journal_record import (
+    JOURNAL_FILE,
+    JournalEntry,
+    TopicId,
+    encode_entry,
+    file_head,
+    identified,
+    incarnations,
+    snapshot_incarnations,
+)
+from services.broker.replication.journal_recovery import open_file, recover, write_file
 from services.broker.replication.snapshot import Snapshot, advance, partition_ends
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.partition import fsync_directory
 
+# EntryKind, JournalEntry, Snapshot and TopicId: the types of the Journal's own methods.
 __all__ = ["EntryKind", "Journal", "JournalEntry", "NO_EPOCH", "Snapshot", "TopicId"]
 
 log = logging.getLogger(__name__)
 
-JOURNAL_FILE = "journal.log"
-JOURNAL_MAGIC = b"KJNL"
-JOURNAL_FORMAT_VERSION = 1
-JOURNAL_FORMAT_VERSION_COMPACTED = 4  # a snapshot follows the header
-# A snapshot follows whose table predates `log_starts` (read, never written).
-JOURNAL_FORMAT_VERSION_COMPACTED_V3 = 3
-# A snapshot follows whose table predates `metadata_end_seen` (read, never written).
-JOURNAL_FORMAT_VERSION_COMPACTED_V2 = 2
-_COMPACTED_VERSIONS = (JOURNAL_FORMAT_VERSION_COMPACTED, JOURNAL_FORMAT_VERSION_COMPACTED_V3,
-                       JOURNAL_FORMAT_VERSION_COMPACTED_V2)
 NO_EPOCH = -1  # end_of_epoch's answer when no epoch qualifies (same value as raft.NO_EPOCH)
-TOPIC_BYTES_MAX = 249
-
-_FILE_HEADER = struct.Struct(">4sHH")
-_PREFIX = struct.Struct(">II")  # payload length, crc32c
-_HEAD = struct.Struct(">qiBH")  # index, epoch, kind, topic length
-_TAIL = struct.Struct(">IqIII")  # partition, base_offset, record_count, partitions, batch_bytes
-FILE_HEADER_BYTES = _FILE_HEADER.size
-RECORD_PREFIX_BYTES = _PREFIX.size
-PAYLOAD_BYTES_MIN = _HEAD.size + _TAIL.size
-PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MIN + TOPIC_BYTES_MAX
-_READ_CHUNK_BYTES = 1 << 20
-
-
-class TopicId(NamedTuple):
-    """One incarnation of a topic: the (epoch, index) of the CREATE_TOPIC entry that made it."""
-
-    epoch: int
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One journal entry; fields a kind does not use stay at their defaults."""
-
-    index: int
-    epoch: int
-    kind: EntryKind
-    topic: str = ""
-    partition: int = 0
-    base_offset: int = 0  # BATCH, SKIPPED
-    record_count: int = 0  # BATCH, SKIPPED
-    partitions: int = 0  # CREATE_TOPIC
-    batch_bytes: int = 0  # BATCH: the batch's size in its partition file
-    # Derived by the journal (see the module docstring), never stored; None: no incarnation.
-    topic_id: TopicId | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.kind, EntryKind):
-            try:
-                object.__setattr__(self, "kind", EntryKind(self.kind))
-            except ValueError:
-                raise InvalidJournalEntryError(f"unknown entry kind {self.kind!r}") from None
-
-    @property
-    def end_offset(self) -> int:
-        """The partition offset after this entry's records (BATCH, SKIPPED)."""
-        return self.base_offset + self.record_count
-
-    @property
-    def carried_topic_id(self) -> TopicId | None:
-        """The metadata group's incarnation a data group's CREATE_TOPIC opens (see the module
-        docstring); None for every other entry."""
-        return carried_topic_id(self.kind, self.base_offset, self.record_count)
-
-    @property
-    def metadata_end_seen(self) -> int:
-        """The metadata group's prefix end a data group's CREATE_TOPIC or DELETE_TOPIC was
-        decided on, at least (see the module docstring); 0 for every other entry."""
-        if self.kind is EntryKind.DELETE_TOPIC:
-            return self.base_offset
-        carried = self.carried_topic_id
-        return carried.index + 1 if carried is not None else 0
-
-
-def carried_topic_id(kind: EntryKind, base_offset: int, record_count: int) -> TopicId | None:
-    if kind is not EntryKind.CREATE_TOPIC or record_count == 0:
-        return None
-    return TopicId(record_count - 1, base_offset)
-
-
-def carrying(topic_id: TopicId) -> dict[str, int]:
-    """The fields of a CREATE_TOPIC that opens the incarnation `topic_id` in a data group."""
-    return {"base_offset": topic_id.index, "record_count": topic_id.epoch + 1}
-
-
-def closing(metadata_end: int) -> dict[str, int]:
-    """The fields of a DELETE_TOPIC that closes a topic in a data group, decided on the
-    metadata group's committed prefix below `metadata_end`."""
-    return {"base_offset": metadata_end}
-
-
-# -- the record codec ---------------------------------------------------------------------
-
-
-def encode_entry(entry: JournalEntry) -> bytes:
-    """The entry's record (prefix and payload); InvalidJournalEntryError when a field does not
-    fit its on-disk range."""
-    topic = entry.topic.encode("utf-8")
-    if len(topic) > TOPIC_BYTES_MAX:
-        raise InvalidJournalEntryError(f"topic of {len(topic)} bytes; {TOPIC_BYTES_MAX} allowed")
-    if entry.index < 0 or entry.epoch < 0 or entry.base_offset < 0:
-        raise InvalidJournalEntryError(f"negative index, epoch or base offset in {entry}")
-    try:
-        payload = b"".join((
-            _HEAD.pack(entry.index, entry.epoch, entry.kind, len(topic)), topic,
-            _TAIL.pack(entry.partition, entry.base_offset, entry.record_count,
-                       entry.partitions, entry.batch_bytes)))
-    except struct.error as exc:
-        raise InvalidJournalEntryError(f"{entry}: {exc}") from None
-    return _PREFIX.pack(len(payload), crc32c.crc32c(payload)) + payload
-
-
-class _InvalidRecord(Exception):
-    """Why recovery stops at a record (never escapes this module). `record_end`: where the
-    record ends by its own length, None when that length is unknown or impossible;
-    `past_end`: the record runs past the end of the file (a short, torn write); `bad_length`:
-    its length prefix is impossible (so where it ends is unknown)."""
-
-    def __init__(self, reason: str, record_end: int | None = None, past_end: bool = False,
-                 bad_length: bool = False):
-        super().__init__(reason)
-        self.record_end = record_end
-        self.past_end = past_end
-        self.bad_length = bad_length
-
-
-def decode_payload(payload: bytes | memoryview) -> JournalEntry:
-    """The entry in a payload whose CRC already held; _InvalidRecord when its fields do not."""
-    index, epoch, kind, topic_bytes = _HEAD.unpack_from(payload, 0)
-    if _HEAD.size + topic_bytes + _TAIL.size != len(payload):
-        raise _InvalidRecord(f"topic length {topic_bytes} disagrees with payload length "
-                             f"{len(payload)}")
-    if topic_bytes > TOPIC_BYTES_MAX:
-        raise _InvalidRecord(f"topic of {topic_bytes} bytes")
-    try:
-        topic = bytes(payload[_HEAD.size:_HEAD.size + topic_bytes]).decode("utf-8")
-        entry_kind = EntryKind(kind)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _InvalidRecord(str(exc)) from None
-    if index < 0 or epoch < 0:
-        raise _InvalidRecord(f"negative index {index} or epoch {epoch}")
-    partition, base_offset, record_count, partitions, batch_bytes = _TAIL.unpack_from(
-        payload, _HEAD.size + topic_bytes)
-    if base_offset < 0:
-        raise _InvalidRecord(f"negative base offset {base_offset}")
-    return JournalEntry(index, epoch, entry_kind, topic, partition, base_offset, record_count,
-                        partitions, batch_bytes)
-
-
-# -- recovery -----------------------------------------------------------------------------
-
-
-class _Reader:
-    """Sequential reads of a file in large chunks (recovery reads the journal once)."""
-
-    def __init__(self, fd: int, position: int):
-        self.fd = fd
-        self.position = position  # of the next unread byte
-        self._buffer = b""
-        self._at = 0
-
-    def take(self, nbytes: int) -> memoryview | None:
-        """The next nbytes, or None (nothing consumed) when the file ends first."""
-        if len(self._buffer) - self._at < nbytes and not self._fill(nbytes):
-            return None
-        view = memoryview(self._buffer)[self._at:self._at + nbytes]
-        self._at += nbytes
-        self.position += nbytes
-        return view
-
-    def _fill(self, nbytes: int) -> bool:
-        rest = self._buffer[self._at:]
-        chunks = [rest]
-        have = len(rest)
-        while have < nbytes:
-            chunk = os.pread(self.fd, max(_READ_CHUNK_BYTES, nbytes - have),
-                             self.position + have)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            have += len(chunk)
-        self._buffer = b"".join(chunks)
-        self._at = 0
-        return have >= nbytes
-
-
-@dataclass
-class _Scan:
-    """What recovery kept of the file."""
-
-    snapshot: Snapshot = Snapshot()
-    records_start: int = FILE_HEADER_BYTES  # where the first record sits
-    entries: list[JournalEntry] = field(default_factory=list)
-    positions: array = field(default_factory=lambda: array("q"))
-    end_position: int = FILE_HEADER_BYTES
-    stop_reason: str | None = None  # None: the file ended cleanly
-    incarnations: dict[str, TopicId] = field(default_factory=dict)
-
-
-def _read_record(reader: _Reader) -> JournalEntry:
-    prefix = reader.take(RECORD_PREFIX_BYTES)
-    if prefix is None:
-        raise _InvalidRecord("torn record prefix", past_end=True)
-    length, crc = _PREFIX.unpack(prefix)
-    if not PAYLOAD_BYTES_MIN <= length <= PAYLOAD_BYTES_MAX:
-        raise _InvalidRecord(f"payload length {length} out of bounds", bad_length=True)
-    payload = reader.take(length)
-    if payload is None:
-        raise _InvalidRecord(f"torn record (payload of {length} bytes)", past_end=True)
-    computed = crc32c.crc32c(payload)
-    if computed != crc:
-        raise _InvalidRecord(f"crc32c {crc:#010x} != computed {computed:#010x}",
-                             record_end=reader.position)
-    # The CRC held: these are the bytes that were written, so no crash explains a field that
-    # does not decode (record_end None: never a torn tail, see _is_torn_tail).
-    return decode_payload(payload)
-
-
-def _check_follows(scan: _Scan, entry: JournalEntry) -> None:
-    expected = scan.snapshot.end + len(scan.entries)
-    if entry.index != expected:
-        raise _InvalidRecord(f"index {entry.index} where {expected} was expected")
-    last = scan.entries[-1].epoch if scan.entries else scan.snapshot.last_epoch
-    if entry.epoch < last:
-        raise _InvalidRecord(f"epoch {entry.epoch} after epoch {last}")
-
-
-def _scan(fd: int, path: Path, snapshot: Snapshot, records_start: int) -> _Scan:
-    """Read every record; a torn tail ends the scan (stop_reason), anything else that is not a
-    valid next entry raises CorruptJournalError."""
-    file_bytes = os.fstat(fd).st_size
-    scan = _Scan(snapshot, records_start, end_position=records_start,
-                 incarnations=_snapshot_incarnations(snapshot))
-    reader = _Reader(fd, records_start)
-    while reader.position < file_bytes:
-        start = reader.position
-        try:
-            entry = _read_record(reader)
-        except _InvalidRecord as exc:
-            if _is_torn_tail(fd, start, file_bytes, exc):
-                scan.stop_reason = f"{exc} at byte {start}"
-                break
-            raise CorruptJournalError(
-                f"{path}: {exc} at byte {start} (after {len(scan.entries)} valid entries, "
-                f"{file_bytes - start} bytes before the end of the file): corruption inside "
-                "the journal, not a torn tail; refusing to start rather than drop the entries "
-                "after it (restore the data directory, or empty it to rebuild this broker "
-                "from its peers)") from None
-        try:
-            _check_follows(scan, entry)
-        except _InvalidRecord as exc:
-            raise CorruptJournalError(f"{path}: record at byte {start}: {exc} (a whole record "
-                                      "with a valid CRC: corruption, not a torn tail)") from None
-        scan.entries.append(_identified(entry, scan.incarnations))
-        scan.positions.append(start)
-        scan.end_position = reader.position
-    return scan
-
-
-def _is_torn_tail(fd: int, start: int, file_bytes: int, invalid: _InvalidRecord) -> bool:
-    """Whether the bad record at `start` can be what a crash leaves of the LAST append: it runs
-    past the end of the file, or it is the last record (by its own length; with an impossible
-    length: less than one record's bytes are left), or all that follows is zero bytes."""
-    if invalid.past_end:
-        return True
-    if invalid.record_end is not None and invalid.record_end >= file_bytes:
-        return True
-    if invalid.bad_length and file_bytes - start < RECORD_PREFIX_BYTES + PAYLOAD_BYTES_MAX:
-        return True
-    return _zeros_to_end(fd, start, file_bytes)
-
-
-def _zeros_to_end(fd: int, start: int, file_bytes: int) -> bool:
-    position = start
-    while position < file_bytes:
-        chunk = os.pread(fd, min(_READ_CHUNK_BYTES, file_bytes - position), position)
-        if not chunk or chunk.count(0) != len(chunk):
-            return False
-        position += len(chunk)
-    return True
-
-
-def _check_header(fd: int, path: Path) -> tuple[Snapshot, int]:
-    """The file's snapshot (empty for version 1) and where its records start."""
-    header = os.pread(fd, FILE_HEADER_BYTES, 0)
-    if len(header) < FILE_HEADER_BYTES:
-        raise CorruptJournalError(f"{path}: {len(header)} bytes, shorter than the header")
-    magic, version, _reserved = _FILE_HEADER.unpack(header)
-    if magic != JOURNAL_MAGIC:
-        raise CorruptJournalError(f"{path}: bad magic {magic!r}")
-    if version == JOURNAL_FORMAT_VERSION:
-        return Snapshot(), FILE_HEADER_BYTES
-    if version not in _COMPACTED_VERSIONS:
-        raise CorruptJournalError(f"{path}: unknown format version {version}")
-    # The snapshot was fsynced before the file was renamed into place: no crash tears it.
-    prefix = os.pread(fd, RECORD_PREFIX_BYTES, FILE_HEADER_BYTES)
-    if len(prefix) < RECORD_PREFIX_BYTES:
-        raise CorruptJournalError(f"{path}: compacted journal without its snapshot")
-    length, crc = _PREFIX.unpack(prefix)
-    payload = os.pread(fd, length, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES)
-    if len(payload) != length or crc32c.crc32c(payload) != crc:
-        raise CorruptJournalError(f"{path}: the snapshot ({length} bytes) is cut short or "
-                                  "fails its crc32c")
-    try:
-        snapshot = check_snapshot(Snapshot.decode(
-            payload, with_metadata_end=version != JOURNAL_FORMAT_VERSION_COMPACTED_V2,
-            with_log_starts=version == JOURNAL_FORMAT_VERSION_COMPACTED))
-    except (InvalidResponseError, OutOfRangeFieldError) as exc:
-        raise CorruptJournalError(f"{path}: unreadable snapshot: {exc}") from None
-    return snapshot, FILE_HEADER_BYTES + RECORD_PREFIX_BYTES + length
-
-
-def _file_head(snapshot: Snapshot) -> bytes:
-    """Header (and, once compacted, the snapshot) of a journal file."""
-    if snapshot.end == 0:
-        return _FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, 0)
-    payload = snapshot.encode()
-    return (_FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION_COMPACTED, 0)
-            + _PREFIX.pack(len(payload), crc32c.crc32c(payload)) + payload)
-
-
-def _write_file(path: Path, head: bytes, records: bytes = b"") -> int:
-    """A whole journal file, written under a temporary name, fsynced and renamed into place:
-    a crash leaves the old file or the new one, never neither. Returns the new file's
-    descriptor (O_APPEND); the caller fsyncs the directory once it adopted it."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        for data in (head, records):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        os.fsync(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    return fd
-
-
-def _create_file(path: Path) -> None:
-    """An empty journal, header included, renamed into place once durable."""
-    os.close(_write_file(path, _file_head(Snapshot())))
-    fsync_directory(path.parent)
-
-
-def _open_file(path: Path) -> int:
-    # An interrupted creation, compaction or install: journal.log is the old file, whole.
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
-    if not path.exists():
-        _create_file(path)
-    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-
-
-def _identified(entry: JournalEntry, incarnations: dict[str, TopicId]) -> JournalEntry:
-    """The entry with its derived topic id; `incarnations` (topic -> the id its latest
-    CREATE_TOPIC gave) is updated for a CREATE_TOPIC."""
-    if entry.kind is EntryKind.NOOP:
-        topic_id = None
-    elif entry.kind is EntryKind.CREATE_TOPIC:
-        topic_id = entry.carried_topic_id or TopicId(entry.epoch, entry.index)
-        incarnations[entry.topic] = topic_id
-    else:
-        topic_id = incarnations.get(entry.topic)
-    return entry if entry.topic_id == topic_id else replace(entry, topic_id=topic_id)
-
-
-def _snapshot_incarnations(snapshot: Snapshot) -> dict[str, TopicId]:
-    return {topic.name: TopicId(topic.id_epoch, topic.id_index) for topic in snapshot.topics}
-
-
-def _incarnations(snapshot: Snapshot, entries: list[JournalEntry]) -> dict[str, TopicId]:
-    incarnations = _snapshot_incarnations(snapshot)
-    incarnations.update((entry.topic, entry.topic_id) for entry in entries
-                        if entry.kind is EntryKind.CREATE_TOPIC)
-    return incarnations
 
 
 def _epoch_cache(snapshot: Snapshot, entries: list[JournalEntry]) -> tuple[tuple[int, int], ...]:
@@ -546,9 +121,9 @@ class Journal:
         self._leading_epoch: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._space.writing(self.path):
-            self._fd = _open_file(self.path)
+            self._fd = open_file(self.path)
         try:
-            scan = self._recover(*_check_header(self._fd, self.path))
+            scan = recover(self._fd, self.path)
         except BaseException:
             os.close(self._fd)
             raise
@@ -561,16 +136,6 @@ class Journal:
         self._positions = scan.positions
         self._file_bytes = scan.end_position
         self._epochs = _epoch_cache(scan.snapshot, self._entries)
-
-    def _recover(self, snapshot: Snapshot, records_start: int) -> _Scan:
-        scan = _scan(self._fd, self.path, snapshot, records_start)
-        if scan.stop_reason is not None:
-            log.warning("%s: valid entries end at byte %d after %d entries (%s); the rest is "
-                        "cut", self.path, scan.end_position, len(scan.entries),
-                        scan.stop_reason)
-            os.ftruncate(self._fd, scan.end_position)
-            os.fsync(self._fd)
-        return scan
 
     # -- state (lock-free) ---------------------------------------------------------------
 
@@ -676,7 +241,7 @@ class Journal:
         lies in the compacted prefix (a producer's retry of a batch committed long ago)."""
         with self._lock:
             snapshot, current = self._snapshot, self._incarnations.get(topic)
-        if current != _snapshot_incarnations(snapshot).get(topic):
+        if current != snapshot_incarnations(snapshot).get(topic):
             return False  # re-created after the snapshot: its batches are all entries
         return base_offset < partition_ends(snapshot).get((topic, partition), 0)
 
@@ -740,7 +305,7 @@ class Journal:
                                     f"{last_epoch}")
         record = encode_entry(entry)
         self._write_locked(record)
-        entry = _identified(entry, self._incarnations)
+        entry = identified(entry, self._incarnations)
         self._entries.append(entry)
         self._end = entry.index + 1
         self._positions.append(self._file_bytes)
@@ -787,7 +352,7 @@ class Journal:
             del self._entries[cut:]
             self._end = end
             del self._positions[cut:]
-            self._incarnations = _incarnations(self._snapshot, self._entries)
+            self._incarnations = incarnations(self._snapshot, self._entries)
             self._file_bytes = position
             self._epochs = tuple(pair for pair in self._epochs if pair[1] < end)
 
@@ -838,9 +403,9 @@ class Journal:
                         entries: list[JournalEntry], tail_from: int) -> None:
         """Write the file anew (snapshot, then `records`: the held entries' records, which sat
         at `tail_from` in the old file) and adopt it."""
-        head = _file_head(snapshot)
+        head = file_head(snapshot)
         with self._space.writing(self.path):
-            fd = _write_file(self.path, head, records)
+            fd = write_file(self.path, head, records)
         os.close(self._fd)
         self._fd = fd
         shift = len(head) - tail_from
@@ -853,7 +418,7 @@ class Journal:
         self._end = snapshot.end + len(self._entries)
         self._records_start = len(head)
         self._file_bytes = len(head) + len(records)
-        self._incarnations = _incarnations(snapshot, self._entries)
+        self._incarnations = incarnations(snapshot, self._entries)
         self._epochs = _epoch_cache(snapshot, self._entries)
         fsync_directory(self.path.parent)  # last: the new file is adopted whatever it says
 

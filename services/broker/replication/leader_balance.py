@@ -22,10 +22,10 @@ broker leads and carries out the transfers, one at a time.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from common.periodic import PeriodicThread
 from services.broker.replication.placement import preferred_leader
 from services.broker.replication.raft import RaftState, Role
 
@@ -66,29 +66,23 @@ class LeaderBalancer:
         """`nodes`: the broker's ReplicationNodes, one per group (`config.group`)."""
         self._nodes = list(nodes)
         self._rule = rule or BalanceRule()
-        self._interval_s = interval_s
         self._transfer_timeout_s = transfer_timeout_s
         self._clock = clock
         self._ready_since: dict[int, float | None] = {}
-        self._stop = threading.Event()
         self.handed_over = 0  # transfers to a preferred leader that took (tests, logs)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name="kaska-leader-balancer")
+        self._thread = PeriodicThread("kaska-leader-balancer", interval_s, self._check_all)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            for node in self._nodes:
-                if self._stop.is_set():
-                    return
-                self.check(node)
+    def _check_all(self) -> None:
+        for node in self._nodes:
+            if self._thread.stopping:
+                return
+            self.check(node)
 
     def check(self, node) -> bool:
         """One step for one group; True when it handed the group over."""

@@ -6,9 +6,13 @@ apply fetched entries, truncate, apply commits) and answers the peers' VOTE and 
 requests. `replica_manager.py` puts the leader's side (produce, topics) on top of it.
 
 This module keeps the node's lifecycle, its lock and state, the step of the state machine and
-the carrying out of its actions, and the replication loop (ticks, vote rounds, fetch rounds,
-compaction, the snapshot install's order). The parts that need none of the node's state live
-beside it, each taking what it needs:
+the carrying out of its actions, and the replication loop (ticks, vote rounds, compaction, the
+order of a round). Two mixins hold the node's two sides, on the node's state:
+- leader_answers.py (`LeaderAnswers`): the answers to the peers' VOTE, REPLICA_FETCH and
+  SNAPSHOT_FETCH requests;
+- follower_fetch.py (`FollowerFetching`): the loop's fetches from the leader, applying or
+  truncating what they bring, and the install of the leader's snapshot.
+The parts that need none of the node's state live beside it, each taking what it needs:
 - config.py: ReplicationConfig, the fsync policy, the counters;
 - bootstrap.py: opening the data directory's replication state (cluster id, identity,
   adoption of pre-replication data, reconcile);
@@ -24,11 +28,12 @@ Threads:
   applies entries or truncates, so a follower's journal and partitions change in one order.
 - request threads: `answer_vote`, `answer_fetch` (the leader's side of replication), and the
   leader's appends (`replica_manager.py`).
-- the commit saver (`_save_commits`): every `commit_persist_interval_s` it saves the commit and
-  applied indexes (four fsyncs). Not on the loop: under a write load an fsync waits for the
-  file system's journal, which writes out every dirty page of the partitions first (ext4's
-  ordered mode), and a follower's loop stalled in it for 0.1-0.26 s between two fetches, so
-  its confirmations of the leader's answers came too late for the leader lease.
+- the commit saver (`_commit_saver`, common/periodic.py): every `commit_persist_interval_s` it
+  saves the commit and applied indexes (`save_commit_if_due`: four fsyncs). Not on the loop:
+  under a write load an fsync waits for the file system's journal, which writes out every dirty
+  page of the partitions first (ext4's ordered mode), and a follower's loop stalled in it for
+  0.1-0.26 s between two fetches, so its confirmations of the leader's answers came too late
+  for the leader lease.
 
 Locks, always taken in this order: `_lock` (the state machine, the high watermarks, commits
 applied) → a partition's lock → the journal's lock. Network waits never hold `_lock`.
@@ -53,14 +58,14 @@ one per group of produces waiting for acks (the first waiter syncs everything ap
 the others find their entry covered) and one per loop round for the rest (acks=1, the NOOP).
 They run outside `_lock` (votes and fetches are answered meanwhile) under `_sync_lock`.
 
-Identity (issue 20, finding 8; identity.py): the data directory's cluster id is checked against
+Identity (identity.py; docs/replication.md): the data directory's cluster id is checked against
 the configured one before anything else is read (`ClusterIdMismatchError`: the broker refuses
 to start). A directory made now, in a cluster, holds a new broker incarnation and starts as a
 learner: it may be a broker that lost its state. While a learner, the loop also asks every
 voter it has not heard from yet (a REPLICA_FETCH that does not wait), since its promotion needs
 every voter's epoch; the promotion (`BecomeVoter`) is persisted before the state that votes.
 
-Compaction (issue 20 finding 10, docs/replication.md "Compaction"): once the journal holds more
+Compaction (docs/replication.md "Compaction"): once the journal holds more
 than `journal_entries_max` entries or `journal_bytes_max` bytes of records, the loop folds the
 applied prefix into the journal's snapshot (`_maybe_compact`), after syncing the partition
 bytes it covers. A leader keeps the entries of a follower that lags by less than half the
@@ -80,24 +85,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, as_completed
 from pathlib import Path
 
-from common.kaska.errors import KaskaError, UnknownReplicaError
+from common.kaska.errors import KaskaError
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.peer_auth import RequestStamp
-from common.kaska.protocol.replica_fetch import (
-    EntryKind,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.replica_fetch import FetchOutcome as WireOutcome
-from common.kaska.protocol.snapshot_fetch import (
-    Snapshot,
-    SnapshotFetchRequest,
-    SnapshotFetchResponse,
-)
-from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
-from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
-from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.peer_gate import PeerSession
+from common.periodic import PeriodicThread
 from services.broker.replication import raft
 from services.broker.replication.bootstrap import open_replication_state
 from services.broker.replication.commit_apply import CommitApplier
@@ -111,42 +101,27 @@ from services.broker.replication.config import (  # noqa: F401 (node.py's names,
 )
 from services.broker.replication.entry_effects import EntryEffects
 from services.broker.replication.errors import SyncFailedError
-from services.broker.replication.fetch_answers import (
-    FetchSession,
-    answer_snapshot_fetch,
-    entries_to_send,
-    refusal,
-)
+from services.broker.replication.fetch_answers import FetchSession
+from services.broker.replication.follower_fetch import FollowerFetching
 from services.broker.replication.follower_progress import FollowerProgress
-from services.broker.replication.identity import (
-    BrokerIdentity,
-)
-from services.broker.replication.journal import JournalEntry
+from services.broker.replication.identity import BrokerIdentity
+from services.broker.replication.leader_answers import LeaderAnswers
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.peer_requests import PeerRequests
-from services.broker.replication.quorum_store import (
-    QuorumState,
-)
-from services.broker.replication.snapshot import partition_ends
-from services.broker.replication.snapshot_install import copy_partition, make_topics
+from services.broker.replication.quorum_store import QuorumState
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
+from services.broker.replication.wire.vote import VoteResponse as WireVoteResponse
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
-from services.broker.storage.partition import FileSlice
 
 log = logging.getLogger(__name__)
 
 # Actions whose writes a step's new state presupposes (see _step_locked).
 _WRITES_FIRST = (raft.PersistQuorum, raft.AppendNoop, raft.BecomeVoter)
-_OUTCOME_FROM_WIRE = {
-    WireOutcome.ENTRIES: raft.Outcome.ENTRIES,
-    WireOutcome.DIVERGING: raft.Outcome.DIVERGING,
-    WireOutcome.NOT_LEADER: raft.Outcome.NOT_LEADER,
-    WireOutcome.SNAPSHOT: raft.Outcome.SNAPSHOT,
-    WireOutcome.TIMEOUT_NOW: raft.Outcome.TIMEOUT_NOW,
-}
 
 
-class ReplicationNode:
+class ReplicationNode(LeaderAnswers, FollowerFetching):
     def __init__(self, config: ReplicationConfig, log_store: Log, data_dir: Path, *,
                  on_offsets_batch: Callable[[bytes], None] | None = None,
                  on_offsets_truncated: Callable[[], None] | None = None,
@@ -205,9 +180,10 @@ class ReplicationNode:
             self._signer.identify(self.identity.cluster_id, self.identity.incarnation,
                                   self._state.learner)
         # The high watermarks and the applied index (commit_apply.py). The effects of the
-        # entries below `effects_from` were done before this start (issue 20, finding 1). Not
-        # past the journal's end: entries reconcile cut come again from the leader, and
-        # applying one of their deletes again is harmless (it names its incarnation).
+        # entries below `effects_from` were done before this start (the saved applied index
+        # says so). Not past the journal's end: entries reconcile cut come again from the
+        # leader, and applying one of their deletes again is harmless (it names its
+        # incarnation).
         self._commits = CommitApplier(
             self.journal, self._effects,
             effects_from=max(min(applied, self.journal.end), self.journal.start))
@@ -230,8 +206,11 @@ class ReplicationNode:
         thread_name = f"kaska-replication-{config.node_id}" + (
             f"-g{config.group}" if config.group else "")
         self._thread = threading.Thread(target=self._run, daemon=True, name=thread_name)
-        self._commit_saver = threading.Thread(target=self._save_commits, daemon=True,
-                                              name=f"{thread_name}-commits")
+        # Saving is a lower bound only: after a failed save (OSError) a restart starts from an
+        # older commit, and the next interval tries again.
+        self._commit_saver = PeriodicThread(
+            f"{thread_name}-commits", config.commit_persist_interval_s, self.save_commit_if_due,
+            stop=self._stop, errors=(OSError,), on_error=self._commit_save_failed)
         self._next_peer = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -411,134 +390,13 @@ class ReplicationNode:
             # themselves, so a save that lands late only writes a lower bound later.
             self._persist_commit(*due)
 
-    # -- the peers' requests ---------------------------------------------------------------
-
-    def check_peer(self, node_id: int) -> None:
-        if node_id not in self._peers:
-            self.counters.unknown_replica_requests += 1
-            raise UnknownReplicaError(f"node {node_id} is not a configured peer of broker "
-                                      f"{self.config.node_id}")
-
-    def answer_vote(self, request: WireVoteRequest) -> WireVoteResponse:
-        self.check_peer(request.candidate)
-        event = raft.VoteRequest(request.candidate, request.epoch, request.last_epoch,
-                                 request.end, request.pre_vote, request.transfer)
-        with self._lock:
-            if request.epoch < self._state.epoch:
-                self.counters.stale_epoch_requests += 1
-            answer = self._first(self._step_locked(event), raft.AnswerVote)
-        leader = NO_LEADER if answer.leader_id is None else answer.leader_id
-        return WireVoteResponse(answer.epoch, answer.granted, leader, answer.pre_vote)
-
-    def holds_lease(self, state: raft.RaftState | None = None) -> bool:
-        """Whether this broker leads with a lease now (raft.holds_lease; `state`: a snapshot
-        the caller already read), on the clock read at this call: a leader thawed after a
-        pause refuses before its loop thread runs."""
-        return raft.holds_lease(self.raft_config, state or self._state, self._clock())
-
-    def answer_fetch(self, request: ReplicaFetchRequest, stamp: RequestStamp | None = None,
-                     session: FetchSession | PeerSession | None = None
-                     ) -> tuple[ReplicaFetchResponse, list[JournalEntry]]:
-        """The leader's answer (entries to send come back as journal entries; the caller
-        turns them into file slices). Long-polls when the follower is caught up. `stamp`: the
-        signed request's, whose broker incarnation and learner flag the state machine reads.
-
-        `session`: the connection the request came on (None: an in-process caller, whose calls
-        come one after another). A fetch on the session that carried this leader's previous
-        answer proves the follower read that answer (the follower drops its connection after
-        any failed fetch), so it confirms the follower heard from this leader at the time the
-        answer was made: the lease (raft.holds_lease)."""
-        self.check_peer(request.follower)
-        if session is None:
-            session = self._direct_sessions.setdefault(request.follower, FetchSession())
-        answered, session.answered = session.answered, None
-        confirmed = answered[1] if answered is not None and answered[0] == request.epoch \
-            else None
-        event = raft.FetchRequest(request.follower, request.epoch, request.fetch_end,
-                                  request.last_fetched_epoch,
-                                  stamp.data_incarnation if stamp is not None else 0,
-                                  stamp.learner if stamp is not None else False, confirmed)
-        with self._lock:
-            if request.epoch < self._state.epoch:
-                self.counters.stale_epoch_requests += 1
-            known = self._state.incarnations.get(request.follower)
-            if event.incarnation and known not in (None, event.incarnation):
-                self.counters.peer_incarnation_changes += 1
-                log.warning("%s: peer %d came back as another incarnation (%d, was "
-                            "%d): its data directory was replaced; its match starts again "
-                            "from 0", self.name, request.follower,
-                            event.incarnation, known)
-            lapsed = not self.holds_lease()
-            answer = self._first(self._step_locked(event), raft.AnswerFetch)
-            if lapsed and self.holds_lease():
-                self._changed.notify_all()  # writes waiting for the lease (replica_manager)
-        if answer.outcome is raft.Outcome.SNAPSHOT:
-            # Any snapshot at or past the state machine's start covers fetch_end.
-            return ReplicaFetchResponse(answer.epoch, self.config.node_id, answer.commit,
-                                        WireOutcome.SNAPSHOT,
-                                        snapshot=self.journal.snapshot), []
-        if answer.outcome is not raft.Outcome.ENTRIES:
-            if answer.outcome is raft.Outcome.DIVERGING:
-                session.answered = (answer.epoch, self._clock())
-            elif answer.outcome is raft.Outcome.TIMEOUT_NOW:
-                self.counters.transfers_handed_over += 1
-                log.warning("%s: handed leadership of epoch %d to broker %d and "
-                            "stepped down", self.name, answer.epoch,
-                            request.follower)
-            return refusal(answer), []
-        epoch = answer.epoch
-        if request.max_wait_ms and self.journal.end <= request.fetch_end:
-            # Not while the follower has not been sent the commit index (a follower learns
-            # commits only from answers: a committed delete or create must reach every copy
-            # at once, not a long-poll later, and the fetch itself may have advanced it);
-            # woken by a commit advance for the same reason, by a hand-over to this
-            # follower (it asks again at once and is told to stand; the others' long-polls
-            # wait on: woken, they would spin) and by a step-down (the follower must look
-            # for the next leader, not wait).
-            # A new connection (or one after a failed answer) may be a restarted follower.
-            sent = self._commit_sent.get(request.follower, -1) if answered is not None else -1
-            self.wait_changed(lambda: self.journal.end > request.fetch_end
-                              or self._state.commit > sent
-                              or self._state.epoch != epoch
-                              or self._state.role is not raft.Role.LEADER
-                              or self._state.transfer_to == request.follower,
-                              request.max_wait_ms / 1000)
-        with self._lock:
-            # Still the leader of that epoch? (Between the step and now it may have stepped
-            # down and taken another leader's entries: never send those as its own.)
-            state = self._state
-            if state.role is not raft.Role.LEADER or state.epoch != epoch:
-                leader = NO_LEADER if state.leader_id is None else state.leader_id
-                return ReplicaFetchResponse(state.epoch, leader, state.commit,
-                                            WireOutcome.NOT_LEADER), []
-            if request.fetch_end < self.journal.start:
-                # Compacted since the step (the loop compacts outside _lock): the snapshot.
-                return ReplicaFetchResponse(epoch, self.config.node_id, state.commit,
-                                            WireOutcome.SNAPSHOT,
-                                            snapshot=self.journal.snapshot), []
-            entries = entries_to_send(self.journal, self.config, request.fetch_end,
-                                      request.max_bytes)
-            commit = state.commit
-            self._commit_sent[request.follower] = commit
-        session.answered = (epoch, self._clock())
-        return ReplicaFetchResponse(epoch, self.config.node_id, commit,
-                                    WireOutcome.ENTRIES), entries
-
-    def answer_snapshot_fetch(self, request: SnapshotFetchRequest
-                              ) -> tuple[SnapshotFetchResponse, list[FileSlice]]:
-        """The leader's side of SNAPSHOT_FETCH (fetch_answers.py): committed bytes of the
-        incarnation the request names, below its `end_offset` and the high watermark."""
-        self.check_peer(request.follower)
-        return answer_snapshot_fetch(request, self._state, self.journal, self._log, self.config,
-                                     self.high_watermark)
-
     # -- carrying out actions (under _lock) ------------------------------------------------
 
     def _step_locked(self, event) -> list:
         if not isinstance(event, raft.LogChanged) and self._state.log != self._view():
             # The journal grew behind the state machine's back (a produce's append whose
             # leader_appended() has not run yet): no step -- a vote, a step-down, an election
-            # and its NOOP's index -- is taken on a view without it (issue 20, finding 5).
+            # and its NOOP's index -- is taken on a view without it.
             self._step_locked(raft.LogChanged(self._view()))
         state, actions = raft.step(self.raft_config, self._state, event, self._clock(),
                                    self._rng)
@@ -659,13 +517,8 @@ class ReplicationNode:
                             exc)
                 self._stop.wait(self.config.tick_interval_s)
 
-    def _save_commits(self) -> None:
-        while not self._stop.wait(self.config.commit_persist_interval_s):
-            try:
-                self.save_commit_if_due()
-            except OSError as exc:
-                # A lower bound only: a restart starts from an older commit; tried again.
-                log.warning("%s: saving the commit index failed: %s", self.name, exc)
+    def _commit_save_failed(self, exc: Exception) -> None:
+        log.warning("%s: saving the commit index failed: %s", self.name, exc)
 
     def _one_round(self) -> None:
         self.tick()
@@ -759,199 +612,3 @@ class ReplicationNode:
         if request.pre_vote:
             return state.pre_voting and state.epoch + 1 == request.epoch
         return state.role is raft.Role.CANDIDATE and state.epoch == request.epoch
-
-    def _fetch_once(self, leader: int | None, probe: int | None = None) -> None:
-        target = leader if leader is not None else probe if probe is not None \
-            else self._round_robin_peer()
-        # The request's fetch_end acknowledges every entry below it (the leader counts it in
-        # its match): with policy `entry` they are fsynced first, all of the last round's at
-        # once. Only this thread appends to a follower's journal, so none come in between.
-        self.sync_appended()
-        state = self._state
-        if self._syncing and self._synced_end < state.log.end:
-            # A truncation straddled the sync: never report unsynced entries; next round.
-            self._stop.wait(self.config.tick_interval_s)
-            return
-        request = ReplicaFetchRequest(
-            self.config.node_id, state.epoch, state.log.end, state.log.last_epoch,
-            self.config.fetch_bytes_max, self.config.fetch_wait_ms if leader is not None else 0)
-        future = self._peer_requests.send(target, request)
-        if future is None:
-            with self._lock:
-                self._step_locked(raft.FetchAnswered(target, raft.Outcome.FAILED))
-            self._stop.wait(self.config.tick_interval_s)
-            return
-        # A fetch to find the leader asks for no wait: a live peer answers it at once, so one
-        # that does not within vote_timeout_s is paused or gone -- ask the next.
-        answer_timeout_s = self.config.request_timeout_s if leader is not None \
-            else self.config.vote_timeout_s
-        if not self._await_fetch_answer(future, state.epoch, target, answer_timeout_s,
-                                        probe=probe is not None):
-            # The epoch moved on meanwhile: fetch from whoever leads it, at once -- on a new
-            # connection, since a fetch on this one would tell the target this follower read
-            # the answer it abandons (the leader lease counts on that, raft.holds_lease).
-            self._peer_requests.drop(target)
-            return
-        # Done, or timed out.
-        response = self._peer_requests.result(target, future, ReplicaFetchResponse)
-        if response is None:
-            self._stop.wait(self.config.tick_interval_s)
-            return
-        self._absorb_fetch(target, response, request.fetch_end)
-
-    def _await_fetch_answer(self, future: Future, epoch: int, target: int,
-                            timeout_s: float, probe: bool = False) -> bool:
-        """Wait for a fetch's answer (at most timeout_s; `_result` then judges it);
-        False when, meanwhile, this broker took a newer epoch or learned another leader, or
-        its election timeout passed. A server thread takes a newer epoch when it grants a
-        vote: the target is frozen or deposed, and the successor needs this follower's next
-        fetch to commit its first entry. Waiting out a paused leader's fetch would add up to
-        request_timeout_s to every failover, at the election and again at the commit.
-        `probe`: a learner's question to a voter it has not heard from, whose answer it needs
-        whoever leads: a leader learned meanwhile does not abandon it."""
-        deadline = time.monotonic() + timeout_s
-        while not future.done():
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                return True
-            state = self._state
-            if state.epoch != epoch or (not probe
-                                        and raft.fetch_target(state) not in (None, target)):
-                log.info("%s: fetch from %d abandoned: epoch %d, leader %s now",
-                         self.name, target, state.epoch, state.leader_id)
-                return False
-            if state.role is raft.Role.FOLLOWER and self._clock() >= state.election_deadline_s:
-                # The leader has been silent for a whole election timeout: the loop must
-                # tick (and run the pre-vote) now, not after this fetch's own timeout.
-                log.info("%s: fetch from %d abandoned: election timeout",
-                         self.name, target)
-                return False
-            try:
-                future.result(timeout=min(remaining_s, self.config.tick_interval_s))
-            except TimeoutError:
-                continue
-            except KaskaError:
-                return True  # `_result` logs it and drops the link
-        return True
-
-    def _round_robin_peer(self) -> int:
-        peers = sorted(self._peers)
-        self._next_peer = (self._next_peer + 1) % len(peers)
-        return peers[self._next_peer]
-
-    def _absorb_fetch(self, sender: int, response: ReplicaFetchResponse,
-                      fetch_end: int | None = None) -> None:
-        """`fetch_end`: the request's (default: the state machine's journal end, which is what
-        `_fetch_once` sends). Only that prefix and the entries appended from this answer are
-        known to match the leader, so only they may count as committed (finding 5)."""
-        if fetch_end is None:
-            fetch_end = self._state.log.end
-        leader = None if response.leader_id == NO_LEADER else response.leader_id
-        event = raft.FetchAnswered(sender, _OUTCOME_FROM_WIRE[response.outcome], response.epoch,
-                                   leader, response.diverging_epoch, response.diverging_end)
-        with self._lock:
-            actions = self._step_locked(event)  # on the whole journal (see _step_locked)
-            install = any(isinstance(action, raft.InstallSnapshot) for action in actions)
-            if any(isinstance(action, raft.ApplyEntries) for action in actions):
-                # The commit first: a committed delete must go before a later re-create.
-                self._step_locked(raft.LogChanged(self._view(), response.commit, fetch_end))
-                start = self.journal.end
-                try:
-                    self._apply_entries_locked(response, fetch_end)
-                finally:
-                    # Also after a refused apply (full disk): the entries applied before it
-                    # are in the journal, and the next fetch must start after them.
-                    matched = fetch_end + (self.journal.end - start if start == fetch_end
-                                           else 0)
-                    self._step_locked(raft.LogChanged(self._view(), response.commit, matched))
-            for action in actions:
-                if isinstance(action, raft.Truncate):
-                    self._truncate_locked(action.end)
-                elif isinstance(action, raft.StaleDivergence):
-                    self._stale_divergence_locked(action)
-        if install and response.snapshot is not None:
-            self._install_snapshot(sender, response.epoch, response.snapshot, response.commit)
-
-    # -- installing the leader's snapshot (loop thread) -------------------------------------
-
-    def _install_snapshot(self, leader: int, epoch: int, snapshot: Snapshot,
-                          commit: int) -> None:
-        """Make this follower hold what the leader's snapshot says, then adopt it as its
-        journal (Raft §7). The topics first, then each partition's bytes (SNAPSHOT_FETCH,
-        outside `_lock`), synced, and only then the journal: a crash before that leaves the
-        old journal, and `reconcile` drops what it does not name (fetched again later). A
-        refused or failed fetch ends the attempt; the next round asks again."""
-        if snapshot.end <= self.journal.end:
-            return  # nothing new (a snapshot of entries held already)
-        topics = {topic.name: topic for topic in snapshot.topics}
-        with self._lock:
-            make_topics(self.journal, self._log, self._commits.hw, topics,
-                        self._on_topic_deleted)
-        for (topic, number), end in sorted(partition_ends(snapshot).items()):
-            described = topics.get(topic)
-            if not copy_partition(self._peer_requests, self._log, self.config, leader, epoch,
-                                  topic, number, end, described):
-                return
-        with self._lock:
-            # Before the journal: a crash in between restarts from the old journal, whose
-            # install starts over; after it, the start enforces the snapshot's log starts.
-            self._effects.enforce_log_starts(snapshot)
-            self.journal.install(snapshot)
-            self._truncation_generation += 1
-            self._synced_end = snapshot.end  # the journal and every copied byte are synced
-            self._commits.install(snapshot)
-            self._offsets_reload = True
-            self.counters.snapshots_installed += 1
-            log.info("%s: installed leader %d's snapshot (entries below %d, %d topics)",
-                     self.name, leader, snapshot.end, len(snapshot.topics))
-            self._step_locked(raft.LogChanged(
-                self._view(), commit, snapshot.end,
-                synced_end=self._synced_end if self._syncing else None))
-            for topic, number in self._commits.hw:
-                self._on_partition_visible(topic, number)
-
-    def _stale_divergence_locked(self, action: raft.StaleDivergence) -> None:
-        self.counters.stale_divergences += 1
-        log.warning("%s: leader %d says the journal diverges at %d, below the commit "
-                    "index %d; nothing truncated (a stale answer, or committed entries that "
-                    "differ: then this broker stays behind)", self.name,
-                    action.leader_id, action.end, action.commit)
-
-    # -- applying what the leader sent (loop thread, under _lock) ---------------------------
-
-    def _apply_entries_locked(self, response: ReplicaFetchResponse, fetch_end: int) -> None:
-        """Append the leader's entries one by one, in order, as if each came alone: before a
-        CREATE_TOPIC the commit index is brought up to it, so that a committed DELETE_TOPIC
-        of the name in the same answer is applied first (finding 4)."""
-        for header, data in response.batches():
-            if header.index != self.journal.end:
-                log.warning("%s: entry %d arrived at journal end %d; fetching again",
-                            self.name, header.index, self.journal.end)
-                return
-            if header.kind is EntryKind.CREATE_TOPIC and header.index > fetch_end:
-                self._step_locked(raft.LogChanged(self._view(), response.commit, header.index))
-            self._effects.apply(header, data, self._commits.hw, self._offsets_backlog)
-            self.counters.entries_applied += 1
-
-    def _truncate_locked(self, end: int) -> None:
-        """Drop journal entries from `end` on, and what they stand for: the data first, then
-        the journal (a crash in between is repaired by reconcile at the next start)."""
-        if end < self._state.commit:
-            # Raft rules this out; refusing keeps committed data if the rules were broken.
-            log.error("%s: refusing to truncate to %d below the commit index %d",
-                      self.name, end, self._state.commit)
-            return
-        doomed, cut = self._effects.cut(end)  # fsynced: the prefix below `end` stays synced
-        if not doomed:
-            return
-        self._truncation_generation += 1
-        self._synced_end = min(self._synced_end, end)
-        self.counters.truncations += 1
-        log.info("%s: truncated the journal to %d (%d entries dropped)",
-                 self.name, end, len(doomed))
-        if any(key[0] == OFFSETS_TOPIC for key in cut):
-            self._offsets_reload = True
-        self._step_locked(raft.LogChanged(
-            self._view(), synced_end=self._synced_end if self._syncing else None))
-
-

@@ -7,11 +7,10 @@ window, kept per sender and group, accepts), and the group's identity: the clust
 (data directory) incarnation and whether it is a learner, which the group's replication node sets
 (`identify`) from replication/identity.py and its state machine.
 `PeerLink` wraps the connection to one peer: it encodes a request, signs it for that peer
-(common/kaska/protocol/peer_auth.py) and checks the answer before anyone reads it -- signed by
-that peer, for this very request, every number in range
-(common/kaska/protocol/replication_bounds.py). A refused answer fails the request's future with
-its `PeerFrameError` (the node logs and drops the connection, as for a peer that went away), is
-counted in the shared `PeerRefusals` and logged once per peer.
+(wire/peer_auth.py) and checks the answer before anyone reads it -- signed by that peer, for
+this very request, every number in range (wire/replication_bounds.py). A refused answer fails
+the request's future with its `PeerFrameError` (the node logs and drops the connection, as for
+a peer that went away), is counted in the shared `PeerRefusals` and logged once per peer.
 
 A request that cannot be encoded (a field beyond its wire width) raises
 `UnencodableFrameError`, a KaskaError, instead of `struct.error`: the replication loop counts
@@ -31,10 +30,11 @@ from concurrent.futures import Future
 
 from common.kaska.connection import BrokerConnection
 from common.kaska.errors import InvalidResponseError
-from common.kaska.protocol import RESPONSE_TYPES
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.metadata import BrokerInfo
-from common.kaska.protocol.peer_auth import (
+from services.broker.peer_gate import ANSWER, OUTGOING, PeerRefusals
+from services.broker.replication.wire import PEER_RESPONSE_TYPES
+from services.broker.replication.wire.peer_auth import (
     MalformedPeerFrameError,
     PeerFrameError,
     RequestStamp,
@@ -42,12 +42,11 @@ from common.kaska.protocol.peer_auth import (
     open_answer,
     request_trailer,
 )
-from common.kaska.protocol.replication_bounds import (
+from services.broker.replication.wire.replication_bounds import (
     check_fetch_response,
     check_snapshot_fetch_response,
     check_vote_response,
 )
-from services.broker.peer_gate import ANSWER, OUTGOING, PeerRefusals
 
 _ANSWER_CHECKS: dict[int, Callable] = {
     Api.VOTE: check_vote_response,
@@ -136,7 +135,7 @@ class PeerLink:
         try:
             body = open_answer(self._signer.secret, api, stamp, self.peer.node_id, frame)
             try:
-                _ANSWER_CHECKS[api](RESPONSE_TYPES[api].decode(body))
+                _ANSWER_CHECKS[api](PEER_RESPONSE_TYPES[api].decode(body))
             except InvalidResponseError as exc:
                 raise MalformedPeerFrameError(f"signed but unreadable: {exc}") from exc
         except PeerFrameError as refused:

@@ -54,10 +54,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from common.kaska.errors import CorruptBatchError, OffsetOutOfRangeError
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import HEADER_BYTES, parse_header
 from services.broker.replication.journal import Journal, JournalEntry, Snapshot
 from services.broker.replication.snapshot import partition_ends
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import PartitionLog

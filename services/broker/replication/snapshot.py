@@ -2,14 +2,14 @@
 docs/replication.md "Compaction").
 
 A snapshot replaces the journal entries below its `end` (the table's format is in
-common/kaska/protocol/snapshot_fetch.py). It keeps exactly what later entries, recovery and
+wire/snapshot_fetch.py). It keeps exactly what later entries, recovery and
 replication need of the prefix:
 
 - the epoch cache of the prefix, whole (one pair per epoch): a follower's `last_fetched_epoch`
   below the snapshot is still checked (OffsetsForLeaderEpoch), and `epoch_of(index)` still
   names the epoch of a compacted entry (an acknowledgement names its entry's epoch);
 - the live topics with their TopicId (the (epoch, index) of their CREATE_TOPIC entry, or the
-  metadata group's incarnation a data group's CREATE_TOPIC carries: journal.py) and
+  metadata group's incarnation a data group's CREATE_TOPIC carries: journal_record.py) and
   partition counts: later entries derive their topic ids from them, `reconcile` expects them
   on disk, and a DELETE_TOPIC after the snapshot names them;
 - every partition's end offset (the largest end of the prefix's BATCH/SKIPPED entries of the
@@ -19,7 +19,7 @@ replication need of the prefix:
   restarts from it, move their own log starts there, so a compacted DeleteRecords is never lost
   (its entry no longer exists to be applied);
 - in a data group, `metadata_end_seen`: the largest metadata group prefix end its topic mirror
-  entries carried (journal.py, `metadata_end_seen`): the mirror never acts on a copy of the
+  entries carried (journal_record.py, `metadata_end_seen`): the mirror never acts on a copy of the
   metadata group shorter than that (topic_mirror.py), so it must outlive the entries that
   carried it. It never decreases.
 
@@ -33,19 +33,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.snapshot_fetch import (
+from common.kaska.topic_name import is_internal
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.snapshot_fetch import (
     NO_TOPIC_ID,
     PartitionEnd,
     Snapshot,
     SnapshotTopic,
 )
-from common.kaska.topic_name import is_internal
 
 
 class CommittedEntry(Protocol):
-    """What `advance` reads of a journal entry (journal.py's JournalEntry; journal.py imports
-    this module, so this one names the shape rather than the class)."""
+    """What `advance` reads of a journal entry (journal_record.py's JournalEntry; journal_record.py
+    imports this module, so this one names the shape rather than the class)."""
 
     index: int
     epoch: int

@@ -3,10 +3,10 @@
 partition's bytes up to the snapshot's end from the leader with SNAPSHOT_FETCH
 (`copy_partition`).
 
-`ReplicationNode._install_snapshot` drives it: the topics under the node's `_lock`, the copies
-outside it (network waits never hold `_lock`), and only once every copy is done and synced the
-journal is replaced by the snapshot, under `_lock`. A crash before that leaves the old journal,
-and `reconcile` drops what it does not name (fetched again later).
+`FollowerFetching._install_snapshot` (follower_fetch.py) drives it: the topics under the node's
+`_lock`, the copies outside it (network waits never hold `_lock`), and only once every copy is
+done and synced the journal is replaced by the snapshot, under `_lock`. A crash before that
+leaves the old journal, and `reconcile` drops what it does not name (fetched again later).
 
 Invariants: a partition never keeps bytes past the snapshot's end (they may be another leader's);
 the bytes copied are the leader's, appended in order, each batch once; a copied partition is
@@ -24,13 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from common.kaska.protocol.snapshot_fetch import (
-    NO_TOPIC_ID,
-    SnapshotFetchOutcome,
-    SnapshotFetchRequest,
-    SnapshotFetchResponse,
-    SnapshotTopic,
-)
 from common.kaska.record_batch import iter_batches
 from common.kaska.topic_name import is_internal
 from services.broker.replication.config import ReplicationConfig
@@ -38,6 +31,13 @@ from services.broker.replication.entry_effects import HighWatermarks
 from services.broker.replication.journal import Journal
 from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.snapshot import forget_topic
+from services.broker.replication.wire.snapshot_fetch import (
+    NO_TOPIC_ID,
+    SnapshotFetchOutcome,
+    SnapshotFetchRequest,
+    SnapshotFetchResponse,
+    SnapshotTopic,
+)
 from services.broker.storage.log import Log
 
 log = logging.getLogger(__name__)

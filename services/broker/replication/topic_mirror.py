@@ -7,8 +7,8 @@ committed topics on its own broker (CommittedTopics: the same prefix on every br
 reconciles its journal with them, as Kafka's brokers follow the metadata log:
 
 - a topic of the metadata group that has partitions in this group and is not live here gets a
-  CREATE_TOPIC that carries the metadata group's incarnation (journal.py: the topic's id is the
-  same in every group), unless a DELETE_TOPIC of the name is still uncommitted here (the next
+  CREATE_TOPIC that carries the metadata group's incarnation (journal_record.py: the topic's id
+  is the same in every group), unless a DELETE_TOPIC of the name is still uncommitted here (the next
   incarnation waits for the old one to be gone, as a metadata group's create does);
 - a topic live here whose incarnation the metadata group has deleted gets a DELETE_TOPIC. An
   incarnation is deleted when its id's index lies in the metadata group's committed prefix and

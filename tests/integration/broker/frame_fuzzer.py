@@ -37,10 +37,10 @@ from common.kaska.protocol import (
 )
 from common.kaska.protocol.codec import BodyWriter
 from common.kaska.protocol.frames import REQUEST_HEADER, RESPONSE_HEADER
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
-from common.kaska.protocol.snapshot_fetch import SnapshotFetchRequest
-from common.kaska.protocol.vote import VoteRequest
 from common.kaska.record_batch import HEADER_BYTES, NO_PRODUCER, encode_batch
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
+from services.broker.replication.wire.snapshot_fetch import SnapshotFetchRequest
+from services.broker.replication.wire.vote import VoteRequest
 
 FUZZ_TOPICS = ("fz0", "fz1", "fz2")  # created before the fuzz; frames also create and delete
 HOSTILE_TOPICS = (

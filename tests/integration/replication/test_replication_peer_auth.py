@@ -23,10 +23,10 @@ import pytest
 from common.kaska import Producer
 from common.kaska.errors import AuthenticationError
 from common.kaska.protocol.frames import REQUEST_HEADER, VERSION, Api
-from common.kaska.protocol.peer_auth import RequestStamp, request_trailer
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
-from common.kaska.protocol.vote import VoteRequest
 from common.kaska.retry import RetryPolicy
+from services.broker.replication.wire.peer_auth import RequestStamp, request_trailer
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
+from services.broker.replication.wire.vote import VoteRequest
 from tests.integration.broker.broker_process import raw_connect, read_answer, send_request
 from tests.integration.metrics_scrape import excerpt, scrape
 from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster

@@ -30,14 +30,6 @@ from common.kaska.protocol.delete_records import (
 from common.kaska.protocol.fetch import FetchRequest
 from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from common.kaska.protocol.metadata import BrokerInfo
-from common.kaska.protocol.peer_auth import OutOfRangeFieldError
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.replication_bounds import check_fetch_response
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
 from services.broker.body import RequestBody
 from services.broker.handlers import delete_records, fetch, list_offsets
@@ -48,6 +40,14 @@ from services.broker.kafka.errors import OFFSET_OUT_OF_RANGE as KAFKA_OUT_OF_RAN
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.snapshot import log_starts
+from services.broker.replication.wire.peer_auth import OutOfRangeFieldError
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchResponse,
+)
+from services.broker.replication.wire.replication_bounds import check_fetch_response
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_lease import Handlers
 from tests.unit.broker.replication.test_replication_safety import (

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
-from common.kaska.protocol.peer_auth import (
+from services.broker.peer_gate import REQUEST, PeerGate, PeerSession
+from services.broker.replication.wire.peer_auth import (
     ForgedPeerFrameError,
     ImpostorPeerFrameError,
     MalformedPeerFrameError,
@@ -25,10 +26,12 @@ from common.kaska.protocol.peer_auth import (
     open_answer,
     request_trailer,
 )
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
-from common.kaska.protocol.replication_bounds import check_fetch_request, check_vote_request
-from common.kaska.protocol.vote import VoteRequest
-from services.broker.peer_gate import REQUEST, PeerGate, PeerSession
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
+from services.broker.replication.wire.replication_bounds import (
+    check_fetch_request,
+    check_vote_request,
+)
+from services.broker.replication.wire.vote import VoteRequest
 
 SECRET = b"cluster-secret"
 NOW_S = 1_700_000_000.0

@@ -24,7 +24,6 @@ from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicRe
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
 from common.kaska.protocol.metadata import BrokerInfo, MetadataRequest, MetadataResponse
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
 from services.broker.body import RequestBody
 from services.broker.handlers import create_topic, delete_topic, list_topics, metadata
@@ -35,6 +34,7 @@ from services.broker.kafka.errors import UNKNOWN_TOPIC_OR_PARTITION
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
+from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
 from tests.unit.broker.replication.test_replication_lease import Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,

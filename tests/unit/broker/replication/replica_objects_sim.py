@@ -78,13 +78,6 @@ from common.kaska.errors import (
     UnknownTopicOrPartitionError,
 )
 from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.protocol.replica_fetch import (
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.topic_name import is_internal
 from services.broker.handlers import replica_fetch
 from services.broker.replica_manager import ReplicaManager
@@ -92,6 +85,13 @@ from services.broker.replication import raft
 from services.broker.replication.fetch_answers import FetchSession
 from services.broker.replication.journal import Journal, JournalEntry, TopicId
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
+from services.broker.replication.wire.replica_fetch import (
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
+from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.replication.raft_sim import LivenessFailure, SafetyViolation

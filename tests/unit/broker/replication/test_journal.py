@@ -9,7 +9,6 @@ import crc32c
 import pytest
 
 from common.kaska.errors import NotLeaderError
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.errors import (
     CorruptJournalError,
     InvalidJournalEntryError,
@@ -17,14 +16,14 @@ from services.broker.replication.errors import (
     JournalEpochError,
     JournalGapError,
 )
-from services.broker.replication.journal import (
+from services.broker.replication.journal import NO_EPOCH, Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
-    NO_EPOCH,
-    Journal,
     JournalEntry,
     encode_entry,
 )
+from services.broker.replication.wire.replica_fetch import EntryKind
 
 
 @pytest.fixture

@@ -6,20 +6,20 @@ import os
 
 import pytest
 
-from common.kaska.protocol.peer_auth import OutOfRangeFieldError
-from common.kaska.protocol.replica_fetch import EntryKind
-from common.kaska.protocol.replication_bounds import check_snapshot
-from common.kaska.protocol.snapshot_fetch import PartitionEnd, Snapshot, SnapshotTopic
 from services.broker.replication import journal as journal_module
 from services.broker.replication.errors import CorruptJournalError, JournalCompactedError
-from services.broker.replication.journal import (
+from services.broker.replication.journal import Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
-    Journal,
     JournalEntry,
     TopicId,
 )
 from services.broker.replication.reconcile import reconcile
+from services.broker.replication.wire.peer_auth import OutOfRangeFieldError
+from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.replication_bounds import check_snapshot
+from services.broker.replication.wire.snapshot_fetch import PartitionEnd, Snapshot, SnapshotTopic
 from tests.unit.broker.replication.test_reconcile import Broker, batch
 
 

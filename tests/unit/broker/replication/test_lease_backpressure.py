@@ -18,9 +18,9 @@ import pytest
 
 from common.kaska.errors import NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL, ProduceRequest
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
 from services.broker.handlers import produce
 from services.broker.replication import raft
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
 from tests.unit.broker.replication.test_replication_lease import ACKS_ONE, Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,

@@ -1,5 +1,5 @@
-"""Signed peer frames (common/kaska/protocol/peer_auth.py) and the ranges of their numbers
-(common/kaska/protocol/replication_bounds.py), byte by byte."""
+"""Signed peer frames (services/broker/replication/wire/peer_auth.py) and the ranges of their
+numbers (services/broker/replication/wire/replication_bounds.py), byte by byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.peer_auth import (
+from services.broker.replication.wire.peer_auth import (
     ANSWER_TRAILER_BYTES,
     REQUEST_TRAILER_BYTES,
     AnswerMac,
@@ -20,14 +20,14 @@ from common.kaska.protocol.peer_auth import (
     open_request,
     request_trailer,
 )
-from common.kaska.protocol.replica_fetch import (
+from services.broker.replication.wire.replica_fetch import (
     EntryHeader,
     EntryKind,
     FetchOutcome,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
 )
-from common.kaska.protocol.replication_bounds import (
+from services.broker.replication.wire.replication_bounds import (
     EPOCH_MAX,
     FETCH_WAIT_MS_MAX,
     INDEX_MAX,
@@ -38,7 +38,7 @@ from common.kaska.protocol.replication_bounds import (
     check_vote_request,
     check_vote_response,
 )
-from common.kaska.protocol.vote import VoteRequest, VoteResponse
+from services.broker.replication.wire.vote import VoteRequest, VoteResponse
 from services.broker.storage.log import PARTITIONS_MAX as STORAGE_PARTITIONS_MAX
 
 SECRET = b"cluster-secret"
@@ -60,7 +60,7 @@ def test_the_tags_are_keyed_blake3_under_keys_derived_per_direction():
 
     import blake3
 
-    from common.kaska.protocol import peer_auth
+    from services.broker.replication.wire import peer_auth
 
     frame = signed_vote()
     body, trailer = frame[:-REQUEST_TRAILER_BYTES], frame[-REQUEST_TRAILER_BYTES:]

@@ -14,7 +14,11 @@ import pytest
 from common.kaska.errors import ConnectionLostError
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.metadata import BrokerInfo
-from common.kaska.protocol.peer_auth import (
+from services.broker.peer_gate import ANSWER, OUTGOING
+from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
+from services.broker.replication.peer_link import PeerLink, PeerSigner
+from services.broker.replication.quorum_store import QuorumState, QuorumStore
+from services.broker.replication.wire.peer_auth import (
     AnswerMac,
     ForgedPeerFrameError,
     OutOfRangeFieldError,
@@ -22,11 +26,7 @@ from common.kaska.protocol.peer_auth import (
     UnencodableFrameError,
     open_request,
 )
-from common.kaska.protocol.vote import VoteRequest, VoteResponse
-from services.broker.peer_gate import ANSWER, OUTGOING
-from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
-from services.broker.replication.peer_link import PeerLink, PeerSigner
-from services.broker.replication.quorum_store import QuorumState, QuorumStore
+from services.broker.replication.wire.vote import VoteRequest, VoteResponse
 from services.broker.storage.log import Log
 from tests.unit.broker.storage.batches import SMALL
 

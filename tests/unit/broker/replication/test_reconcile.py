@@ -5,10 +5,10 @@ import logging
 
 import pytest
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from common.kaska.record_batch import encode_batch, iter_batches, iter_records
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.reconcile import TruncatedPartition, reconcile
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import Log
 

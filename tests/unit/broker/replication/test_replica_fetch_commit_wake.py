@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
-from common.kaska.protocol.replica_fetch import FetchOutcome, ReplicaFetchRequest
 from services.broker.replication.fetch_answers import FetchSession
+from services.broker.replication.wire.replica_fetch import FetchOutcome, ReplicaFetchRequest
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,
     leader_with_topic,

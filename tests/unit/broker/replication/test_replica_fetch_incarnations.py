@@ -14,15 +14,15 @@ from dataclasses import replace
 import pytest
 
 from common.kaska.errors import UnknownServerError
-from common.kaska.protocol.replica_fetch import (
+from services.broker.handlers.replica_fetch import replica_fetch_answer
+from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.follower_progress import FollowerProgress
+from services.broker.replication.wire.replica_fetch import (
     EntryKind,
     FetchOutcome,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
 )
-from services.broker.handlers.replica_fetch import replica_fetch_answer
-from services.broker.replica_manager import ReplicaManager
-from services.broker.replication.follower_progress import FollowerProgress
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,

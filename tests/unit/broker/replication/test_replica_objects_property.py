@@ -36,9 +36,13 @@ from dataclasses import replace
 import pytest
 
 from common.kaska.errors import UnknownServerError, UnknownTopicOrPartitionError
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
 from services.broker.handlers import replica_fetch
 from services.broker.replication.journal import JournalEntry, TopicId
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    ReplicaFetchRequest,
+)
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.raft_sim import SafetyViolation
 from tests.unit.broker.replication.replica_objects_sim import (

@@ -12,16 +12,16 @@ from concurrent.futures import Future
 
 import pytest
 
-from common.kaska.protocol.replica_fetch import FetchOutcome, ReplicaFetchRequest
-from common.kaska.protocol.snapshot_fetch import (
-    NO_TOPIC_ID,
-    SnapshotFetchOutcome,
-    SnapshotFetchRequest,
-)
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.snapshot import partition_ends
+from services.broker.replication.wire.replica_fetch import FetchOutcome, ReplicaFetchRequest
+from services.broker.replication.wire.snapshot_fetch import (
+    NO_TOPIC_ID,
+    SnapshotFetchOutcome,
+    SnapshotFetchRequest,
+)
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.replication.test_replication_safety import (

@@ -14,17 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
 from services.broker.config import BrokerConfig
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.errors import SyncFailedError
-from services.broker.replication.journal import JOURNAL_FILE
+from services.broker.replication.journal_record import JOURNAL_FILE
 from services.broker.replication.node import (
     PeerAddress,
     ReplicationConfig,
     ReplicationFsync,
     ReplicationFsyncError,
     ReplicationNode,
+)
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    ReplicaFetchRequest,
 )
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter

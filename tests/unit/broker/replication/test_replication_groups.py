@@ -12,13 +12,12 @@ from types import MappingProxyType
 import crc32c
 import pytest
 
-from common.kaska.protocol.replica_fetch import EntryKind
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic, TopicsView
-from services.broker.replication.journal import (
+from services.broker.replication.journal import Journal
+from services.broker.replication.journal_record import (
     FILE_HEADER_BYTES,
     JOURNAL_FILE,
     RECORD_PREFIX_BYTES,
-    Journal,
     JournalEntry,
     TopicId,
     carrying,
@@ -39,6 +38,7 @@ from services.broker.replication.placement import (
 )
 from services.broker.replication.raft import LogView, RaftState, Role
 from services.broker.replication.topic_mirror import CloseTopic, OpenTopic, decide
+from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.log import Log
 
 # -- placement ------------------------------------------------------------------------------

@@ -13,22 +13,7 @@ from concurrent.futures import Future
 import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
-from common.kaska.protocol.peer_auth import (
-    AnswerMac,
-    ForeignClusterPeerFrameError,
-    RequestStamp,
-    open_request,
-    request_trailer,
-)
 from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchResponse,
-)
-from common.kaska.protocol.replication_bounds import check_vote_request
-from common.kaska.protocol.vote import VoteRequest, VoteResponse
 from services.broker.peer_gate import ANSWER, REQUEST, PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.identity import (
@@ -45,6 +30,21 @@ from services.broker.replication.node import (
 )
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.quorum_store import QuorumState, QuorumStore
+from services.broker.replication.wire.peer_auth import (
+    AnswerMac,
+    ForeignClusterPeerFrameError,
+    RequestStamp,
+    open_request,
+    request_trailer,
+)
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchResponse,
+)
+from services.broker.replication.wire.replication_bounds import check_vote_request
+from services.broker.replication.wire.vote import VoteRequest, VoteResponse
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_peer_link import link_to, listener  # noqa: F401
 from tests.unit.broker.replication.test_replication_safety import (

@@ -24,7 +24,6 @@ from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsRe
 from common.kaska.protocol.message_length import MessageLengthRequest
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.protocol.produce import ACKS_ALL, ProduceRequest
-from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
 from services.broker.body import RequestBody
 from services.broker.config import BrokerConfig
 from services.broker.context import BrokerContext
@@ -43,6 +42,7 @@ from services.broker.peer_gate import PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
+from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,

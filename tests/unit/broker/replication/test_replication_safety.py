@@ -14,22 +14,22 @@ import pytest
 
 from common.kaska.errors import NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchRequest,
-    ReplicaFetchResponse,
-)
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.errors import CorruptJournalError
-from services.broker.replication.journal import FILE_HEADER_BYTES, JOURNAL_FILE
+from services.broker.replication.journal_record import FILE_HEADER_BYTES, JOURNAL_FILE
 from services.broker.replication.node import (
     REPLICATION_DIR,
     PeerAddress,
     ReplicationConfig,
     ReplicationNode,
+)
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
 )
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter

@@ -6,17 +6,17 @@ die, and is elected once there is room."""
 import pytest
 
 from common.kaska.errors import KaskaStorageError
-from common.kaska.protocol.replica_fetch import (
-    EntryHeader,
-    EntryKind,
-    FetchOutcome,
-    ReplicaFetchResponse,
-)
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import journal as journal_module
 from services.broker.replication import raft
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.quorum_store import QuorumStore
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    FetchOutcome,
+    ReplicaFetchResponse,
+)
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
 from services.broker.storage.offset_index import OffsetIndex

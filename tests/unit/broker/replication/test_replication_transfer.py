@@ -12,10 +12,10 @@ import time
 import pytest
 
 from common.kaska.errors import NotLeaderError
-from common.kaska.protocol.replica_fetch import FetchOutcome, ReplicaFetchRequest
-from common.kaska.protocol.replica_fetch import ReplicaFetchResponse as WireFetchResponse
-from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from services.broker.replication import raft
+from services.broker.replication.wire.replica_fetch import FetchOutcome, ReplicaFetchRequest
+from services.broker.replication.wire.replica_fetch import ReplicaFetchResponse as WireFetchResponse
+from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
     Clock,

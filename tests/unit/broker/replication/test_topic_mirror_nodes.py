@@ -21,12 +21,16 @@ from dataclasses import replace
 import pytest
 
 from common.kaska.errors import UnknownTopicOrPartitionError
-from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.topic_mirror import CloseTopic, OpenTopic, TopicMirror
+from services.broker.replication.wire.replica_fetch import (
+    EntryHeader,
+    EntryKind,
+    ReplicaFetchRequest,
+)
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.founding import founding_voter
 from tests.unit.broker.replication.test_replication_safety import (

@@ -20,21 +20,21 @@ the whole frame. Pure functions; thread-safe.
 from __future__ import annotations
 
 from common.kaska.protocol.metadata import NO_LEADER
-from common.kaska.protocol.peer_auth import OutOfRangeFieldError
-from common.kaska.protocol.replica_fetch import (
+from services.broker.replication.wire.peer_auth import OutOfRangeFieldError
+from services.broker.replication.wire.replica_fetch import (
     NO_DIVERGENCE,
     EntryKind,
     FetchOutcome,
     ReplicaFetchRequest,
     ReplicaFetchResponse,
 )
-from common.kaska.protocol.snapshot_fetch import (
+from services.broker.replication.wire.snapshot_fetch import (
     NO_TOPIC_ID,
     Snapshot,
     SnapshotFetchRequest,
     SnapshotFetchResponse,
 )
-from common.kaska.protocol.vote import VoteRequest, VoteResponse
+from services.broker.replication.wire.vote import VoteRequest, VoteResponse
 
 EPOCH_MAX = 2**30
 INDEX_MAX = 2**62

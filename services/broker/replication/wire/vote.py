@@ -6,7 +6,7 @@ Response: i32 epoch | u8 granted | i32 leader_id (-1: unknown) | u8 pre_vote
 `pre_vote` (Raft §9.6): "would you vote for me in `epoch`?", answered without any change of
 state, so a broker that cannot win never raises the cluster's epoch.
 
-`transfer` (Raft thesis §3.10, issue 24): the candidate stands because its leader handed
+`transfer` (Raft thesis §3.10, leadership transfer): the candidate stands because its leader handed
 leadership to it (a TIMEOUT_NOW fetch answer) and stepped down; a voter grants it even while
 it still hears from that leader.
 

@@ -20,12 +20,13 @@ group the frame belongs to (docs/replication.md, "Leadership spread over the bro
 broker runs one Raft group per shard of partitions, each with its own journal, votes and
 counter): signed, so a frame of one group can never be replayed into another.
 
-`cluster_id` (issue 20, finding 8) is the sender's cluster id, ASCII padded with NUL bytes to
-CLUSTER_ID_BYTES_MAX: a frame of another cluster is refused (`ForeignClusterPeerFrameError`)
-even when the clusters share a secret. `data_incarnation` is the sender's broker incarnation:
-random, made with its data directory (services/broker/replication/identity.py), so a broker
-whose directory was emptied is recognised as a new incarnation (its peers forget what they knew
-of its journal); `learner` is 1 while it rejoins without a vote (docs/replication.md).
+`cluster_id` (docs/replication.md, "Membership and identity") is the sender's cluster id, ASCII
+padded with NUL bytes to CLUSTER_ID_BYTES_MAX: a frame of another cluster is refused
+(`ForeignClusterPeerFrameError`) even when the clusters share a secret. `data_incarnation` is
+the sender's broker incarnation: random, made with its data directory
+(services/broker/replication/identity.py), so a broker whose directory was emptied is recognised
+as a new incarnation (its peers forget what they knew of its journal); `learner` is 1 while it
+rejoins without a vote (docs/replication.md).
 
 A successful answer (error code 0) is its API body (for REPLICA_FETCH: prefix and data section)
 followed by an answer trailer:

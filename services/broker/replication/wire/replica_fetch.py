@@ -9,7 +9,7 @@ Response: i32 epoch | i32 leader_id | i64 commit | u8 outcome, then
           SNAPSHOT:   the snapshot table (snapshot_fetch.py): fetch_end lies below the leader's
                       compacted prefix; the follower installs it and fetches on from its end
           TIMEOUT_NOW: nothing; the leader hands leadership to this follower, which holds its
-                      whole journal, and stepped down: stand for election now (issue 24)
+                      whole journal, and stepped down: stand for election now (leadership transfer)
 Entry header: i64 index | i32 epoch | u8 kind | str topic | u32 partition | i64 base_offset
               | u32 record_count | u32 partitions | u32 data_bytes
 
@@ -29,7 +29,7 @@ from typing import ClassVar
 from common.kaska.errors import InvalidResponseError
 from common.kaska.protocol.codec import BodyReader, BodyWriter
 from common.kaska.protocol.frames import Api
-from common.kaska.protocol.snapshot_fetch import Snapshot
+from services.broker.replication.wire.snapshot_fetch import Snapshot
 
 # index, epoch, kind, empty topic, partition, base_offset, record_count, partitions, data_bytes
 ENTRY_HEADER_BYTES_MIN = 8 + 4 + 1 + 2 + 4 + 8 + 4 + 4 + 4
