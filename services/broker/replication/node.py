@@ -97,7 +97,7 @@ from common.kaska.protocol.snapshot_fetch import (
 from common.kaska.protocol.vote import VoteRequest as WireVoteRequest
 from common.kaska.protocol.vote import VoteResponse as WireVoteResponse
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.peer_gate import PeerSession
+from services.broker.network.peer_gate import PeerSession
 from services.broker.replication import raft
 from services.broker.replication.bootstrap import open_replication_state
 from services.broker.replication.commit_apply import CommitApplier

@@ -47,7 +47,7 @@ from common.kaska.protocol.replication_bounds import (
     check_snapshot_fetch_response,
     check_vote_response,
 )
-from services.broker.peer_gate import ANSWER, OUTGOING, PeerRefusals
+from services.broker.network.peer_gate import ANSWER, OUTGOING, PeerRefusals
 
 _ANSWER_CHECKS: dict[int, Callable] = {
     Api.VOTE: check_vote_response,

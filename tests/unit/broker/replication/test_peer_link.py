@@ -23,7 +23,7 @@ from common.kaska.protocol.peer_auth import (
     open_request,
 )
 from common.kaska.protocol.vote import VoteRequest, VoteResponse
-from services.broker.peer_gate import ANSWER, OUTGOING
+from services.broker.network.peer_gate import ANSWER, OUTGOING
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import QuorumState, QuorumStore

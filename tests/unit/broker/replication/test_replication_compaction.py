@@ -18,7 +18,7 @@ from common.kaska.protocol.snapshot_fetch import (
     SnapshotFetchOutcome,
     SnapshotFetchRequest,
 )
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.snapshot import partition_ends
@@ -69,8 +69,8 @@ def wire_to(follower: ReplicationNode, leader: ReplicationNode) -> list[Snapshot
 
 def produce(manager: ReplicaManager, topic: str, partition: int, *values: bytes) -> None:
     confirm_lease(manager.node)
-    manager.append(topic, partition, batch(*values, producer_id=new_producer_id(),
-                                           sequence=0))
+    manager.partition(topic, partition).append(batch(*values, producer_id=new_producer_id(),
+                                                     sequence=0))
 
 
 def test_leader_compacts_past_a_down_follower_which_installs_the_snapshot(logs):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.config import BrokerConfig
-from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal import JOURNAL_FILE
 from services.broker.replication.node import (

@@ -21,7 +21,7 @@ from common.kaska.protocol.replica_fetch import (
     ReplicaFetchRequest,
     ReplicaFetchResponse,
 )
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.errors import CorruptJournalError
 from services.broker.replication.journal import FILE_HEADER_BYTES, JOURNAL_FILE
@@ -134,8 +134,7 @@ def produce_deferred(manager: ReplicaManager, log: Log, topic: str, data: bytes)
     def fill(region: memoryview) -> None:
         region[:] = data
 
-    return manager.append_deferred(topic, 0, log.partition(topic, 0), len(data), fill,
-                                   ACKS_ALL)
+    return manager.partition(topic, 0).append_deferred(len(data), fill, ACKS_ALL)
 
 
 def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaManager]:
@@ -170,8 +169,7 @@ def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log)
         node._absorb_fetch(2, answer(2, 4, [
             EntryHeader(2, 2, EntryKind.NOOP),
             EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
-        partition = log.partition("t", 0)
-        assert node.state.commit == 4 and manager.high_watermark("t", 0, partition) == 1
+        assert node.state.commit == 4 and manager.partition("t", 0).high_watermark() == 1
         assert values(log, "t") == [(0, b"theirs")]  # the scenario happened: offset covered
         with pytest.raises(NotLeaderError):
             await_acks()
@@ -245,10 +243,10 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
         try:
             manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"old"))
+            manager.partition("t", 0).append(batch(b"old"))
             manager.delete_topic("t", forget_offsets=lambda _topic: None)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"X"))
+            manager.partition("t", 0).append(batch(b"X"))
         finally:
             node.stop()
     assert deleted == ["t"]
@@ -383,7 +381,7 @@ def test_corrupt_first_record_refuses_to_start_and_keeps_every_topic(tmp_path):
         try:
             manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"kept"))
+            manager.partition("t", 0).append(batch(b"kept"))
         finally:
             node.stop()
     path = tmp_path / "data" / REPLICATION_DIR / JOURNAL_FILE

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 from common.kaska.errors import NotEnoughReplicasError
 from common.kaska.protocol.frames import RESPONSE_HEADER, Api, decode_response_header
-from services.broker.connection import DEFERRED_REPLIES_MAX, Connection
 from services.broker.metrics import BrokerCounters
-from services.broker.reply import DeferredReply, Reply
+from services.broker.network.connection import DEFERRED_REPLIES_MAX, Connection
+from services.broker.network.reply import DeferredReply, Reply
 
 ACK_TIMEOUT_S = 0.2
 READ_TIMEOUT_S = 0.3

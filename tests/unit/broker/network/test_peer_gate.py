@@ -1,4 +1,4 @@
-"""The broker's door for peer frames (services/broker/peer_gate.py): what gets in, what is
+"""The broker's door for peer frames (services/broker/network/peer_gate.py): what gets in, what is
 refused, counted and logged once per peer, and what the replay window remembers."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from common.kaska.protocol.peer_auth import (
 from common.kaska.protocol.replica_fetch import ReplicaFetchRequest
 from common.kaska.protocol.replication_bounds import check_fetch_request, check_vote_request
 from common.kaska.protocol.vote import VoteRequest
-from services.broker.peer_gate import REQUEST, PeerGate, PeerSession
+from services.broker.network.peer_gate import REQUEST, PeerGate, PeerSession
 
 SECRET = b"cluster-secret"
 NOW_S = 1_700_000_000.0
@@ -151,7 +151,7 @@ def test_a_broker_without_a_secret_takes_no_peer_frame():
 
 
 def test_refusals_are_logged_once_per_peer(gate, caplog):
-    caplog.set_level(logging.DEBUG, logger="services.broker.peer_gate")
+    caplog.set_level(logging.DEBUG, logger="services.broker.network.peer_gate")
     for _ in range(5):
         with pytest.raises(ForgedPeerFrameError):
             open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), secret=b"x"),
