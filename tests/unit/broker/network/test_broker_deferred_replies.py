@@ -1,5 +1,6 @@
 """connection.py's deferred replies: the hold of an appended produce waiting for a free slot is
-bounded (issue 20, finding 2), and the produce is then answered with a retriable error."""
+bounded (an unbounded hold would leave a replicated batch unanswered), and the produce is then
+answered with a retriable error."""
 
 from __future__ import annotations
 

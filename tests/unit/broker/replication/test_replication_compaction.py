@@ -1,8 +1,9 @@
-"""Finding 10 on the real ReplicationNode, ReplicaManager, Journal and Log objects: a leader
-compacts its journal past a follower that is down (keeping what a follower lagging within the
-bound needs), answers it SNAPSHOT, and the follower -- an empty one, as a broker with a wiped
-data directory -- installs the snapshot, copying the partition bytes with SNAPSHOT_FETCH, and
-fetches on from its end. The network is played by hand, as in test_replication_safety.py."""
+"""Journal compaction (docs/replication.md, "Compaction") on the real ReplicationNode,
+ReplicaManager, Journal and Log objects: a leader compacts its journal past a follower that is down
+(keeping what a follower lagging within the bound needs), answers it SNAPSHOT, and the follower --
+an empty one, as a broker with a wiped data directory -- installs the snapshot, copying the
+partition bytes with SNAPSHOT_FETCH, and fetches on from its end. The network is played by hand, as
+in test_replication_safety.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Issue 20, finding 8 on the real objects: a broker's data directory knows its cluster and its
-incarnation, a broker whose directory was wiped rejoins as a learner (no vote: it may have
-voted in an epoch it forgot), and frames of another cluster are refused on both sides."""
+"""Membership and identity (docs/replication.md) on the real objects: a broker's data directory
+knows its cluster and its incarnation, a broker whose directory was wiped rejoins as a learner (no
+vote: it may have voted in an epoch it forgot), and frames of another cluster are refused on both
+sides."""
 
 from __future__ import annotations
 

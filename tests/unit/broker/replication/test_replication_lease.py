@@ -1,8 +1,8 @@
-"""Issue 20, finding 9: a leader answers as leader only while it holds its lease, checked on
-the clock when it answers. Real ReplicationNode, ReplicaManager, Log and request handlers;
-the clock is moved by hand (a SIGSTOP is the clock jumping while no thread runs: the
-replication loop is never started here, so no tick notices the pause) and the follower's
-fetches are `answer_fetch` calls."""
+"""The leader lease (docs/replication.md): a leader answers as leader only while it holds its lease,
+checked on the clock when it answers. Real ReplicationNode, ReplicaManager, Log and request
+handlers; the clock is moved by hand (a SIGSTOP is the clock jumping while no thread runs: the
+replication loop is never started here, so no tick notices the pause) and the follower's fetches are
+`answer_fetch` calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 20: the paths that lost acknowledged writes, each replayed on the real ReplicationNode,
+"""The paths that once lost acknowledged writes, each replayed on the real ReplicationNode,
 ReplicaManager, Journal and Log objects. The network is played by hand: a peer's answers are
 built as that peer (`L2`) would build them from its journal and fed to `_absorb_fetch`, and a
 follower's fetch is `answer_fetch`; a paused thread is a call that has not been made yet."""
@@ -149,7 +149,7 @@ def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaM
     return node, manager
 
 
-# -- finding 2: an acknowledgement names its entry ---------------------------------------------
+# -- an acknowledgement names its entry ------------------------------------------------------------
 
 
 def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log):
@@ -227,7 +227,7 @@ def test_create_is_not_acknowledged_by_another_leaders_entry_at_its_index(log, m
         node.stop()
 
 
-# -- finding 1: committed entries are applied once, topics have ids ----------------------------
+# -- committed entries are applied once, topics have ids -------------------------------------------
 
 
 @pytest.mark.parametrize("applied_index", ["kept", "lost"])
@@ -266,7 +266,7 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
             node.stop()
 
 
-# -- finding 4: DELETE t and CREATE t in one fetch -------------------------------------------
+# -- DELETE t and CREATE t in one fetch ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("commit_with_entries", [True, False])
@@ -299,7 +299,7 @@ def test_delete_and_recreate_in_one_fetch_leave_the_new_topic(log, commit_with_e
         follower.stop()
 
 
-# -- finding 5: only entries that match the leader count -------------------------------------
+# -- only entries that match the leader count ------------------------------------------------------
 
 
 def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monkeypatch):
@@ -369,7 +369,7 @@ def test_a_divergence_below_the_commit_is_logged_and_counted(log, caplog):
         follower.stop()
 
 
-# -- finding 7: corruption is not a torn tail ------------------------------------------------
+# -- corruption is not a torn tail -----------------------------------------------------------------
 
 
 def test_corrupt_first_record_refuses_to_start_and_keeps_every_topic(tmp_path):
