@@ -4,20 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.broker.cluster.committed_offsets import CommittedOffsets
+from services.broker.cluster.partition_table import PartitionTable
+from services.broker.cluster.replication_groups import ReplicationGroups
+from services.broker.cluster.topic_admin import TopicAdmin
 from services.broker.config import BrokerConfig
-from services.broker.groups import GroupedLog, GroupedReplicas
 from services.broker.metrics import BrokerCounters
-from services.broker.notifier import DataNotifier
-from services.broker.offsets import CommittedOffsets
-from services.broker.peer_gate import PeerGate
+from services.broker.network.notifier import DataNotifier
+from services.broker.network.peer_gate import PeerGate
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerContext:
     config: BrokerConfig
-    log: GroupedLog  # every group's partitions (groups.py)
+    partitions: PartitionTable  # `get(topic, p)`: the one lookup of a partition
+    replication: ReplicationGroups  # who leads what; the group a peer request names
+    topics: TopicAdmin  # create, delete, list
     offsets: CommittedOffsets
-    replicas: GroupedReplicas
     notifier: DataNotifier
     metrics: BrokerCounters
     peer_gate: PeerGate
+
+    @classmethod
+    def over(cls, groups: ReplicationGroups, *, config: BrokerConfig, offsets: CommittedOffsets,
+             notifier: DataNotifier, metrics: BrokerCounters, peer_gate: PeerGate
+             ) -> BrokerContext:
+        """The context over the broker's replication groups (their managers set)."""
+        return cls(config=config, partitions=PartitionTable(groups), replication=groups,
+                   topics=TopicAdmin(groups, config.ack_timeout_s), offsets=offsets,
+                   notifier=notifier, metrics=metrics, peer_gate=peer_gate)

@@ -16,7 +16,7 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_fetched_bytes_total{api}` and `kaska_fetched_records_total{api}` (record batches sent
   by FETCH to consumers and by REPLICA_FETCH to followers); `kaska_connections`;
 - listeners: `kaska_listener_connections{listener}` (open now: kaska, kafka) and
-  `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, acceptor.py:
+  `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, network/acceptor.py:
   `full` at `--connections-max`, `stopping` during shutdown);
 - partitions: `kaska_partition_log_start_offset` (what consumers may read from: the first
   segment's base, or where DELETE_RECORDS moved it), `kaska_partition_log_end_offset`,
@@ -43,7 +43,7 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   `kaska_replication_deleted_records_total` (offsets committed DELETE_RECORDS entries moved
   below this broker's log starts: every replica counts its own), and
   `kaska_leader_lease_refusals_total` (requests refused as leader for lack of a lease);
-- peer frames: `kaska_peer_frames_refused_total{direction,reason}` (peer_gate.py: a peer's
+- peer frames: `kaska_peer_frames_refused_total{direction,reason}` (network/peer_gate.py: a peer's
   request or answer that failed its signature, freshness, binding or range checks, or a frame
   of this broker's own that could not be encoded).
 Partition labels follow the topics (one per session and kind): a deleted topic's series
@@ -129,8 +129,9 @@ class BrokerCounters:
         self._kafka_requests: Counter[tuple[str, str]] = Counter()
 
     def answered(self, api: int, error: KaskaError | None, reply=None) -> None:
-        """One request answered: with `error`, or with `reply` (a services.broker.reply.Reply
-        that went out whole; its slices are record batches)."""
+        """One request answered: with `error`, or with `reply` (a
+        services.broker.network.reply.Reply that went out whole; its slices are record
+        batches)."""
         name = api_label(api)
         key = (name, "0", "none") if error is None else (
             name, str(error.code), type(error).__name__)
@@ -156,7 +157,7 @@ class BrokerCounters:
 
     def lease_refused(self) -> None:
         """A request refused (NOT_LEADER, or a METADATA naming no leader) because this broker
-        leads without its lease (replica_manager.py)."""
+        leads without its lease (cluster/replica_manager.py)."""
         with self._lock:
             self._lease_refusals += 1
 
@@ -173,22 +174,23 @@ class BrokerCounters:
 
 
 class BrokerCollector(Collector):
-    """Reads the broker at scrape time. `log` is the storage (topics(), partition(), space),
-    `replicas` the GroupedReplicas (high_watermark(), replication_nodes()), `connections` the
-    open count."""
+    """Reads the broker at scrape time. `partitions` is the PartitionTable
+    (cluster/partition_table.py: topics(), get(), space), `groups` the ReplicationGroups
+    (replication_nodes()), `connections` the open count."""
 
-    def __init__(self, counters: BrokerCounters, log, replicas,
+    def __init__(self, counters: BrokerCounters, partitions, groups,
                  connections: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.monotonic,
                  peer_refusals=None,
                  listeners: Callable[[], Iterable] = tuple) -> None:
-        """`peer_refusals`: the PeerRefusals of peer_gate.py (absent: none counted);
-        `listeners`: the acceptors (acceptor.py: `name`, `connection_count`, `refusals()`)."""
+        """`peer_refusals`: the PeerRefusals of network/peer_gate.py (absent: none counted);
+        `listeners`: the acceptors (network/acceptor.py: `name`, `connection_count`,
+        `refusals()`)."""
         self._counters = counters
         self._listeners = listeners
         self._peer_refusals = peer_refusals
-        self._log = log
-        self._replicas = replicas
+        self._partition_table = partitions
+        self._groups = groups
         self._connections = connections
         self._clock = clock  # the replication node's clock: follower fetch times are on it
 
@@ -263,7 +265,7 @@ class BrokerCollector(Collector):
     # -- storage -------------------------------------------------------------------------------
 
     def _storage(self) -> Iterator[Metric]:
-        space = self._log.space  # storage/disk_space.py
+        space = self._partition_table.space  # storage/disk_space.py
         yield GaugeMetricFamily("kaska_storage_full", "1 while writes are refused for lack of "
                                 "disk space (a full-disk episode).", value=int(space.full))
         yield CounterMetricFamily("kaska_storage_refused_writes", "Writes refused for lack of "
@@ -286,23 +288,23 @@ class BrokerCollector(Collector):
                                  labels=labels)
         size = GaugeMetricFamily("kaska_partition_size_bytes", "Bytes in the partition's "
                                  "segments.", labels=labels)
-        for topic, count in sorted(self._log.topics().items()):
-            for partition in range(count):
+        for topic, count in sorted(self._partition_table.topics().items()):
+            for number in range(count):
                 try:
-                    plog = self._log.partition(topic, partition)
+                    partition = self._partition_table.get(topic, number)
                 except UnknownTopicOrPartitionError:
                     continue  # deleted between the two reads
-                values = [topic, str(partition)]
-                start.add_metric(values, plog.log_start_offset)
-                end.add_metric(values, plog.log_end_offset)
-                high.add_metric(values, self._replicas.high_watermark(topic, partition, plog))
-                size.add_metric(values, plog.size_bytes)
+                values = [topic, str(number)]
+                start.add_metric(values, partition.log.log_start_offset)
+                end.add_metric(values, partition.log.log_end_offset)
+                high.add_metric(values, partition.high_watermark())
+                size.add_metric(values, partition.log.size_bytes)
         yield from (start, end, high, size)
 
     # -- replication ---------------------------------------------------------------------------
 
     def _replication(self) -> Iterator[Metric]:
-        groups = list(self._replicas.replication_nodes())
+        groups = list(self._groups.replication_nodes())
         labels = ["group"]
         role = GaugeMetricFamily("kaska_replication_role", "1 for this broker's current Raft "
                                  "role in the group.", labels=["group", "role"])
@@ -323,7 +325,7 @@ class BrokerCollector(Collector):
                                 "Journal entries held by this broker.", labels=labels)
         followers = _FollowerFamilies()
         in_sync = _InSyncFamilies()
-        partitions = _partitions_per_group(self._log.topics(), len(groups))
+        partitions = _partitions_per_group(self._partition_table.topics(), len(groups))
         counters = _ReplicationCounterFamilies()
         for number, node in groups:
             state = node.state  # one immutable snapshot: every value below agrees with the others
@@ -480,7 +482,7 @@ class _ReplicationCounterFamilies:
 def broker_registry(server) -> CollectorRegistry:
     """A registry of one started BrokerServer (its own, not the process-wide default)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(server.metrics, server.storage, server.replicas,
+    registry.register(BrokerCollector(server.metrics, server.context.partitions, server.groups,
                                       connections=lambda: server.connection_count,
                                       peer_refusals=server.peer_refusals,
                                       listeners=lambda: server.acceptors))

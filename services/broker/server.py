@@ -1,10 +1,11 @@
 """The broker process: recover the log, then accept connections and serve them.
 
-Replication groups (replication/placement.py, groups.py): the broker opens one Log and one
-ReplicationNode per group (group 0 in the data directory, group g in `@group-<g>/`, after
-checking the group count the directory was written with), then, once it listens, a
-ReplicaManager per group behind GroupedReplicas and GroupedLog (what the handlers see), a
-topic mirror per data group and, with several groups, the leader balancer. Stopping stops the
+Replication groups (replication/placement.py, cluster/replication_groups.py): the broker opens
+one Log and one ReplicationNode per group (group 0 in the data directory, group g in
+`@group-<g>/`, after checking the group count the directory was written with), then, once it
+listens, a ReplicaManager per group, the handlers' context over them (context.py: partitions
+found through cluster/partition_table.py, topics through cluster/topic_admin.py), a topic
+mirror per data group and, with several groups, the leader balancer. Stopping stops the
 balancer and the mirrors first, then every group hands over what it leads, at once.
 
 Concurrency model — one thread per connection, at most `connections_max` of them:
@@ -18,7 +19,8 @@ Concurrency model — one thread per connection, at most `connections_max` of th
   at once; each connection holds at most one control body (`control_body_bytes_max`) and a
   64 KiB drain buffer; produce bodies go straight to the log and never to the heap.
 - Stalled peers are bounded by SO_RCVTIMEO/SO_SNDTIMEO (`read_timeout_s`), a request body
-  trickling in by the same bound on the whole body (body.py), idle peers by `idle_timeout_s`.
+  trickling in by the same bound on the whole body (network/body.py), idle peers by
+  `idle_timeout_s`.
 
 Shutdown (`stop()`, SIGTERM in `__main__`): stop accepting, hand leadership over if this broker
 leads (`shutdown_handover_ms`; raft.py's leadership transfer), stop replication (which wakes
@@ -46,16 +48,18 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from common.kaska.protocol.metadata import BrokerInfo
-from services.broker.acceptor import Acceptor
+from common.kaska.topic_name import OFFSETS_TOPIC
+from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, CommittedOffsets
+from services.broker.cluster.replica_manager import ReplicaManager
+from services.broker.cluster.replication_groups import ReplicationGroup, ReplicationGroups
+from services.broker.cluster.retention import RetentionThread
 from services.broker.config import BrokerConfig
-from services.broker.connection import Connection
 from services.broker.context import BrokerContext
-from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.metrics import BrokerCounters
-from services.broker.notifier import DataNotifier
-from services.broker.offsets import CommittedOffsets
-from services.broker.peer_gate import PeerGate, PeerRefusals
-from services.broker.replica_manager import ReplicaManager
+from services.broker.network.acceptor import Acceptor
+from services.broker.network.connection import Connection
+from services.broker.network.notifier import DataNotifier
+from services.broker.network.peer_gate import PeerGate, PeerRefusals
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.leader_balance import BalanceRule, LeaderBalancer
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
@@ -68,9 +72,9 @@ from services.broker.replication.placement import (
     partitions_of,
 )
 from services.broker.replication.topic_mirror import TopicMirror
-from services.broker.retention import RetentionThread
 from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
+from services.broker.storage.partition import AppendResult
 
 if TYPE_CHECKING:
     from services.broker.kafka.context import KafkaContext
@@ -134,7 +138,7 @@ class BrokerServer:
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
         self._opened_logs: list[Log] = []  # every group's, as opened (closed on stop)
         self._opened_nodes: list[ReplicationNode] = []
-        self.peer_refusals = PeerRefusals()  # peer frames refused (peer_gate.py), ditto
+        self.peer_refusals = PeerRefusals()  # peer frames refused (network/peer_gate.py), ditto
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class BrokerServer:
         self._groups: list[ReplicationGroup] = []
         for number in range(config.groups):
             self._groups.append(self._open_group(number, notifier))
-        groups = BrokerGroups(self._groups)
+        groups = ReplicationGroups(self._groups)
         self.node = groups.metadata.node
         self.offsets.load()
         self._acceptor.listen()
@@ -170,11 +174,8 @@ class BrokerServer:
             group.replicas = ReplicaManager(group.node, advertised, group.log,
                                             config.ack_timeout_s, counters=self.metrics)
         self.groups = groups
-        self.storage = GroupedLog(groups)
-        self.replicas = GroupedReplicas(groups, config.ack_timeout_s)
-        self.context = BrokerContext(
-            config=config, log=self.storage, offsets=self.offsets, replicas=self.replicas,
-            notifier=notifier, metrics=self.metrics,
+        self.context = BrokerContext.over(
+            groups, config=config, offsets=self.offsets, notifier=notifier, metrics=self.metrics,
             peer_gate=PeerGate(config.node_id, [peer.node_id for peer in config.peers],
                                config.cluster_secret, self.peer_refusals,
                                cluster_id=self.node.identity.cluster_id,
@@ -194,8 +195,9 @@ class BrokerServer:
                 [group.node for group in groups],
                 BalanceRule(steady_s=config.preferred_leader_steady_ms / 1000))
             self._balancer.start()
-        self._retention = RetentionThread(self.storage, config.retention_check_interval_ms,
-                                          safe_offset=self.replicas.retention_safe_offset,
+        self._retention = RetentionThread(self.context.partitions,
+                                          config.retention_check_interval_ms,
+                                          safe_offset=groups.retention_safe_offset,
                                           compactable_below=self.offsets.compactable_below)
         self._retention.start()
         for companion in self._companions:
@@ -218,8 +220,7 @@ class BrokerServer:
         offsets: dict = {}
         if number == METADATA_GROUP:
             # Commits are appended through replication; the manager exists only further down.
-            self.offsets = CommittedOffsets(
-                storage, append=lambda batch: self.replicas.append_offsets(batch))
+            self.offsets = CommittedOffsets(storage, append=self._append_offsets)
             offsets = {"on_offsets_batch": self.offsets.absorb,
                        "on_offsets_truncated": self.offsets.load}
         node = ReplicationNode(
@@ -228,6 +229,10 @@ class BrokerServer:
             peer_signer=signer, **offsets)
         self._opened_nodes.append(node)
         return ReplicationGroup(number, storage, node, CommittedTopics(node.journal))
+
+    def _append_offsets(self, batch: bytes) -> AppendResult:
+        """Commits go through replication, once the broker listens (the context exists)."""
+        return self.context.partitions.get(OFFSETS_TOPIC, OFFSETS_PARTITION).append(batch)
 
     def stop(self) -> None:
         """Graceful stop; safe to call more than once and from any thread."""
@@ -330,8 +335,8 @@ class BrokerServer:
         return listener
 
     def _kafka_context(self) -> KafkaContext:
+        from services.broker.kafka.consumer_groups import GroupCoordinator
         from services.broker.kafka.context import KafkaContext
-        from services.broker.kafka.groups import GroupCoordinator
 
         config = self.config
         own = BrokerInfo(config.node_id, config.kafka_advertised_host or self.kafka.address[0],
@@ -340,7 +345,8 @@ class BrokerServer:
                        for peer in config.kafka_peers)
         return KafkaContext(broker=self.context, node_id=config.node_id, brokers=(own, *others),
                             cluster_id=self.node.identity.cluster_id,
-                            rng=random.SystemRandom(), groups=GroupCoordinator())
+                            rng=random.SystemRandom(),
+                            consumer_groups=GroupCoordinator())
 
     def _abort_start(self) -> None:
         if self.kafka is not None:

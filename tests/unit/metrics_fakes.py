@@ -69,22 +69,27 @@ class FakePartitionLog:
 
 
 @dataclass
-class FakeLog:
+class FakePartitionTable:
+    """As cluster/partition_table.py: topics(), get() (a partition's log and high watermark),
+    space."""
+
     partitions: dict[str, list[FakePartitionLog]]
-    vanished: set[str] = field(default_factory=set)  # listed, then deleted before partition()
+    vanished: set[str] = field(default_factory=set)  # listed, then deleted before get()
     space: DiskSpace = field(default_factory=lambda: DiskSpace("/nonexistent-data-dir"))
+    high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.partitions.items()}
 
-    def partition(self, name: str, partition: int) -> FakePartitionLog:
+    def get(self, name: str, partition: int) -> SimpleNamespace:
         if name in self.vanished:
             raise UnknownTopicOrPartitionError(name)
-        return self.partitions[name][partition]
+        return SimpleNamespace(log=self.partitions[name][partition],
+                               high_watermark=lambda: self.high_watermarks[(name, partition)])
 
 
-class FakeReplicas:
-    def __init__(self, state: RaftState, high_watermarks: dict[tuple[str, int], int]) -> None:
+class FakeReplicationGroups:
+    def __init__(self, state: RaftState) -> None:
         counters = ReplicationCounters(unknown_replica_requests=1, stale_epoch_requests=2,
                                        elections_won=3, truncations=4, entries_applied=5,
                                        stale_divergences=6, transfers_handed_over=7,
@@ -92,10 +97,6 @@ class FakeReplicas:
                                        followers_stalled=10)
         self.node = SimpleNamespace(state=state, counters=counters,
                                     raft_config=RaftConfig(1, frozenset({1, 2, 3})))
-        self._high_watermarks = high_watermarks
-
-    def high_watermark(self, topic: str, partition: int, _plog) -> int:
-        return self._high_watermarks[(topic, partition)]
 
     def replication_nodes(self) -> list[tuple[int, SimpleNamespace]]:
         return [(0, self.node)]
@@ -116,7 +117,7 @@ def leader_state() -> RaftState:
 
 
 def fake_broker_registry(state: RaftState | None = None,
-                         log: FakeLog | None = None) -> CollectorRegistry:
+                         partitions: FakePartitionTable | None = None) -> CollectorRegistry:
     counters = BrokerCounters()
     counters.appended(1000, 10)
     counters.appended(500, 5)
@@ -125,17 +126,17 @@ def fake_broker_registry(state: RaftState | None = None,
     counters.answered(Api.FETCH, None, FakeReply([600, 900], 15))
     counters.answered(Api.REPLICA_FETCH, None, FakeReply([1500], 15))
     counters.answered(999, NotLeaderError("no such api"))
-    log = log or FakeLog({"flights.c1": [FakePartitionLog(0, 15, 1516),
-                                         FakePartitionLog(0, 0, 16)],
-                          "gone": [FakePartitionLog(0, 3, 99)]}, vanished={"gone"})
-    replicas = FakeReplicas(state or leader_state(),
-                            {("flights.c1", 0): 12, ("flights.c1", 1): 0})
+    partitions = partitions or FakePartitionTable(
+        {"flights.c1": [FakePartitionLog(0, 15, 1516), FakePartitionLog(0, 0, 16)],
+         "gone": [FakePartitionLog(0, 3, 99)]}, vanished={"gone"},
+        high_watermarks={("flights.c1", 0): 12, ("flights.c1", 1): 0})
+    groups = FakeReplicationGroups(state or leader_state())
     registry = CollectorRegistry(auto_describe=False)
     listeners = [SimpleNamespace(name="kaska", connection_count=4,
                                  refusals=lambda: {"full": 2, "stopping": 1}),
                  SimpleNamespace(name="kafka", connection_count=1,
                                  refusals=lambda: {"full": 0, "stopping": 0})]
-    registry.register(BrokerCollector(counters, log, replicas, connections=lambda: 4,
+    registry.register(BrokerCollector(counters, partitions, groups, connections=lambda: 4,
                                       clock=lambda: NOW_S, listeners=lambda: listeners))
     return registry
 

@@ -7,10 +7,10 @@ import hmac
 
 from common.kaska.errors import AuthenticationError
 from common.kaska.protocol.authenticate import AuthenticateRequest
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_request
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:

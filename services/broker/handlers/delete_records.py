@@ -31,10 +31,10 @@ from common.kaska.protocol.delete_records import (
     PartitionDelete,
     PartitionDeleted,
 )
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import client_writable_topic
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
@@ -48,7 +48,7 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
 
 
 def _check_incarnation(ctx: BrokerContext, request: DeleteRecordsRequest) -> None:
-    live = ctx.replicas.committed_topics().get(request.topic)
+    live = ctx.topics.committed_topics().get(request.topic)
     if live is None:
         raise UnknownTopicOrPartitionError(f"no topic {request.topic!r}")
     if request.topic_id is not None and tuple(live.topic_id) != tuple(request.topic_id):
@@ -62,9 +62,7 @@ def _start(ctx: BrokerContext, topic: str, item: PartitionDelete
     """The wait for this partition's move (returning its log start), or the error that
     answers it."""
     try:
-        partition_log = ctx.log.partition(topic, item.partition)
-        return ctx.replicas.delete_records_deferred(topic, item.partition, partition_log,
-                                                    item.offset)
+        return ctx.partitions.get(topic, item.partition).delete_records_deferred(item.offset)
     except KaskaError as error:
         return error
 

@@ -6,11 +6,11 @@ UNKNOWN_TOPIC_ID), so a retried delete never removes a topic re-created in betwe
 from __future__ import annotations
 
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import client_writable_topic
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 from services.broker.replication.journal import TopicId
-from services.broker.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
@@ -18,5 +18,5 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
                                         body.version)
     client_writable_topic(request.topic)
     wanted = None if request.topic_id is None else TopicId(*request.topic_id)
-    ctx.replicas.delete_topic(request.topic, ctx.offsets.forget_topic, wanted)
+    ctx.topics.delete_topic(request.topic, ctx.offsets.forget_topic, wanted)
     return Reply()

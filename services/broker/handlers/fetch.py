@@ -1,48 +1,39 @@
 """FETCH: whole batches below the high watermark, sent from the segment files with sendfile.
 
-When the consumer is caught up (offset == high watermark) and asks to wait, the request
-long-polls on the partition's condition variable, at most `fetch_wait_ms_max`. It waits on the
-broker's DataNotifier rather than the storage's `wait_for_append`: what a consumer may see is
-the high watermark (the replica manager's call), not the log end, and a stopping broker must
-wake every waiter at once.
+The partition's `fetch` (cluster/partition.py) checks the offset and reads; an offset between
+the high watermark and the log end (in this leader's log, not yet known committed: right after
+a failover) answers OFFSET_NOT_AVAILABLE, retriable. When the consumer is caught up (offset ==
+high watermark) and asks to wait, the request long-polls (`await_high_watermarks`, shared with
+the Kafka listener's fetch), at most `fetch_wait_ms_max`, then reads again.
 """
 
 from __future__ import annotations
 
-from common.kaska.errors import OffsetNotAvailableError, OffsetOutOfRangeError
+from common.kaska.errors import OffsetNotAvailableError
 from common.kaska.protocol.fetch import FetchRequest, encode_response_prefix
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
-from services.broker.handlers.common import led_partition, read_request
+from services.broker.handlers.common import await_high_watermarks, led_partition, read_request
 from services.broker.metrics import records_in_slices
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, FetchRequest)
-    _role, partition_log = led_partition(ctx, request.topic, request.partition)
-    replicas = ctx.replicas
-
-    def high_watermark() -> int:
-        return replicas.high_watermark(request.topic, request.partition, partition_log)
-
-    start = partition_log.log_start_offset
-    if request.offset < start or request.offset > partition_log.log_end_offset:
-        raise OffsetOutOfRangeError(f"offset {request.offset} outside [{start}, "
-                                    f"{high_watermark()}] of {request.topic}/{request.partition}")
-    if request.offset > high_watermark():
-        # In this leader's log but not yet known committed (right after a failover).
+    partition = led_partition(ctx, request.topic, request.partition)
+    # At least 1: storage then returns one whole batch whatever the limit (as Kafka's KIP-74).
+    max_bytes = max(1, min(request.max_bytes, ctx.config.frame_bytes_max))
+    fetched = partition.fetch(request.offset, max_bytes)
+    if fetched.above_high_watermark:
         raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark "
-                                      f"{high_watermark()} of {request.topic}/"
-                                      f"{request.partition}; retry")
+                                      f"{fetched.high_watermark} of {partition.topic}/"
+                                      f"{partition.number}; retry")
     wait_ms = min(request.max_wait_ms, ctx.config.fetch_wait_ms_max)
-    if request.offset == high_watermark() and wait_ms > 0:
-        ctx.notifier.wait_until(request.topic, request.partition,
-                                lambda: high_watermark() > request.offset, wait_ms / 1000)
+    if fetched.caught_up and wait_ms > 0:
+        await_high_watermarks(ctx, [(request.topic, request.partition, request.offset)],
+                              wait_ms / 1000)
         # Still leading with a lease after the wait (a pause may have cost it meanwhile)?
-        replicas.require_leader(request.topic, request.partition)
-    visible_end = high_watermark()
-    max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
-    slices = partition_log.read(request.offset, max_bytes, upto_offset=visible_end)
-    prefix = encode_response_prefix(visible_end, partition_log.log_start_offset)
-    return Reply(prefix, slices, records=records_in_slices(slices))
+        partition.require_leader()
+        fetched = partition.fetch(request.offset, max_bytes)
+    prefix = encode_response_prefix(fetched.high_watermark, fetched.log_start_offset)
+    return Reply(prefix, fetched.slices, records=records_in_slices(fetched.slices))

@@ -13,22 +13,22 @@ from __future__ import annotations
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
 from common.kaska.topic_name import is_internal
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = ListTopicsRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
                                        body.version)
-    committed = ctx.replicas.leader_committed_topics()
+    committed = ctx.topics.leader_committed_topics()
     topics = {name: live.partitions for name, live in committed.items()
               if not is_internal(name)}
     topic_ids: dict[str, WireTopicId | None] = {
         name: WireTopicId(*committed[name].topic_id) for name in topics}
     if request.include_internal:
         # Made by every broker for itself at start (`__offsets`), never journaled.
-        for name, partitions in ctx.log.topics().items():
+        for name, partitions in ctx.partitions.topics().items():
             if is_internal(name):
                 topics[name], topic_ids[name] = partitions, None
     return Reply(ListTopicsResponse(topics, topic_ids).encode(request.version))

@@ -11,10 +11,10 @@ from common.kaska.errors import CorruptBatchError, OffsetNotAvailableError, Offs
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, record_value
 from common.kaska.protocol.message_length import MessageLengthRequest, MessageLengthResponse
 from common.kaska.record_batch import HEADER_BYTES, RECORD_LENGTH_BYTES, parse_header
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import led_partition, read_request
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 _RECORD_LEN = struct.Struct(">I")
 
@@ -41,8 +41,9 @@ def record_length_at(batch: bytes, offset: int) -> int:
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, MessageLengthRequest)
-    _role, partition_log = led_partition(ctx, request.topic, request.partition)
-    end = ctx.replicas.high_watermark(request.topic, request.partition, partition_log)
+    partition = led_partition(ctx, request.topic, request.partition)
+    partition_log = partition.log
+    end = partition.high_watermark()
     if end <= request.offset < partition_log.log_end_offset:
         raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark {end}")
     if not partition_log.log_start_offset <= request.offset < end:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from common.kaska.protocol.metadata import MetadataRequest, MetadataResponse, PartitionInfo
 from common.kaska.topic_name import is_internal
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_request
-from services.broker.reply import Reply
+from services.broker.network.body import RequestBody
+from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
@@ -27,23 +27,23 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         partitions = existing.get(name)
         if partitions is None:
             continue
-        roles = [ctx.replicas.role(name, p) for p in range(partitions)]
+        roles = [ctx.replication.role(name, p) for p in range(partitions)]
         withheld = withheld or any(role.lease_expired for role in roles)
         topics[name] = tuple(PartitionInfo(p, role.leader_id, role.leader_epoch)
                              for p, role in enumerate(roles))
-    controller = ctx.replicas.controller_role()
+    controller = ctx.replication.controller_role()
     if withheld or controller.lease_expired:
         # a leader without its lease names no leader (not itself): counted once
-        ctx.replicas.lease_refused()
-    return Reply(MetadataResponse(ctx.replicas.brokers(), topics, controller.leader_id,
+        ctx.replication.lease_refused()
+    return Reply(MetadataResponse(ctx.replication.brokers(), topics, controller.leader_id,
                                   controller.leader_epoch).encode())
 
 
 def cached_topics(ctx: BrokerContext) -> dict[str, int]:
     """Topic → partition count: the metadata group's committed topics on this broker, and the
     internal topics every broker makes for itself (`__offsets`, never journaled)."""
-    topics = {name: live.partitions for name, live in ctx.replicas.committed_topics().items()
+    topics = {name: live.partitions for name, live in ctx.topics.committed_topics().items()
               if not is_internal(name)}
-    topics.update((name, count) for name, count in ctx.log.topics().items()
+    topics.update((name, count) for name, count in ctx.partitions.topics().items()
                   if is_internal(name))
     return topics

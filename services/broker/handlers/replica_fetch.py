@@ -4,7 +4,7 @@ replication group (the group its signed stamp names), from that group's Log.
 The answer is the consumer FETCH path again: a small prefix in memory (the entry headers), then
 every BATCH entry's bytes straight from the segment files with `os.sendfile`, in entry order.
 Only a signed request from the follower itself gets this far; the answer's signature covers the
-data section too (peer_gate.py).
+data section too (network/peer_gate.py).
 
 A BATCH entry names its topic's incarnation (`JournalEntry.topic_id`, derived by the journal),
 while the partition files are found by topic name, and after a delete and re-create that name
@@ -27,10 +27,11 @@ import logging
 from dataclasses import replace
 
 from common.kaska.errors import UnknownServerError, UnknownTopicOrPartitionError
-from services.broker.body import RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers.common import read_peer_request
-from services.broker.peer_gate import PeerSession
+from services.broker.network.body import RequestBody
+from services.broker.network.peer_gate import PeerSession
+from services.broker.network.reply import Reply
 from services.broker.replication.fetch_answers import FetchSession
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import ReplicationNode
@@ -43,7 +44,6 @@ from services.broker.replication.wire.replica_fetch import (
     ReplicaFetchResponse,
 )
 from services.broker.replication.wire.replication_bounds import check_fetch_request
-from services.broker.reply import Reply
 from services.broker.storage.errors import PartitionClosedError
 from services.broker.storage.log import Log
 from services.broker.storage.partition import FileSlice
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     peer = read_peer_request(ctx, body, ReplicaFetchRequest, check_fetch_request,
                              claimed=lambda request: request.follower)
-    group = ctx.replicas.group(peer.stamp.group)
+    group = ctx.replication[peer.stamp.group]
     response, slices = replica_fetch_answer(group.node, group.log, peer.request, peer.stamp,
                                             body.session)
     records = sum(header.record_count for header in response.entries if header.data_bytes)

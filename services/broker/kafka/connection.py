@@ -13,18 +13,16 @@ request header closes at once (no correlation id to answer); the body must arriv
 by SO_SNDTIMEO. Whatever the frame holds, its size keeps the stream in step, so a garbage body
 costs an error answer, not the connection.
 
-Used by its own thread; `interrupt()` and `force_close()` are the only methods other threads
-call, and they only touch the socket under `_state_lock`.
+Waiting for requests and stopping are ../network/connection_loop.py's, shared with Kaska's
+connections.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import threading
 from collections.abc import Callable
 
-from services.broker.body import ReceiveBuffer, RequestBody
 from services.broker.kafka import requests
 from services.broker.kafka.answers import OrderedAnswers
 from services.broker.kafka.context import KafkaContext
@@ -36,6 +34,8 @@ from services.broker.kafka.framing import (
     frame_size,
     parse_fixed_header,
 )
+from services.broker.network.body import ReceiveBuffer, RequestBody
+from services.broker.network.connection_loop import ConnectionLoop
 
 log = logging.getLogger(__name__)
 
@@ -44,54 +44,29 @@ log = logging.getLogger(__name__)
 ANSWERS_PENDING_MAX = 16
 
 
-class StalledPeerError(TimeoutError):
-    """A request size started arriving and then stopped for longer than read_timeout_s."""
+class KafkaConnection(ConnectionLoop):
+    kind = "kafka connection"
+    head_name = "request size"
 
-
-class KafkaConnection:
     def __init__(self, sock: socket.socket, peer: str, kctx: KafkaContext,
                  on_closed: Callable[[KafkaConnection], None], request_bytes_max: int) -> None:
-        self._sock = sock
-        self.peer = peer
+        super().__init__(sock, peer, FRAME_SIZE_BYTES)
         self._kctx = kctx
         self._on_closed = on_closed
         self._request_bytes_max = request_bytes_max
-        self._state_lock = threading.Lock()
-        self._busy = False
-        self._closing = False
         self._receive_buffer = ReceiveBuffer()
         self._answers: OrderedAnswers | None = None
-
-    # -- called by other threads -------------------------------------------------------------
-
-    def interrupt(self) -> None:
-        """End the connection: at once when idle, after the request in flight otherwise."""
-        with self._state_lock:
-            self._closing = True
-            if not self._busy:
-                self._shutdown(socket.SHUT_RD)
-
-    def force_close(self) -> None:
-        with self._state_lock:
-            self._closing = True
-            self._shutdown(socket.SHUT_RDWR)
-
-    def _shutdown(self, how: int) -> None:
-        try:
-            self._sock.shutdown(how)
-        except OSError as exc:  # already disconnected: nothing left to wake
-            log.debug("shutdown of %s: %s", self.peer, exc)
 
     # -- the connection's own thread ---------------------------------------------------------
 
     def run(self) -> None:
         self._answers = OrderedAnswers(self._sock.sendall, ANSWERS_PENDING_MAX, self.peer)
+        config = self._kctx.broker.config
         try:
-            self._serve()
+            self._serve(config.read_timeout_s, config.idle_timeout_s)
         except OSError as exc:
             log.debug("kafka connection %s ended: %r", self.peer, exc)
         finally:
-            config = self._kctx.broker.config
             # Each queued answer is bounded by its ack wait and one send.
             if not self._answers.close(ANSWERS_PENDING_MAX * config.read_timeout_s
                                        + config.ack_timeout_s):
@@ -99,49 +74,9 @@ class KafkaConnection:
             self._sock.close()
             self._on_closed(self)
 
-    def _serve(self) -> None:
-        while True:
-            size = self._read_size()
-            if size is None:
-                return
-            with self._state_lock:
-                if self._closing:
-                    return
-                self._busy = True
-            try:
-                keep_open = self._serve_frame(size)
-            finally:
-                with self._state_lock:
-                    self._busy = False
-                    closing = self._closing
-            if not keep_open or closing:
-                return
-
-    def _read_size(self) -> int | None:
-        """The next request's size; None when the client leaves or stays idle too long."""
-        config = self._kctx.broker.config
-        raw = bytearray(FRAME_SIZE_BYTES)
-        view = memoryview(raw)
-        got = 0
-        idle_s = 0.0
-        while got < FRAME_SIZE_BYTES:
-            try:
-                n = self._sock.recv_into(view[got:])
-            except BlockingIOError as exc:
-                if got:
-                    raise StalledPeerError(f"request size from {self.peer} stalled") from exc
-                idle_s += config.read_timeout_s
-                if idle_s >= config.idle_timeout_s:
-                    log.info("closing idle kafka connection %s", self.peer)
-                    return None
-                continue
-            if n == 0:
-                return None
-            got += n
-        return frame_size(bytes(raw))
-
-    def _serve_frame(self, size: int) -> bool:
+    def _serve_frame(self, head: bytes) -> bool:
         """Answer one request; False when the connection must close afterwards."""
+        size = frame_size(head)
         if size < FIXED_HEADER_BYTES:
             log.info("closing kafka connection %s: request of %d bytes", self.peer, size)
             return False

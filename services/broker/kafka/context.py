@@ -1,7 +1,7 @@
 """What the Kafka handlers use: the broker's own context, plus what only Kafka needs -- every
 broker's Kafka address (METADATA names leaders by them), the cluster id, and the random source
 InitProducerId draws producer ids from, and the consumer groups this broker coordinates
-(groups.py, thread-safe). Immutable; shared by every Kafka connection thread."""
+(consumer_groups.py, thread-safe). Immutable; shared by every Kafka connection thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from common.kaska.protocol.metadata import BrokerInfo
 from services.broker.context import BrokerContext
-from services.broker.kafka.groups import GroupCoordinator
+from services.broker.kafka.consumer_groups import GroupCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,7 @@ class KafkaContext:
     brokers: tuple[BrokerInfo, ...]  # Kafka listener addresses, this broker's first
     cluster_id: str
     rng: random.Random
-    groups: GroupCoordinator
+    consumer_groups: GroupCoordinator
 
     def kafka_broker(self, node_id: int) -> BrokerInfo | None:
         return next((b for b in self.brokers if b.node_id == node_id), None)

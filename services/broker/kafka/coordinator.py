@@ -2,8 +2,9 @@
 Heartbeat (12, v0..4), LeaveGroup (13, v0..5), SyncGroup (14, v0..5), OffsetCommit (8, v2..9)
 and OffsetFetch (9, v1..7).
 
-Committed offsets are kept in Kaska's own table (offsets.py, the `__offsets` topic), so an
-offset committed through either protocol is read back through both. Membership is groups.py's.
+Committed offsets are kept in Kaska's own table (cluster/committed_offsets.py, the `__offsets`
+topic), so an offset committed through either protocol is read back through both. Membership is
+consumer_groups.py's.
 
 The coordinator of every group is the leader of `__offsets` partition 0 -- where Kaska's
 COMMIT_OFFSET goes too; elsewhere the group APIs answer NOT_COORDINATOR, and clients look the
@@ -28,7 +29,8 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 
 from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.handlers.common import partition_log
+from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, validate_group
+from services.broker.handlers.common import find_partition
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import (
     COORDINATOR_NOT_AVAILABLE,
@@ -38,7 +40,6 @@ from services.broker.kafka.errors import (
     kafka_code,
 )
 from services.broker.kafka.metadata import leader_for
-from services.broker.offsets import OFFSETS_PARTITION, validate_group
 
 GROUP_KEY_TYPE = 0
 NO_OFFSET = -1
@@ -75,7 +76,7 @@ def _group_error(kctx: KafkaContext, group: str) -> int:
     except KaskaError:
         return INVALID_GROUP_ID
     try:
-        kctx.broker.replicas.require_leader(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        kctx.broker.replication.require_leader(OFFSETS_TOPIC, OFFSETS_PARTITION)
     except KaskaError as error:
         return _code(error)
     return NONE
@@ -84,7 +85,7 @@ def _group_error(kctx: KafkaContext, group: str) -> int:
 def handle_commit(kctx: KafkaContext, request) -> OffsetCommitResponse:
     group_error = _group_error(kctx, request.group_id)
     if group_error == NONE:
-        group_error = kctx.groups.check_commit(request.group_id, request.member_id,
+        group_error = kctx.consumer_groups.check_commit(request.group_id, request.member_id,
                                                request.generation_id_or_member_epoch)
     topics = []
     for topic in request.topics:
@@ -102,7 +103,7 @@ def handle_commit(kctx: KafkaContext, request) -> OffsetCommitResponse:
 def _commit(kctx: KafkaContext, group: str, topic: str, wanted) -> int:
     ctx = kctx.broker
     try:
-        partition_log(ctx, topic, wanted.partition_index)
+        find_partition(ctx, topic, wanted.partition_index)
         if wanted.committed_offset < 0:
             return NONE  # Kafka's "no offset": nothing to keep
         ctx.offsets.commit(group, topic, wanted.partition_index, wanted.committed_offset)
@@ -146,9 +147,9 @@ def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
     # v0 has no rebalance timeout: the session timeout serves as both, as in Kafka.
     rebalance_ms = request.rebalance_timeout_ms if request.version >= 1 else \
         request.session_timeout_ms
-    answer = kctx.groups.join(request.group_id, request.member_id, request.session_timeout_ms,
-                              rebalance_ms, request.protocol_type,
-                              tuple((p.name, bytes(p.metadata)) for p in request.protocols))
+    answer = kctx.consumer_groups.join(
+        request.group_id, request.member_id, request.session_timeout_ms, rebalance_ms,
+        request.protocol_type, tuple((p.name, bytes(p.metadata)) for p in request.protocols))
     Member = JoinGroupResponse.JoinGroupResponseMember
     return JoinGroupResponse(
         throttle_time_ms=0, error_code=answer.error_code, generation_id=answer.generation,
@@ -167,7 +168,7 @@ def handle_sync(kctx: KafkaContext, request) -> SyncGroupResponse:
     if error == NONE:
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments} \
             if request.assignments else None
-        error, assignment = kctx.groups.sync(request.group_id, request.member_id,
+        error, assignment = kctx.consumer_groups.sync(request.group_id, request.member_id,
                                              request.generation_id, assignments)
     return SyncGroupResponse(throttle_time_ms=0, error_code=error,
                              protocol_type=request.protocol_type,
@@ -177,7 +178,8 @@ def handle_sync(kctx: KafkaContext, request) -> SyncGroupResponse:
 def handle_heartbeat(kctx: KafkaContext, request) -> HeartbeatResponse:
     error = _group_error(kctx, request.group_id)
     if error == NONE:
-        error = kctx.groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+        error = kctx.consumer_groups.heartbeat(request.group_id, request.member_id,
+                                               request.generation_id)
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
@@ -185,11 +187,11 @@ def handle_leave(kctx: KafkaContext, request) -> LeaveGroupResponse:
     error = _group_error(kctx, request.group_id)
     if request.version < 3:
         if error == NONE:
-            error = kctx.groups.leave(request.group_id, request.member_id)
+            error = kctx.consumer_groups.leave(request.group_id, request.member_id)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=error)
     Member = LeaveGroupResponse.MemberResponse
     members = [Member(member_id=m.member_id, group_instance_id=m.group_instance_id,
                       error_code=error if error != NONE else
-                      kctx.groups.leave(request.group_id, m.member_id))
+                      kctx.consumer_groups.leave(request.group_id, m.member_id))
                for m in request.members]
     return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=members)

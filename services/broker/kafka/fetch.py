@@ -2,14 +2,14 @@
 v2 (records.py). No transactions, so the last stable offset is the high watermark and there are
 no aborted transactions; isolation levels read alike.
 
-Offsets: fetch_offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; between the high
-watermark and the log end (a new leader whose commit has not caught up) the answer is empty,
-as Kafka's. The first batch may start before fetch_offset (clients skip the records below it).
+Each partition is read by its `fetch` (cluster/partition.py), as a Kaska FETCH reads it:
+fetch_offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; between the high watermark
+and the log end (a new leader whose commit has not caught up) the answer is empty, as Kafka's.
+The first batch may start before fetch_offset (clients skip the records below it).
 
 Long poll: while fewer than min_bytes are ready, the request waits at most
-min(max_wait_ms, fetch_wait_ms_max) for a high watermark to pass a fetch offset: on the one
-partition's condition (notifier.py) when it asks for one, in `MULTI_WAIT_SLICE_S` turns over the
-partitions otherwise (a write to any of them is seen within one turn).
+min(max_wait_ms, fetch_wait_ms_max) for a high watermark to pass a fetch offset
+(`await_high_watermarks`, the Kaska FETCH's long poll too).
 
 Fetch sessions (KIP-227) are not kept: every answer says session 0 ("none"), so clients send
 full requests; an incremental one (session epoch > 0) answers FETCH_SESSION_ID_NOT_FOUND.
@@ -28,14 +28,13 @@ from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchResponse
 
-from common.kaska.errors import KaskaError, OffsetOutOfRangeError
+from common.kaska.errors import KaskaError
 from common.kaska.record_batch import LENGTH_FIELD_END, parse_header, peek_total_bytes
-from services.broker.handlers.common import led_partition
+from services.broker.handlers.common import await_high_watermarks, led_partition
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, NONE, kafka_code
 from services.broker.kafka.records import kaska_to_kafka_parts
 
-MULTI_WAIT_SLICE_S = 0.05
 NO_SESSION = 0
 FULL_FETCH_EPOCHS = (-1, 0)
 
@@ -60,6 +59,7 @@ def handle(kctx: KafkaContext, request) -> FetchResponse:
     config = kctx.broker.config
     wait_s = max(0, min(request.max_wait_ms, config.fetch_wait_ms_max)) / 1000
     deadline = time.monotonic() + wait_s
+    positions = [(item.topic, item.partition, item.offset) for item in wanted]
     while True:
         answers = _read_all(kctx, wanted, request.max_bytes)
         ready_bytes = sum(len(a.records or b"") for a in answers)
@@ -67,7 +67,8 @@ def handle(kctx: KafkaContext, request) -> FetchResponse:
         left_s = deadline - time.monotonic()
         if ready_bytes >= max(request.min_bytes, 1) or failed or left_s <= 0 or not wanted:
             break
-        _wait_for_data(kctx, wanted, left_s)
+        if not await_high_watermarks(kctx.broker, positions, left_s):
+            break  # nothing new before the deadline (or the broker stops)
     return FetchResponse(throttle_time_ms=0, error_code=NONE, session_id=NO_SESSION,
                          responses=_by_topic(wanted, answers))
 
@@ -91,18 +92,14 @@ def _read_partition(kctx: KafkaContext, item: Wanted, limit: int):
                              last_stable_offset=-1, log_start_offset=-1,
                              aborted_transactions=None, preferred_read_replica=-1, records=b"")
     try:
-        ctx = kctx.broker
-        _role, partition_log = led_partition(ctx, item.topic, item.partition)
-        high_watermark = ctx.replicas.high_watermark(item.topic, item.partition, partition_log)
-        start = partition_log.log_start_offset
-        answer.high_watermark = answer.last_stable_offset = high_watermark
-        answer.log_start_offset = start
-        if not start <= item.offset <= partition_log.log_end_offset:
-            raise OffsetOutOfRangeError(f"offset {item.offset} outside [{start}, "
-                                        f"{high_watermark}] of {item.topic}/{item.partition}")
-        if item.offset < high_watermark and limit > 0:
-            stored = partition_log.read_bytes(item.offset, limit, upto_offset=high_watermark)
-            answer.records = _transcode(stored)
+        partition = led_partition(kctx.broker, item.topic, item.partition)
+        # Named in an OFFSET_OUT_OF_RANGE answer too: where the client may start again.
+        answer.log_start_offset = partition.log_start_offset
+        answer.high_watermark = answer.last_stable_offset = partition.high_watermark()
+        fetched = partition.fetch(item.offset, limit)
+        answer.high_watermark = answer.last_stable_offset = fetched.high_watermark
+        answer.log_start_offset = fetched.log_start_offset
+        answer.records = _transcode(fetched.copy())
     except KaskaError as error:
         answer.error_code = kafka_code(error)
         answer.records = b""
@@ -121,21 +118,6 @@ def _transcode(stored: bytes) -> bytes:
         out.extend(kaska_to_kafka_parts(batch, parse_header(batch)))
         pos += total
     return b"".join(out)
-
-
-def _wait_for_data(kctx: KafkaContext, wanted: list[Wanted], left_s: float) -> None:
-    ctx = kctx.broker
-    slice_s = left_s if len(wanted) == 1 else min(left_s, MULTI_WAIT_SLICE_S)
-    for item in wanted:
-        def ready(item: Wanted = item) -> bool:
-            try:
-                partition_log = ctx.log.partition(item.topic, item.partition)
-            except KaskaError:
-                return True  # gone: answer now, with its error
-            return ctx.replicas.high_watermark(item.topic, item.partition,
-                                               partition_log) > item.offset
-        if ctx.notifier.wait_until(item.topic, item.partition, ready, slice_s):
-            return
 
 
 def _by_topic(wanted: list[Wanted], answers: list) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from common.kaska.errors import InvalidRequestError, KaskaError
-from services.broker.handlers.common import led_partition
+from services.broker.handlers.common import find_partition
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import NONE, kafka_code
 
@@ -33,13 +33,12 @@ def _answer(kctx: KafkaContext, topic: str, wanted):
     answer = PartitionAnswer(partition_index=wanted.partition_index, error_code=NONE,
                              timestamp=NO_TIMESTAMP, offset=NO_OFFSET, leader_epoch=-1)
     try:
-        role, partition_log = led_partition(kctx.broker, topic, wanted.partition_index)
-        answer.leader_epoch = role.leader_epoch
+        partition = find_partition(kctx.broker, topic, wanted.partition_index)
+        answer.leader_epoch = partition.require_leader().leader_epoch
         if wanted.timestamp == EARLIEST:
-            answer.offset = partition_log.log_start_offset
+            answer.offset = partition.log_start_offset
         elif wanted.timestamp == LATEST:
-            answer.offset = kctx.broker.replicas.high_watermark(topic, wanted.partition_index,
-                                                                partition_log)
+            answer.offset = partition.high_watermark()
         else:
             raise InvalidRequestError(f"offset lookup by timestamp {wanted.timestamp} is not "
                                       "supported")

@@ -1,5 +1,5 @@
-"""The Kafka listener of one broker: an Acceptor (../acceptor.py: bounds, timeouts, lifecycle)
-serving KafkaConnections over the broker's KafkaContext, on `--kafka-listen`.
+"""The Kafka listener of one broker: an Acceptor (../network/acceptor.py: bounds, timeouts,
+lifecycle) serving KafkaConnections over the broker's KafkaContext, on `--kafka-listen`.
 
 Driven by BrokerServer beside Kaska's own acceptor: `bind()` before recovery, `start(kctx)` once
 the broker's context exists, on shutdown `stop_accepting()` (which also stops the group
@@ -11,9 +11,9 @@ Thread-safe as Acceptor is.
 
 from __future__ import annotations
 
-from services.broker.acceptor import Acceptor
 from services.broker.kafka.connection import KafkaConnection
 from services.broker.kafka.context import KafkaContext
+from services.broker.network.acceptor import Acceptor
 
 
 class KafkaListener(Acceptor):
@@ -31,5 +31,5 @@ class KafkaListener(Acceptor):
 
     def stop_accepting(self) -> None:
         if self._kctx is not None:
-            self._kctx.groups.stop()
+            self._kctx.consumer_groups.stop()
         super().stop_accepting()

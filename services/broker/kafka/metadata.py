@@ -1,8 +1,8 @@
 """Metadata (api key 3): the brokers' Kafka addresses and who leads each partition.
 
-Leadership is the replica manager's (replica_manager.py): a partition's leader is named only when
-it holds its lease and is a broker with a known Kafka address; otherwise the partition answers
-LEADER_NOT_AVAILABLE, which clients retry. A partition's leader is its replication group's
+Leadership is the replica manager's (cluster/replica_manager.py): a partition's leader is named
+only when it holds its lease and is a broker with a known Kafka address; otherwise the partition
+answers LEADER_NOT_AVAILABLE, which clients retry. A partition's leader is its replication group's
 (partitions of one topic may have different leaders). A partition's replicas are its group's
 voters (every broker). Its ISR is what the group's leader knows (replication/in_sync.py: the
 voters that caught up to its journal end within the last few seconds): a broker that leads the
@@ -34,7 +34,7 @@ Broker = MetadataResponse.MetadataResponseBroker
 
 def handle(kctx: KafkaContext, request) -> MetadataResponse:
     existing = {name: live.partitions
-                for name, live in kctx.broker.replicas.committed_topics().items()}
+                for name, live in kctx.broker.topics.committed_topics().items()}
     if request.topics is None or (request.version == 0 and not request.topics):
         wanted = [name for name in existing if not is_internal(name)]
     else:
@@ -49,7 +49,7 @@ def handle(kctx: KafkaContext, request) -> MetadataResponse:
 
 def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int]:
     """(leader node id or -1, leader epoch) as Kafka clients may use them."""
-    role = kctx.broker.replicas.role(topic, partition)
+    role = kctx.broker.replication.role(topic, partition)
     if role.leader_id == NO_LEADER or kctx.kafka_broker(role.leader_id) is None:
         return NO_LEADER, role.leader_epoch
     return role.leader_id, role.leader_epoch
@@ -58,7 +58,7 @@ def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int
 def controller_id(kctx: KafkaContext) -> int:
     """The metadata group's leader (where topics are created and deleted), if it has a Kafka
     address."""
-    role = kctx.broker.replicas.controller_role()
+    role = kctx.broker.replication.controller_role()
     if role.leader_id == NO_LEADER or kctx.kafka_broker(role.leader_id) is None:
         return NO_LEADER
     return role.leader_id
@@ -83,7 +83,7 @@ def replicas_and_isr(kctx: KafkaContext, topic: str, partition: int,
                      leader: int) -> tuple[list[int], list[int]]:
     """(the partition's group's voters, its in-sync replicas as this broker can know them):
     the group's ISR where this broker leads it, else `leader` alone (none for NO_LEADER)."""
-    node = kctx.broker.replicas.groups.of(topic, partition).node
+    node = kctx.broker.replication.of(topic, partition).node
     in_sync = in_sync_replicas(node.raft_config, node.state, node.clock())
     if in_sync is None:
         in_sync = () if leader == NO_LEADER else (leader,)

@@ -1,6 +1,7 @@
 """Produce (api key 0, v3+): each partition's one RecordBatch v2, transcoded (records.py) and
-appended through the same replica-manager path as a Kaska PRODUCE (`append_deferred`: leader
-check, producer-table dedup, journal entry, then the wait for the acks asked for).
+appended through the same partition as a Kaska PRODUCE (cluster/partition.py
+`append_deferred`: leader check, producer-table dedup, journal entry, then the wait for the acks
+asked for).
 
 acks: 0 (no answer at all, as Kafka), 1 (the leader has it), -1 (a majority has it: the
 committed prefix holds the batch's own journal entry). Every partition is appended first, then
@@ -103,21 +104,20 @@ def _append(kctx: KafkaContext, topic: str, data, acks: int,
     """Append one partition's batch now; the callable waits for its acks."""
     ctx = kctx.broker
     client_writable_topic(topic)
-    _role, partition_log = led_partition(ctx, topic, data.index, lease=False)  # waited for
+    partition = led_partition(ctx, topic, data.index, lease=False)  # waited for
     if data.records is None:
         raise CorruptBatchError("no records")
-    header, records = kafka_to_kaska_parts(data.records, partition_log.config.batch_bytes_max)
+    header, records = kafka_to_kaska_parts(data.records, partition.log.config.batch_bytes_max)
     split = len(header)
 
     def fill(region: memoryview) -> None:
         region[:split] = header
         region[split:] = records
 
-    result, await_acks = ctx.replicas.append_deferred(
-        topic, data.index, partition_log, split + len(records), fill,
-        ACKS_ALL if acks == ACKS_ALL else ACKS_LEADER)
+    result, await_acks = partition.append_deferred(
+        split + len(records), fill, ACKS_ALL if acks == ACKS_ALL else ACKS_LEADER)
     answer.base_offset = result.base_offset
-    answer.log_start_offset = partition_log.log_start_offset
+    answer.log_start_offset = partition.log_start_offset
     if result.duplicate:
         log.debug("kafka produce to %s/%d: a retry of the batch at %d", topic, data.index,
                   result.base_offset)

@@ -1,5 +1,5 @@
 """CreateTopics (api key 19, v2..7) and DeleteTopics (api key 20, v1..5), through the same
-journaled path as Kaska's CREATE_TOPIC / DELETE_TOPIC (replica_manager.py): answered once a
+journaled path as Kaska's CREATE_TOPIC / DELETE_TOPIC (cluster/replica_manager.py): answered once a
 majority has the entry. Only the controller -- the cluster's leader, as Metadata names it --
 takes them; elsewhere NOT_CONTROLLER sends clients there. Every broker holds every partition,
 so the replication factor is the cluster's: -1 or any count up to the brokers' is accepted,
@@ -48,7 +48,7 @@ def _create(kctx: KafkaContext, topic, validate_only: bool):
                                     f"all {len(kctx.brokers)} brokers")
             return result
         if not validate_only:
-            kctx.broker.replicas.create_topic(topic.name, partitions)
+            kctx.broker.topics.create_topic(topic.name, partitions)
     except KaskaError as error:
         result.error_code = _code(error)
         result.error_message = str(error)
@@ -64,7 +64,7 @@ def _delete(kctx: KafkaContext, name: str):
     result = Deleted(name=name, error_code=NONE, error_message=None)
     try:
         client_writable_topic(name)
-        kctx.broker.replicas.delete_topic(name, kctx.broker.offsets.forget_topic)
+        kctx.broker.topics.delete_topic(name, kctx.broker.offsets.forget_topic)
     except KaskaError as error:
         result.error_code = _code(error)
         result.error_message = str(error)

@@ -25,7 +25,7 @@ import logging
 
 from common.kaska.errors import UnknownReplicaError
 from common.kaska.protocol.metadata import NO_LEADER
-from services.broker.peer_gate import PeerSession
+from services.broker.network.peer_gate import PeerSession
 from services.broker.replication import raft
 from services.broker.replication.fetch_answers import (
     FetchSession,

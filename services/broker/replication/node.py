@@ -109,7 +109,9 @@ from services.broker.replication.leader_answers import LeaderAnswers
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.peer_requests import PeerRequests
 from services.broker.replication.quorum_store import QuorumState
-from services.broker.replication.wire.replica_fetch import EntryKind
+from services.broker.replication.wire.replica_fetch import (
+    EntryKind,
+)
 from services.broker.replication.wire.vote import VoteRequest as WireVoteRequest
 from services.broker.replication.wire.vote import VoteResponse as WireVoteResponse
 from services.broker.storage.errors import StorageFullError

@@ -32,7 +32,7 @@ from common.kaska.connection import BrokerConnection
 from common.kaska.errors import InvalidResponseError
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.metadata import BrokerInfo
-from services.broker.peer_gate import ANSWER, OUTGOING, PeerRefusals
+from services.broker.network.peer_gate import ANSWER, OUTGOING, PeerRefusals
 from services.broker.replication.wire import PEER_RESPONSE_TYPES
 from services.broker.replication.wire.peer_auth import (
     MalformedPeerFrameError,

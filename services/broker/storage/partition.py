@@ -100,7 +100,7 @@ from services.broker.storage.producer_state import (
     is_snapshot_name,
     snapshot_path,
 )
-from services.broker.storage.segment import FileSlice, LogSegment, log_path
+from services.broker.storage.segment import FileSlice, LogSegment, copy_slices, log_path
 
 __all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog", "StartMoved"]
 
@@ -416,8 +416,7 @@ class PartitionLog:
     def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None,
                    below_start: bool = False) -> bytes:
         """Same, copied (tests, replication)."""
-        return b"".join(os.pread(piece.fd, piece.nbytes, piece.position)
-                        for piece in self.read(offset, max_bytes, upto_offset, below_start))
+        return copy_slices(self.read(offset, max_bytes, upto_offset, below_start))
 
     # -- truncation and retention --------------------------------------------------------
 

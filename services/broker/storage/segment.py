@@ -127,6 +127,11 @@ class FileSlice:
     owner: object = field(default=None, compare=False, repr=False)
 
 
+def copy_slices(slices: list[FileSlice]) -> bytes:
+    """The bytes of `slices`, read into memory (for callers that must look at them)."""
+    return b"".join(os.pread(piece.fd, piece.nbytes, piece.position) for piece in slices)
+
+
 @dataclass(frozen=True, slots=True)
 class _Head:
     """The fields of a batch header that a walk over the file needs."""

@@ -19,7 +19,7 @@ from services.broker.replication.raft import Role
 from services.broker.storage.errors import StorageFullError
 from tests.unit.metrics_fakes import (
     NOW_S,
-    FakeLog,
+    FakePartitionTable,
     fake_broker_registry,
     families,
     leader_state,
@@ -78,12 +78,13 @@ def test_partition_families_skip_a_topic_deleted_mid_scrape():
 
 
 def test_storage_families_count_refused_writes_and_episodes():
-    log = FakeLog({})
-    registry = fake_broker_registry(log=log)
+    partitions = FakePartitionTable({})
+    registry = fake_broker_registry(partitions=partitions)
     assert sample_values(families(registry)["kaska_storage_full"]) == {
         ("kaska_storage_full", ()): 0}
     for _ in range(3):
-        log.space.refused(StorageFullError(Path("segment.log"), OSError(errno.ENOSPC, "full")))
+        partitions.space.refused(StorageFullError(Path("segment.log"),
+                                                  OSError(errno.ENOSPC, "full")))
     found = families(registry)
     assert sample_values(found["kaska_storage_full"]) == {("kaska_storage_full", ()): 1}
     assert sample_values(found["kaska_storage_refused_writes"]) == {

@@ -31,13 +31,13 @@ from common.kaska.protocol.fetch import FetchRequest
 from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from common.kaska.protocol.metadata import BrokerInfo
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
-from services.broker.body import RequestBody
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.handlers import delete_records, fetch, list_offsets
 from services.broker.kafka import fetch as kafka_fetch
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import NONE as KAFKA_NONE
 from services.broker.kafka.errors import OFFSET_OUT_OF_RANGE as KAFKA_OUT_OF_RANGE
-from services.broker.replica_manager import ReplicaManager
+from services.broker.network.body import RequestBody
 from services.broker.replication import raft
 from services.broker.replication.snapshot import log_starts
 from services.broker.replication.wire.peer_auth import OutOfRangeFieldError
@@ -95,7 +95,7 @@ def leader(log):  # noqa: F811
     node, manager = leader_with_topic(log, clock)
     with follower_keeping_up(node):
         for i in range(RECORDS):
-            manager.append("t", 0, sized_batch(500, i))
+            manager.partition("t", 0).append(sized_batch(500, i))
     assert node.state.commit == node.journal.end == 2 + RECORDS and node.holds_lease()
     handlers = RecordHandlers(log, manager)
     try:
@@ -137,7 +137,7 @@ def test_the_kafka_listener_fetch_refuses_below_the_start_and_names_it(leader):
         leader.handlers.delete((0, 17))
     kctx = KafkaContext(broker=leader.handlers.ctx, node_id=1,
                         brokers=(BrokerInfo(1, "127.0.0.1", 19092),), cluster_id="c",
-                        rng=random.Random(1), groups=None)
+                        rng=random.Random(1), consumer_groups=None)
     below = kafka_fetch._read_partition(kctx, kafka_fetch.Wanted("t", 0, 16, 1 << 20), 1 << 20)
     assert (below.error_code, below.log_start_offset) == (KAFKA_OUT_OF_RANGE, 17)
     at = kafka_fetch._read_partition(kctx, kafka_fetch.Wanted("t", 0, 17, 1 << 20), 1 << 20)

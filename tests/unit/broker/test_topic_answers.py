@@ -25,13 +25,13 @@ from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
 from common.kaska.protocol.metadata import BrokerInfo, MetadataRequest, MetadataResponse
 from common.kaska.protocol.topic_id import TopicId as WireTopicId
-from services.broker.body import RequestBody
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.handlers import create_topic, delete_topic, list_topics, metadata
 from services.broker.kafka import metadata as kafka_metadata
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import NONE as KAFKA_NONE
 from services.broker.kafka.errors import UNKNOWN_TOPIC_OR_PARTITION
-from services.broker.replica_manager import ReplicaManager
+from services.broker.network.body import RequestBody
 from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
 from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
@@ -79,7 +79,7 @@ class TopicHandlers(Handlers):
         named)."""
         kctx = KafkaContext(broker=self.ctx, node_id=1,
                             brokers=(BrokerInfo(1, "127.0.0.1", 19092),), cluster_id="c",
-                            rng=random.Random(1), groups=None)
+                            rng=random.Random(1), consumer_groups=None)
         wanted = [KafkaMetadataRequest[9].MetadataRequestTopic(name=name) for name in names]
         request = KafkaMetadataRequest[9](topics=wanted or None,
                                           allow_auto_topic_creation=False,
@@ -95,7 +95,7 @@ def leader(log):
     clock = Clock()
     node, manager = leader_with_topic(log, clock)
     with follower_keeping_up(node):
-        manager.append("t", 0, batch(b"committed"))
+        manager.partition("t", 0).append(batch(b"committed"))
     assert node.state.commit == node.journal.end == 3 and node.holds_lease()
     handlers = TopicHandlers(log, manager)
     try:

@@ -231,7 +231,7 @@ def request_trailer(secret: bytes, api: int, version: int, body: Iterable,
 def open_request(secret: bytes, api: int, version: int, frame) -> tuple[RequestStamp, memoryview]:
     """(stamp, body) of a signed request whose MAC holds; raises a `PeerFrameError`.
     Whether the stamp is fresh, meant for this broker and from a peer is the caller's
-    business (services/broker/peer_gate.py)."""
+    business (services/broker/network/peer_gate.py)."""
     view = memoryview(frame)
     if len(view) < REQUEST_TRAILER_BYTES:
         raise TruncatedPeerFrameError(f"{len(view)} bytes cannot hold the {REQUEST_TRAILER_BYTES}"

@@ -79,8 +79,8 @@ from common.kaska.errors import (
 )
 from common.kaska.protocol.produce import ACKS_ALL
 from common.kaska.topic_name import is_internal
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.handlers import replica_fetch
-from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.fetch_answers import FetchSession
 from services.broker.replication.journal import Journal, JournalEntry, TopicId
@@ -767,9 +767,8 @@ class Cluster:
             region[:] = data
 
         try:
-            result, await_acks = manager.append_deferred(
-                topic, partition, leader.log.partition(topic, partition), len(data), fill,
-                ACKS_ALL)
+            result, await_acks = manager.partition(topic, partition).append_deferred(
+                len(data), fill, ACKS_ALL)
         except (NotLeaderError, UnknownTopicOrPartitionError) as exc:
             producer.retry = (sequence, values)
             self.event(f"produce {topic}/{partition} seq {sequence} at {leader.node_id} "
@@ -816,7 +815,7 @@ class Cluster:
         topic_id = TopicId(entry.epoch, entry.index)
         self.pending.append(Pending(
             "create", leader.node_id, leader.life, self.round_no, entry, epoch, topic,
-            lambda: manager._await_entry(entry, epoch, topic), topic_id=topic_id))
+            lambda: manager.await_entry(entry, epoch, topic), topic_id=topic_id))
         self.event(f"create {topic}{tuple(topic_id)} ({partitions} partitions) at "
                    f"{leader.node_id}")
         return True
@@ -839,7 +838,7 @@ class Cluster:
 
         def settle() -> None:
             try:
-                manager._await_entry(entry, epoch, topic)
+                manager.await_entry(entry, epoch, topic)
             finally:
                 manager.forget_delete(topic)
 

@@ -143,7 +143,7 @@ def test_the_loop_tick_never_fsyncs_the_commit_checkpoint(leader, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", fsync)
     with follower_keeping_up(node):
-        leader.manager.append("t", 0, batch(b"moves the commit"))
+        leader.manager.partition("t", 0).append(batch(b"moves the commit"))
     leader.clock.now_s += node.config.commit_persist_interval_s + 1.0
     assert node.state.commit > node._persisted_commit, "a save is due"
     node.tick()

@@ -14,7 +14,7 @@ import pytest
 from common.kaska.errors import ConnectionLostError
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.metadata import BrokerInfo
-from services.broker.peer_gate import ANSWER, OUTGOING
+from services.broker.network.peer_gate import ANSWER, OUTGOING
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.peer_link import PeerLink, PeerSigner
 from services.broker.replication.quorum_store import QuorumState, QuorumStore
@@ -133,7 +133,7 @@ def test_the_request_on_the_wire_is_signed_for_its_peer(listener):
 
 def test_a_poisoned_epoch_on_disk_costs_counted_errors_not_the_replication_thread(
         tmp_path, listener):
-    """Issue 20 finding 3: a voter that had adopted epoch 2**31-1 (before the bounds) failed
+    """A voter that had adopted epoch 2**31-1 (before the bounds) failed
     every pre-vote with struct.error, which ended its replication thread."""
     host, port = listener.getsockname()
     with Log(tmp_path / "data", SMALL) as log:

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from common.kaska.errors import UnknownServerError
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.handlers.replica_fetch import replica_fetch_answer
-from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.follower_progress import FollowerProgress
 from services.broker.replication.wire.replica_fetch import (
     EntryKind,
@@ -61,7 +61,8 @@ def produce(manager: ReplicaManager, topic: str, *payloads: bytes) -> None:
     with follower_keeping_up(manager.node):
         for sequence, payload in enumerate(payloads):
             confirm_lease(manager.node)
-            manager.append(topic, 0, batch(payload, producer_id=producer, sequence=sequence))
+            manager.partition(topic, 0).append(batch(payload, producer_id=producer,
+                                                     sequence=sequence))
 
 
 def lagged_across_recreate(leader_log: Log, old: list[bytes], new: list[bytes]):

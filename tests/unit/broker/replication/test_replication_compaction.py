@@ -1,8 +1,9 @@
-"""Finding 10 on the real ReplicationNode, ReplicaManager, Journal and Log objects: a leader
-compacts its journal past a follower that is down (keeping what a follower lagging within the
-bound needs), answers it SNAPSHOT, and the follower -- an empty one, as a broker with a wiped
-data directory -- installs the snapshot, copying the partition bytes with SNAPSHOT_FETCH, and
-fetches on from its end. The network is played by hand, as in test_replication_safety.py."""
+"""Journal compaction (docs/replication.md, "Compaction") on the real ReplicationNode,
+ReplicaManager, Journal and Log objects: a leader compacts its journal past a follower that is down
+(keeping what a follower lagging within the bound needs), answers it SNAPSHOT, and the follower --
+an empty one, as a broker with a wiped data directory -- installs the snapshot, copying the
+partition bytes with SNAPSHOT_FETCH, and fetches on from its end. The network is played by hand, as
+in test_replication_safety.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
 from services.broker.replication.snapshot import partition_ends
@@ -69,8 +70,8 @@ def wire_to(follower: ReplicationNode, leader: ReplicationNode) -> list[Snapshot
 
 def produce(manager: ReplicaManager, topic: str, partition: int, *values: bytes) -> None:
     confirm_lease(manager.node)
-    manager.append(topic, partition, batch(*values, producer_id=new_producer_id(),
-                                           sequence=0))
+    manager.partition(topic, partition).append(batch(*values, producer_id=new_producer_id(),
+                                                     sequence=0))
 
 
 def test_leader_compacts_past_a_down_follower_which_installs_the_snapshot(logs):

@@ -1,7 +1,7 @@
-"""Issue 20, finding 6: the replication fsync policy, on the real ReplicationNode, ReplicaManager,
-Journal and Log objects. Every fsync the process makes is recorded (it still happens) together
-with what the journal and the partition held at that moment, so a test can say which entries an
-fsync covered. The network is played by hand as in test_replication_safety.py."""
+"""The replication fsync policy (docs/replication.md, "Durability"), on the real ReplicationNode,
+ReplicaManager, Journal and Log objects. Every fsync the process makes is recorded (it still
+happens) together with what the journal and the partition held at that moment, so a test can say
+which entries an fsync covered. The network is played by hand as in test_replication_safety.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.config import BrokerConfig
-from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal_record import JOURNAL_FILE
 from services.broker.replication.node import (

@@ -1,6 +1,7 @@
-"""Issue 20, finding 8 on the real objects: a broker's data directory knows its cluster and its
-incarnation, a broker whose directory was wiped rejoins as a learner (no vote: it may have
-voted in an epoch it forgot), and frames of another cluster are refused on both sides."""
+"""Membership and identity (docs/replication.md) on the real objects: a broker's data directory
+knows its cluster and its incarnation, a broker whose directory was wiped rejoins as a learner (no
+vote: it may have voted in an epoch it forgot), and frames of another cluster are refused on both
+sides."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
 from common.kaska.protocol.produce import ACKS_ALL
-from services.broker.peer_gate import ANSWER, REQUEST, PeerGate, PeerSession
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
+from services.broker.network.peer_gate import ANSWER, REQUEST, PeerGate, PeerSession
 from services.broker.replication.identity import (
     ClusterIdError,
     ClusterIdMismatchError,
@@ -130,7 +131,7 @@ def test_a_wiped_broker_does_not_elect_a_leader_lacking_an_acknowledged_entry(tm
             while not leader.holds_lease():
                 assert time.monotonic() < deadline, "the leader never got its lease"
                 time.sleep(0.002)
-            manager.append("t", 0, batch(b"acknowledged"), ACKS_ALL)
+            manager.partition("t", 0).append(batch(b"acknowledged"), ACKS_ALL)
         finally:
             stop.set()
             pump.join()
@@ -244,7 +245,7 @@ def test_a_request_of_another_cluster_is_refused_counted_and_logged_once(caplog)
         return gate.open_request(Api.VOTE, frame, PeerSession("10.0.0.9"), VoteRequest.decode,
                                  check_vote_request, lambda request: request.candidate)
 
-    with caplog.at_level("DEBUG", logger="services.broker.peer_gate"):
+    with caplog.at_level("DEBUG", logger="services.broker.network.peer_gate"):
         for _ in range(3):
             with pytest.raises(ForeignClusterPeerFrameError):
                 open_vote(_vote_frame("flights-b"))

@@ -1,8 +1,8 @@
-"""Issue 20, finding 9: a leader answers as leader only while it holds its lease, checked on
-the clock when it answers. Real ReplicationNode, ReplicaManager, Log and request handlers;
-the clock is moved by hand (a SIGSTOP is the clock jumping while no thread runs: the
-replication loop is never started here, so no tick notices the pause) and the follower's
-fetches are `answer_fetch` calls."""
+"""The leader lease (docs/replication.md): a leader answers as leader only while it holds its lease,
+checked on the clock when it answers. Real ReplicationNode, ReplicaManager, Log and request
+handlers; the clock is moved by hand (a SIGSTOP is the clock jumping while no thread runs: the
+replication loop is never started here, so no tick notices the pause) and the follower's fetches are
+`answer_fetch` calls."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from common.kaska.protocol.list_offsets import ListOffsetsRequest, ListOffsetsRe
 from common.kaska.protocol.message_length import MessageLengthRequest
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.protocol.produce import ACKS_ALL, ProduceRequest
-from services.broker.body import RequestBody
+from services.broker.cluster.replica_manager import ReplicaManager
+from services.broker.cluster.replication_groups import ReplicationGroup, ReplicationGroups
 from services.broker.config import BrokerConfig
 from services.broker.context import BrokerContext
-from services.broker.groups import BrokerGroups, GroupedLog, GroupedReplicas, ReplicationGroup
 from services.broker.handlers import (
     fetch,
     fetch_committed,
@@ -37,9 +37,9 @@ from services.broker.handlers import (
     produce,
 )
 from services.broker.metrics import BrokerCollector, BrokerCounters
-from services.broker.notifier import DataNotifier
-from services.broker.peer_gate import PeerGate, PeerSession
-from services.broker.replica_manager import ReplicaManager
+from services.broker.network.body import RequestBody
+from services.broker.network.notifier import DataNotifier
+from services.broker.network.peer_gate import PeerGate, PeerSession
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
@@ -65,14 +65,13 @@ class Handlers:
     def __init__(self, log, manager: ReplicaManager) -> None:
         self.counters = BrokerCounters()
         manager._counters = self.counters
-        groups = BrokerGroups([ReplicationGroup(0, log, manager.node,
-                                                CommittedTopics(manager.node.journal), manager)])
-        self.ctx = BrokerContext(
-            config=BrokerConfig(node_id=1, data_dir=log.data_dir), log=GroupedLog(groups),
+        groups = ReplicationGroups([ReplicationGroup(
+            0, log, manager.node, CommittedTopics(manager.node.journal), manager)])
+        self.ctx = BrokerContext.over(
+            groups, config=BrokerConfig(node_id=1, data_dir=log.data_dir,
+                                        ack_timeout_s=manager._ack_timeout_s),
             offsets=SimpleNamespace(committed=lambda _group, _topic, _partition: 7),
-            replicas=GroupedReplicas(groups, manager._ack_timeout_s), notifier=DataNotifier(),
-            metrics=self.counters,
-            peer_gate=PeerGate(1, [2, 3], None))
+            notifier=DataNotifier(), metrics=self.counters, peer_gate=PeerGate(1, [2, 3], None))
         self._sockets: list[socket.socket] = []
 
     def call(self, handler, request):
@@ -100,7 +99,7 @@ def leader(log):
     clock = Clock()
     node, manager = leader_with_topic(log, clock)
     with follower_keeping_up(node):
-        manager.append("t", 0, batch(b"committed"))
+        manager.partition("t", 0).append(batch(b"committed"))
     confirm_lease(node)
     handlers = Handlers(log, manager)
     try:
@@ -169,7 +168,7 @@ def test_offsets_past_the_high_watermark_on_the_lease_holder(leader):
     OffsetOutOfRange (nothing committed can be there: the election restriction)."""
     handlers = leader.handlers
     handlers.call(produce, ProduceRequest("t", 0, ACKS_ONE, batch(b"uncommitted"))).wait()
-    assert leader.manager.high_watermark("t", 0, leader.node._log.partition("t", 0)) == 1
+    assert leader.manager.partition("t", 0).high_watermark() == 1
     with pytest.raises(OffsetNotAvailableError) as above:
         handlers.call(fetch, FetchRequest("t", 0, 2, 1 << 20, 0))
     assert above.value.retriable
@@ -249,8 +248,9 @@ def test_follower_drops_the_connection_after_an_error_answer(log):
 
 def test_lease_metric_families(leader):
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(leader.handlers.counters, leader.node._log,
-                                      leader.handlers.ctx.replicas, clock=leader.clock))
+    ctx = leader.handlers.ctx
+    registry.register(BrokerCollector(leader.handlers.counters, ctx.partitions,
+                                      ctx.replication, clock=leader.clock))
     assert sample_values(families(registry)["kaska_replication_lease_held"]) == {
         ("kaska_replication_lease_held", (("group", "0"),)): 1}
     leader.clock.now_s += PAUSE_S

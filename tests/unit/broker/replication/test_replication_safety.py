@@ -1,4 +1,4 @@
-"""Issue 20: the paths that lost acknowledged writes, each replayed on the real ReplicationNode,
+"""The paths that once lost acknowledged writes, each replayed on the real ReplicationNode,
 ReplicaManager, Journal and Log objects. The network is played by hand: a peer's answers are
 built as that peer (`L2`) would build them from its journal and fed to `_absorb_fetch`, and a
 follower's fetch is `answer_fetch`; a paused thread is a call that has not been made yet."""
@@ -14,7 +14,7 @@ import pytest
 
 from common.kaska.errors import NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.errors import CorruptJournalError
 from services.broker.replication.journal_record import FILE_HEADER_BYTES, JOURNAL_FILE
@@ -134,8 +134,7 @@ def produce_deferred(manager: ReplicaManager, log: Log, topic: str, data: bytes)
     def fill(region: memoryview) -> None:
         region[:] = data
 
-    return manager.append_deferred(topic, 0, log.partition(topic, 0), len(data), fill,
-                                   ACKS_ALL)
+    return manager.partition(topic, 0).append_deferred(len(data), fill, ACKS_ALL)
 
 
 def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaManager]:
@@ -150,7 +149,7 @@ def leader_with_topic(log: Log, clock: Clock) -> tuple[ReplicationNode, ReplicaM
     return node, manager
 
 
-# -- finding 2: an acknowledgement names its entry ---------------------------------------------
+# -- an acknowledgement names its entry ------------------------------------------------------------
 
 
 def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log):
@@ -170,8 +169,7 @@ def test_produce_is_not_acknowledged_by_another_leaders_entry_at_its_offset(log)
         node._absorb_fetch(2, answer(2, 4, [
             EntryHeader(2, 2, EntryKind.NOOP),
             EntryHeader(3, 2, EntryKind.BATCH, "t", 0, 0, 1, data_bytes=len(theirs))], theirs))
-        partition = log.partition("t", 0)
-        assert node.state.commit == 4 and manager.high_watermark("t", 0, partition) == 1
+        assert node.state.commit == 4 and manager.partition("t", 0).high_watermark() == 1
         assert values(log, "t") == [(0, b"theirs")]  # the scenario happened: offset covered
         with pytest.raises(NotLeaderError):
             await_acks()
@@ -229,7 +227,7 @@ def test_create_is_not_acknowledged_by_another_leaders_entry_at_its_index(log, m
         node.stop()
 
 
-# -- finding 1: committed entries are applied once, topics have ids ----------------------------
+# -- committed entries are applied once, topics have ids -------------------------------------------
 
 
 @pytest.mark.parametrize("applied_index", ["kept", "lost"])
@@ -245,10 +243,10 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
         try:
             manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"old"))
+            manager.partition("t", 0).append(batch(b"old"))
             manager.delete_topic("t", forget_offsets=lambda _topic: None)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"X"))
+            manager.partition("t", 0).append(batch(b"X"))
         finally:
             node.stop()
     assert deleted == ["t"]
@@ -268,7 +266,7 @@ def test_restart_keeps_a_topic_recreated_after_a_committed_delete(tmp_path, appl
             node.stop()
 
 
-# -- finding 4: DELETE t and CREATE t in one fetch -------------------------------------------
+# -- DELETE t and CREATE t in one fetch ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("commit_with_entries", [True, False])
@@ -301,7 +299,7 @@ def test_delete_and_recreate_in_one_fetch_leave_the_new_topic(log, commit_with_e
         follower.stop()
 
 
-# -- finding 5: only entries that match the leader count -------------------------------------
+# -- only entries that match the leader count ------------------------------------------------------
 
 
 def test_deposed_leaders_unannounced_entry_is_never_counted_committed(log, monkeypatch):
@@ -371,7 +369,7 @@ def test_a_divergence_below_the_commit_is_logged_and_counted(log, caplog):
         follower.stop()
 
 
-# -- finding 7: corruption is not a torn tail ------------------------------------------------
+# -- corruption is not a torn tail -----------------------------------------------------------------
 
 
 def test_corrupt_first_record_refuses_to_start_and_keeps_every_topic(tmp_path):
@@ -383,7 +381,7 @@ def test_corrupt_first_record_refuses_to_start_and_keeps_every_topic(tmp_path):
         try:
             manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
             manager.create_topic("t", 1)
-            manager.append("t", 0, batch(b"kept"))
+            manager.partition("t", 0).append(batch(b"kept"))
         finally:
             node.stop()
     path = tmp_path / "data" / REPLICATION_DIR / JOURNAL_FILE

@@ -6,7 +6,7 @@ die, and is elected once there is room."""
 import pytest
 
 from common.kaska.errors import KaskaStorageError
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import journal as journal_module
 from services.broker.replication import raft
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
@@ -47,18 +47,18 @@ def test_leader_journal_refusal_answers_the_storage_error(log, monkeypatch):
     try:
         manager = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=WAIT_S)
         manager.create_topic("t", 1)
-        manager.append("t", 0, batch(b"before"))
+        manager.partition("t", 0).append(batch(b"before"))
         journal_end = node.journal.end
         disk = refuse_writes(monkeypatch, journal_module)
         with pytest.raises(KaskaStorageError):
-            manager.append("t", 0, batch(b"refused"))
+            manager.partition("t", 0).append(batch(b"refused"))
         partition = log.partition("t", 0)
         assert (partition.log_end_offset, node.journal.end) == (1, journal_end)
         assert values(log, "t") == [(0, b"before")]  # still read while the disk is full
-        assert manager.high_watermark("t", 0, partition) == 1
+        assert manager.partition("t", 0).high_watermark() == 1
         assert log.space.full
         disk.free()
-        assert manager.append("t", 0, batch(b"after")).base_offset == 1
+        assert manager.partition("t", 0).append(batch(b"after")).base_offset == 1
         assert values(log, "t") == [(0, b"before"), (1, b"after")]
     finally:
         node.stop()
@@ -73,10 +73,10 @@ def test_leader_segment_refusal_keeps_journal_and_log_in_step(log, monkeypatch):
         journal_end = node.journal.end
         disk = refuse_reservations(monkeypatch)
         with pytest.raises(KaskaStorageError):
-            manager.append("t", 0, batch(b"refused"))
+            manager.partition("t", 0).append(batch(b"refused"))
         assert (log.partition("t", 0).log_end_offset, node.journal.end) == (0, journal_end)
         disk.free()
-        assert manager.append("t", 0, batch(b"after")).base_offset == 0
+        assert manager.partition("t", 0).append(batch(b"after")).base_offset == 0
     finally:
         node.stop()
 

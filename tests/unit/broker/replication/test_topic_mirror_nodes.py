@@ -21,7 +21,7 @@ from dataclasses import replace
 import pytest
 
 from common.kaska.errors import UnknownTopicOrPartitionError
-from services.broker.replica_manager import ReplicaManager
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
@@ -173,8 +173,8 @@ def test_a_leader_with_a_stale_metadata_copy_never_reopens_what_the_group_closed
     assert "t" not in two.logs[1].topics()
     confirm_lease(two.data, follower=3)
     with pytest.raises(UnknownTopicOrPartitionError):
-        two.managers[1].append("t", 0, batch(b"lost", producer_id=new_producer_id(),
-                                             sequence=0))
+        two.managers[1].partition("t", 0).append(batch(b"lost", producer_id=new_producer_id(),
+                                                       sequence=0))
 
     # Once its copy has caught up, the mirror goes on: t stays closed, a new t opens.
     catch_up(one.metadata, two.metadata)

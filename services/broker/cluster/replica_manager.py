@@ -1,14 +1,17 @@
-"""The seam between request handling and replication, for one replication group: who leads,
-what consumers may see, and how the leader appends (data, then its journal entry, then waiting
-for the acks asked for).
+"""A replication group's leader side: who leads, what is committed, the journal entries of
+the leader's writes and the waits for their commit, and the topics it creates and deletes.
 
-Handlers never decide leadership or visibility themselves: they ask the replica manager who
-leads a partition (NOT_LEADER answers carry its address), which offset is the high watermark
-and to append. A broker has one ReplicaManager per replication group; groups.py routes each
-partition to its group's (GroupedReplicas), so the handlers see one. The group's topic mirror
+Handlers never decide leadership or visibility themselves: they ask a partition
+(partition.py, found through partition_table.py), which asks its group's replica manager who
+leads it (NOT_LEADER answers carry its address) and how far its journal is committed. A broker
+has one ReplicaManager per replication group (replication_groups.py); topics are created and
+deleted through the metadata group's (topic_admin.py). The group's topic mirror
 (replication/topic_mirror.py) journals its opens and closes through `journal_create` and
 `journal_delete`. A broker without peers is a cluster of one: the same code, committing at
 once.
+
+A partition's own writes (partition.py: append, DeleteRecords, the acks they wait for) call
+back here for their journal entries and the waits on them.
 
 Thread-safe: the replication state is an immutable snapshot read without a lock; appends take
 the partition lock, then `_metadata_lock` (so a topic's last batches can never land in the
@@ -25,24 +28,22 @@ from common.kaska.errors import (
     InvalidPartitionsError,
     NotEnoughReplicasError,
     NotLeaderError,
-    OffsetOutOfRangeError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from common.kaska.protocol.delete_records import HIGH_WATERMARK
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
-from common.kaska.protocol.produce import ACKS_ALL
-from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
+from common.kaska.record_batch import BatchHeader
+from common.kaska.topic_name import is_internal
+from services.broker.cluster.partition import Partition
 from services.broker.metrics import BrokerCounters
-from services.broker.offsets import OFFSETS_PARTITION
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
 from services.broker.replication.journal_record import JournalEntry, TopicId, carrying, closing
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.raft import Role
 from services.broker.replication.wire.replica_fetch import EntryKind
 from services.broker.storage.log import PARTITIONS_MAX, Log
-from services.broker.storage.partition import AppendResult, PartitionLog
+from services.broker.storage.partition import AppendResult
 
 # A create that finds its name on disk waits for the journal's commit and tries again: once
 # for a delete of that name that was not committed yet, once more for a concurrent re-create.
@@ -86,8 +87,8 @@ class ReplicaManager:
         return self._brokers
 
     def role(self, topic: str, partition: int, *, lease: bool = True) -> PartitionRole:
-        """Who leads. `lease`: a leader without its lease (issue 20, finding 9: partitioned,
-        or thawed before its loop thread noticed a successor) says it knows no leader, so that
+        """Who leads. `lease`: a leader without its lease (partitioned, or thawed before its
+        loop thread noticed a successor) says it knows no leader, so that
         clients ask elsewhere; checked on the clock now, not at the last tick."""
         state = self.node.state
         leader = state.leader_id
@@ -144,129 +145,81 @@ class ReplicaManager:
         error.leader = role.leader_address
         return error
 
-    def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
-        """The end of what consumers may see: the committed prefix, never above the log end."""
-        return min(self.node.high_watermark(topic, partition), partition_log.log_end_offset)
-
-    def retention_safe_offset(self, topic: str, partition: int) -> int:
+    def committed_end(self, topic: str, partition: int) -> int:
+        """The end of the partition's committed batches in the group's journal here (the high
+        watermark, before the log end bounds it; retention stays below it)."""
         return self.node.high_watermark(topic, partition)
 
-    # -- appends -----------------------------------------------------------------------------
+    @property
+    def lease_wait_s(self) -> float:
+        """How long a write to a leader whose lease lapsed waits for it (`_await_lease`)."""
+        return self.node.config.lease_wait_s
 
-    def append_from(self, topic: str, partition: int, partition_log: PartitionLog,
-                    total_bytes: int, fill: Callable[[memoryview], None], acks: int
-                    ) -> AppendResult:
-        """Receive one batch into the log as leader; return once `acks` are in."""
-        result, await_acks = self.append_deferred(topic, partition, partition_log,
-                                                  total_bytes, fill, acks)
-        await_acks()
-        return result
+    # -- partitions --------------------------------------------------------------------------
 
-    def append_deferred(self, topic: str, partition: int, partition_log: PartitionLog,
-                        total_bytes: int, fill: Callable[[memoryview], None], acks: int
-                        ) -> tuple[AppendResult, Callable[[], None]]:
-        """Receive one batch into the log as leader, at once; the second value waits for the
-        acks asked for (acks=all: the committed prefix holding its very journal entry, index
-        and epoch; acks=1: nothing). A leader whose lease lapsed holds the write for up to
-        `lease_wait_s` first (`_await_lease`)."""
-        lease_wait_s = self.node.config.lease_wait_s
-        role = self.require_leader(topic, partition, lease_wait_s=lease_wait_s)
-        epoch = role.leader_epoch
-        appended: list[JournalEntry] = []
+    def partition(self, topic: str, number: int) -> Partition:
+        """A partition of this group's Log, bound to this manager (UnknownTopicOrPartitionError
+        when the Log has none). Requests find theirs through partition_table.py, which checks
+        the topic's incarnation first."""
+        return Partition(topic, number, self._log.partition(topic, number), self)
 
-        def journal_it(header, base_offset: int) -> None:
-            with self._metadata_lock:
-                if topic in self._deleting:
-                    raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
-                appended.append(self.node.journal.append(
-                    epoch, EntryKind.BATCH, topic=topic, partition=partition,
-                    base_offset=base_offset, record_count=header.record_count,
-                    batch_bytes=header.total_bytes))
+    # -- the journal entries of a partition's writes (partition.py) --------------------------
 
-        result = partition_log.append_from(total_bytes, fill, leader_epoch=epoch,
-                                           on_append=journal_it)
+    def journal_batch(self, epoch: int, topic: str, partition: int, header: BatchHeader,
+                      base_offset: int) -> JournalEntry:
+        """Journal a batch the leader is appending (called under the partition's lock, before
+        the batch is visible); UnknownTopicOrPartitionError once the topic's delete is
+        journaled, so its last batches never land in the journal after the DELETE entry."""
+        with self._metadata_lock:
+            if topic in self._deleting:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
+            return self.node.journal.append(
+                epoch, EntryKind.BATCH, topic=topic, partition=partition,
+                base_offset=base_offset, record_count=header.record_count,
+                batch_bytes=header.total_bytes)
+
+    def appended(self, topic: str, total_bytes: int, result: AppendResult) -> None:
+        """A leader's append is in its log: followers may fetch it; client bytes are counted."""
         self.node.leader_appended()
         if not result.duplicate and not is_internal(topic):
             self._counters.appended(total_bytes, result.record_count)
-        what = f"{topic}/{partition}"
 
-        def await_acks() -> None:
-            if acks != ACKS_ALL:
-                # Held only by this leader: answered only while it still holds the lease
-                # (a thawed leader's acks=1 success would be for a batch its successor lacks).
-                self.require_leader(topic, partition, lease_wait_s=lease_wait_s)
-                return
-            # A retry's original entry: the acknowledgement must name it, too.
-            entry = appended[0] if appended else self.node.journal.find_batch(
-                topic, partition, result.base_offset)
-            if entry is None and self.node.journal.compacted_batch(topic, partition,
-                                                                   result.base_offset):
-                return  # compacted: only committed entries ever are
-            if entry is None:
-                raise NotEnoughReplicasError(f"{what}: the batch at offset {result.base_offset} "
-                                             "has no journal entry here; retry")
-            self._await_entry(entry, epoch, what)
+    def batch_entry(self, topic: str, partition: int, base_offset: int) -> JournalEntry | None:
+        """The journal entry of the batch at `base_offset` (a retried batch's original, which
+        its acknowledgement must name too); None when compaction folded it (only committed
+        entries ever are); NotEnoughReplicasError (retriable) when the journal here has none."""
+        entry = self.node.journal.find_batch(topic, partition, base_offset)
+        if entry is None and self.node.journal.compacted_batch(topic, partition, base_offset):
+            return None
+        if entry is None:
+            raise NotEnoughReplicasError(f"{topic}/{partition}: the batch at offset "
+                                         f"{base_offset} has no journal entry here; retry")
+        return entry
 
-        return result, await_acks
-
-    def append(self, topic: str, partition: int, batch: bytes, acks: int = ACKS_ALL
-               ) -> AppendResult:
-        """The same from bytes in memory (committed offsets)."""
-        source = memoryview(batch).cast("B")
-
-        def copy(region: memoryview) -> None:
-            region[:] = source
-
-        return self.append_from(topic, partition, self._log.partition(topic, partition),
-                                source.nbytes, copy, acks)
-
-    def append_offsets(self, batch: bytes) -> None:
-        self.append(OFFSETS_TOPIC, OFFSETS_PARTITION, batch)
-
-    # -- DeleteRecords -----------------------------------------------------------------------
-
-    def delete_records_deferred(self, topic: str, partition: int, partition_log: PartitionLog,
-                                offset: int) -> Callable[[], int]:
-        """As leader, journal a DELETE_RECORDS moving the partition's log start to `offset`
-        (HIGH_WATERMARK: the high watermark) at once; the returned call waits until the entry
-        is committed and applied here, and returns the log start then. Nothing is journaled
-        for an offset at or below the current log start (the call returns it). NotLeaderError
-        (a lapsed lease is waited for first, as a write's), OffsetOutOfRangeError above the
-        high watermark, UnknownTopicOrPartitionError while the topic is being deleted;
-        the call raises NotLeaderError / NotEnoughReplicasError as an acks=all produce."""
-        role = self.require_leader(topic, partition, lease_wait_s=self.node.config.lease_wait_s)
-        epoch = role.leader_epoch
-        high_watermark = self.high_watermark(topic, partition, partition_log)
-        target = high_watermark if offset == HIGH_WATERMARK else offset
-        if not 0 <= target <= high_watermark:
-            raise OffsetOutOfRangeError(f"{topic}/{partition}: cannot delete records below "
-                                        f"{offset}, the high watermark is {high_watermark}")
-        if target <= partition_log.log_start_offset:
-            return lambda: partition_log.log_start_offset
+    def journal_delete_records(self, epoch: int, topic: str, partition: int, offset: int
+                               ) -> JournalEntry:
+        """Journal a DELETE_RECORDS moving the partition's log start to `offset`, at once;
+        UnknownTopicOrPartitionError while the topic is being deleted."""
         with self._metadata_lock:
             if topic in self._deleting:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
             entry = self.node.journal.append(epoch, EntryKind.DELETE_RECORDS, topic=topic,
-                                             partition=partition, base_offset=target)
+                                             partition=partition, base_offset=offset)
         self.node.leader_appended()
-        what = f"{topic}/{partition}"
+        return entry
 
-        def await_moved() -> int:
-            self._await_entry(entry, epoch, what)
-            node = self.node
-            # Committed is published a moment before it is applied (same lock, same step):
-            # the answer promises the move is done here.
-            node.wait_changed(lambda: node.applied > entry.index, self._ack_timeout_s)
-            return partition_log.log_start_offset
+    def await_applied(self, entry: JournalEntry) -> None:
+        """Until the committed `entry` is applied here too (committed is published a moment
+        before it is applied: same lock, same step), at most the ack timeout."""
+        node = self.node
+        node.wait_changed(lambda: node.applied > entry.index, self._ack_timeout_s)
 
-        return await_moved
-
-    def _await_entry(self, entry: JournalEntry, epoch: int, what: str) -> None:
+    def await_entry(self, entry: JournalEntry, epoch: int, what: str) -> None:
         """Return once the committed prefix holds `entry` itself (its index AND epoch). A
         leader that stepped down stops waiting: unless its entry is already committed, the
         answer is NOT_LEADER (retriable; the idempotent retry finds its batch, or appends it
         anew), never a success inferred from offsets or indexes that another leader's entries
-        may now cover (issue 20, finding 2; Raft §5.3, Kafka's leader epochs)."""
+        may now cover (Raft §5.3, Kafka's leader epochs; docs/replication.md)."""
         node = self.node
         # Fsync policy `entry`: the leader's own copy counts toward the majority only once
         # synced (the first waiter of a group syncs for all; nothing with policy `none`).
@@ -306,7 +259,7 @@ class ReplicaManager:
                 if name in self.committed_topics():
                     raise
                 continue  # its delete is committed now: the name is free
-            self._await_entry(entry, epoch, name)
+            self.await_entry(entry, epoch, name)
             return TopicId(entry.epoch, entry.index)
         raise TopicAlreadyExistsError(f"topic {name!r} is on disk here, and neither committed "
                                       "nor being deleted")
@@ -354,7 +307,7 @@ class ReplicaManager:
         except _IncarnationMovedError:
             return self.delete_topic(name, forget_offsets, topic_id)  # decide afresh
         try:
-            self._await_entry(entry, role.leader_epoch, name)
+            self.await_entry(entry, role.leader_epoch, name)
         finally:
             with self._metadata_lock:
                 self._deleting.discard(name)
@@ -417,7 +370,7 @@ class ReplicaManager:
         end = self.node.journal.end
         entry_epoch = self.node.journal.epoch_of(end - 1) if end else None
         if entry_epoch is not None:
-            self._await_entry(JournalEntry(end - 1, entry_epoch, EntryKind.NOOP), epoch, what)
+            self.await_entry(JournalEntry(end - 1, entry_epoch, EntryKind.NOOP), epoch, what)
 
     def pending_deletes(self) -> list[str]:
         """The topics this leader journaled a delete of and still refuses produce for."""

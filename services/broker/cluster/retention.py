@@ -19,7 +19,7 @@ from collections.abc import Callable
 from common.kaska.errors import UnknownTopicOrPartitionError
 from common.kaska.topic_name import OFFSETS_TOPIC, is_internal
 from common.periodic import PeriodicThread
-from services.broker.offsets import OFFSETS_PARTITION
+from services.broker.cluster.committed_offsets import OFFSETS_PARTITION
 from services.broker.storage.errors import StorageFullError
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ compacted (test_broker_offsets_compaction.py), never trimmed by size or age."""
 
 from common.kaska.record_batch import encode_batch
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.retention import RetentionThread
+from services.broker.cluster.retention import RetentionThread
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import Log
 

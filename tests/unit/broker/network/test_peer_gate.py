@@ -1,4 +1,4 @@
-"""The broker's door for peer frames (services/broker/peer_gate.py): what gets in, what is
+"""The broker's door for peer frames (services/broker/network/peer_gate.py): what gets in, what is
 refused, counted and logged once per peer, and what the replay window remembers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
-from services.broker.peer_gate import REQUEST, PeerGate, PeerSession
+from services.broker.network.peer_gate import REQUEST, PeerGate, PeerSession
 from services.broker.replication.wire.peer_auth import (
     ForgedPeerFrameError,
     ImpostorPeerFrameError,
@@ -154,7 +154,7 @@ def test_a_broker_without_a_secret_takes_no_peer_frame():
 
 
 def test_refusals_are_logged_once_per_peer(gate, caplog):
-    caplog.set_level(logging.DEBUG, logger="services.broker.peer_gate")
+    caplog.set_level(logging.DEBUG, logger="services.broker.network.peer_gate")
     for _ in range(5):
         with pytest.raises(ForgedPeerFrameError):
             open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), secret=b"x"),

@@ -5,7 +5,7 @@ sees it (services/broker/replication/wire/peer_auth.py has the wire format). In 
 
 1. the MAC with the cluster's secret (a broker without a secret takes no peer frames),
 2. addressed to this broker, signed by a configured peer of this broker's cluster (the
-   stamp's cluster id: issue 20, finding 8),
+   stamp's cluster id, so a broker of another cluster sharing the secret is refused),
 3. decoded, and every number in range (services/broker/replication/wire/replication_bounds.py),
 4. of a replication group this broker runs (the stamp's `group`, below `groups`), and bound: the
    id the body claims (candidate, follower) is the signer's, and a connection that once spoke

@@ -1,5 +1,5 @@
-"""The acceptor both listeners share (services/broker/acceptor.py), with stand-in connections on
-127.0.0.1: its bound, its drain and its stop. Every wait has a deadline."""
+"""The acceptor both listeners share (services/broker/network/acceptor.py), with stand-in
+connections on 127.0.0.1: its bound, its drain and its stop. Every wait has a deadline."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from services.broker.acceptor import Acceptor
+from services.broker.network.acceptor import Acceptor
 
 WAIT_S = 10.0
 

@@ -4,7 +4,12 @@ import pytest
 
 from common.kaska.errors import InvalidRequestError
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.offsets import CommittedOffsets, decode_commit, encode_commit, validate_group
+from services.broker.cluster.committed_offsets import (
+    CommittedOffsets,
+    decode_commit,
+    encode_commit,
+    validate_group,
+)
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import Log
 

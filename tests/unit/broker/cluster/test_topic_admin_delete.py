@@ -1,5 +1,5 @@
 """A delete is answered once every data group holding a partition of the topic has committed
-its close on the answering broker (groups.py, GroupedReplicas.delete_topic): from the answer
+its close on the answering broker (cluster/topic_admin.py, TopicAdmin.delete_topic): from the answer
 on, no produce into the deleted incarnation is acknowledged. On the real objects of
 test_topic_mirror_nodes.py (two brokers, a metadata group and one data group each; broker 3
 only fetches), the network and the mirror's rounds played by hand."""
@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
-from services.broker.groups import BrokerGroups, GroupedReplicas, ReplicationGroup
+from services.broker.cluster.replication_groups import ReplicationGroup, ReplicationGroups
+from services.broker.cluster.topic_admin import TopicAdmin
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
     confirm_lease,
@@ -27,11 +28,11 @@ from tests.unit.broker.replication.test_topic_mirror_nodes import (
 from tests.unit.broker.storage.batches import batch, new_producer_id
 
 
-def grouped(broker) -> GroupedReplicas:
+def topic_admin(broker) -> TopicAdmin:
     groups = [ReplicationGroup(number, log, node, topics, manager)
               for number, (log, node, topics, manager) in enumerate(zip(
                   broker.logs, broker.nodes, broker.topics, broker.managers, strict=True))]
-    return GroupedReplicas(BrokerGroups(groups), ack_timeout_s=WAIT_S)
+    return TopicAdmin(ReplicationGroups(groups), ack_timeout_s=WAIT_S)
 
 
 def commit_both(broker) -> None:
@@ -44,7 +45,7 @@ def test_a_delete_is_answered_only_once_the_data_group_has_committed_its_close(b
     clock, one, _two = brokers
     elect(one.metadata, clock, voter=2)
     elect(one.data, clock, voter=2)
-    replicas = grouped(one)
+    topics = topic_admin(one)
     one.managers[0].journal_create("t", 1)
     commit_both(one)
     assert [type(action).__name__ for action in one.mirror.round_once()] == ["OpenTopic"]
@@ -55,7 +56,7 @@ def test_a_delete_is_answered_only_once_the_data_group_has_committed_its_close(b
 
     def delete() -> None:
         try:
-            replicas.delete_topic("t", lambda _name: None)
+            topics.delete_topic("t", lambda _name: None)
         except KaskaError as error:  # the test reads it
             failed.append(error)
         answered.set()
@@ -76,5 +77,5 @@ def test_a_delete_is_answered_only_once_the_data_group_has_committed_its_close(b
     assert "t" not in one.logs[DATA_GROUP].topics()
     confirm_lease(one.data, follower=3)
     with pytest.raises(UnknownTopicOrPartitionError):
-        one.managers[1].append("t", 0, batch(b"late", producer_id=new_producer_id(),
-                                             sequence=0))
+        one.managers[1].partition("t", 0).append(batch(b"late", producer_id=new_producer_id(),
+                                                       sequence=0))

@@ -1,9 +1,10 @@
-"""Consumer-group membership (services/broker/kafka/groups.py): the state machine step by step
-on a fake clock, then the coordinator's blocking join and sync with real threads."""
+"""Consumer-group membership (services/broker/kafka/consumer_groups.py): the state machine step
+by step on a fake clock, then the coordinator's blocking join and sync with real threads."""
 
 import itertools
 import threading
 
+from services.broker.kafka.consumer_groups import Group, GroupCoordinator, GroupState
 from services.broker.kafka.errors import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
@@ -13,7 +14,6 @@ from services.broker.kafka.errors import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
 )
-from services.broker.kafka.groups import Group, GroupCoordinator, GroupState
 
 PROTOCOLS = (("range", b"meta-range"), ("roundrobin", b"meta-rr"))
 WAIT_S = 10.0

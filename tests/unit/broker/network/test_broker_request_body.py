@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from common.kaska.errors import FrameTooLargeError, InvalidRequestError
-from services.broker.body import PeerClosedError, RequestBody
+from services.broker.network.body import PeerClosedError, RequestBody
 
 
 @pytest.fixture

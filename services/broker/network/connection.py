@@ -19,8 +19,7 @@ every send takes `_send_lock`, so frames never interleave; the connection closes
 its deferred replies went out.
 
 Used by its own thread, plus the deferred-reply threads (sends only, under `_send_lock`);
-`interrupt()` and `force_close()` are the only methods other threads call, and they only touch
-the socket under `_state_lock`.
+waiting for frames and stopping are connection_loop.py's, shared with the Kafka listener.
 """
 
 from __future__ import annotations
@@ -48,11 +47,12 @@ from common.kaska.protocol.frames import (
     decode_request_header,
     encode_response_header,
 )
-from services.broker.body import ReceiveBuffer, RequestBody
 from services.broker.context import BrokerContext
 from services.broker.handlers import HANDLERS
-from services.broker.peer_gate import PeerSession
-from services.broker.reply import DeferredReply, Reply
+from services.broker.network.body import ReceiveBuffer, RequestBody
+from services.broker.network.connection_loop import ConnectionLoop
+from services.broker.network.peer_gate import PeerSession
+from services.broker.network.reply import DeferredReply, Reply
 
 log = logging.getLogger(__name__)
 
@@ -60,54 +60,26 @@ WIRE_CODE_MASK = 0xFFFF
 DEFERRED_REPLIES_MAX = 16
 
 
-class StalledPeerError(TimeoutError):
-    """A frame header started arriving and then stopped for longer than read_timeout_s."""
+class Connection(ConnectionLoop):
+    head_name = "frame header"
 
-
-class Connection:
     def __init__(self, sock: socket.socket, peer: str, ctx: BrokerContext,
                  on_closed: Callable[[Connection], None]) -> None:
-        self._sock = sock
-        self.peer = peer
+        super().__init__(sock, peer, REQUEST_HEADER.size)
         self._ctx = ctx
         self._on_closed = on_closed
-        self._state_lock = threading.Lock()
-        self._busy = False
-        self._closing = False
         self._authenticated = ctx.config.token is None
-        self._header_buf = bytearray(REQUEST_HEADER.size)
         self._receive_buffer = ReceiveBuffer()  # request bodies land here, off every lock
         self._send_lock = threading.Lock()
         self._deferred_done = threading.Condition(threading.Lock())
         self._deferred_pending = 0
         self._peer_session = PeerSession(peer.rpartition(":")[0] or peer)
 
-    # -- called by other threads -------------------------------------------------------------
-
-    def interrupt(self) -> None:
-        """End the connection: at once when idle, after the request in flight otherwise."""
-        with self._state_lock:
-            self._closing = True
-            if not self._busy:
-                self._shutdown(socket.SHUT_RD)
-
-    def force_close(self) -> None:
-        """Break a request that outlived the shutdown grace period (its reads and sends fail)."""
-        with self._state_lock:
-            self._closing = True
-            self._shutdown(socket.SHUT_RDWR)
-
-    def _shutdown(self, how: int) -> None:
-        try:
-            self._sock.shutdown(how)
-        except OSError as exc:  # already disconnected: nothing left to wake
-            log.debug("shutdown of %s: %s", self.peer, exc)
-
     # -- the connection's own thread ---------------------------------------------------------
 
     def run(self) -> None:
         try:
-            self._serve()
+            self._serve(self._ctx.config.read_timeout_s, self._ctx.config.idle_timeout_s)
         except OSError as exc:
             log.debug("connection %s ended: %r", self.peer, exc)
         finally:
@@ -116,50 +88,6 @@ class Connection:
                                 self._ctx.config.ack_timeout_s + 1.0)
             self._sock.close()
             self._on_closed(self)
-
-    def _serve(self) -> None:
-        while True:
-            raw = self._read_header()
-            if raw is None:
-                return
-            with self._state_lock:
-                if self._closing:
-                    return
-                self._busy = True
-            try:
-                keep_open = self._serve_frame(raw)
-            finally:
-                with self._state_lock:
-                    self._busy = False
-                    closing = self._closing
-            if not keep_open or closing:
-                return
-
-    def _read_header(self) -> bytes | None:
-        """The next 12-byte request header; None when the client leaves or stays idle too long.
-
-        The socket's SO_RCVTIMEO is read_timeout_s, so an idle wait wakes up that often to
-        count towards idle_timeout_s.
-        """
-        config = self._ctx.config
-        view = memoryview(self._header_buf)
-        got = 0
-        idle_s = 0.0
-        while got < len(view):
-            try:
-                n = self._sock.recv_into(view[got:])
-            except BlockingIOError as exc:
-                if got:
-                    raise StalledPeerError(f"frame header from {self.peer} stalled") from exc
-                idle_s += config.read_timeout_s
-                if idle_s >= config.idle_timeout_s:
-                    log.info("closing idle connection %s", self.peer)
-                    return None
-                continue
-            if n == 0:
-                return None
-            got += n
-        return bytes(self._header_buf)
 
     def _serve_frame(self, raw: bytes) -> bool:
         """Answer one request; False when the connection must close afterwards."""
@@ -219,8 +147,9 @@ class Connection:
 
     def _defer(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
         config = self._ctx.config
-        # Never an unbounded hold of an appended produce (issue 20, finding 2): the replies
-        # ahead of it are each done within their ack wait and one send.
+        # Never an unbounded hold of an appended produce (it would be answered late or never,
+        # though replicated): the replies ahead of it are each done within their ack wait and
+        # one send.
         bound_s = config.ack_timeout_s + config.read_timeout_s
         if not self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX, bound_s):
             self._send_error(api, correlation_id, NotEnoughReplicasError(

@@ -9,7 +9,7 @@ import pytest
 from common.kaska.errors import NotEnoughReplicasError, OffsetOutOfRangeError
 from common.kaska.record_batch import encode_batch, iter_batches, iter_records
 from common.kaska.topic_name import OFFSETS_TOPIC
-from services.broker.offsets import (
+from services.broker.cluster.committed_offsets import (
     SNAPSHOT_FORMAT_VERSION,
     SNAPSHOT_GROUP,
     SNAPSHOT_TOPIC,
@@ -20,7 +20,7 @@ from services.broker.offsets import (
     encode_snapshot,
     is_snapshot_marker,
 )
-from services.broker.retention import RetentionThread
+from services.broker.cluster.retention import RetentionThread
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import Log
 

@@ -24,6 +24,10 @@ class DataNotifier:
                 cond = self._conditions[key] = threading.Condition()
             return cond
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def notify(self, topic: str, partition: int) -> None:
         cond = self._condition(topic, partition)
         with cond:

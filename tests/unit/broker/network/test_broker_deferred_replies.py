@@ -1,5 +1,6 @@
 """connection.py's deferred replies: the hold of an appended produce waiting for a free slot is
-bounded (issue 20, finding 2), and the produce is then answered with a retriable error."""
+bounded (an unbounded hold would leave a replicated batch unanswered), and the produce is then
+answered with a retriable error."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from types import SimpleNamespace
 
 from common.kaska.errors import NotEnoughReplicasError
 from common.kaska.protocol.frames import RESPONSE_HEADER, Api, decode_response_header
-from services.broker.connection import DEFERRED_REPLIES_MAX, Connection
 from services.broker.metrics import BrokerCounters
-from services.broker.reply import DeferredReply, Reply
+from services.broker.network.connection import DEFERRED_REPLIES_MAX, Connection
+from services.broker.network.reply import DeferredReply, Reply
 
 ACK_TIMEOUT_S = 0.2
 READ_TIMEOUT_S = 0.3

@@ -5,7 +5,7 @@ reusable buffer, never in the log, while it is on the wire."""
 
 import pytest
 
-from services.broker.body import ReceiveBuffer, RequestBody, SlowPeerError
+from services.broker.network.body import ReceiveBuffer, RequestBody, SlowPeerError
 
 
 class TricklingSocket:
