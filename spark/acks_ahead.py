@@ -23,14 +23,14 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from common.kaska.errors import KaskaError
-from common.kaska.range_reader import RangeReader
-from common.session_records import (
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     MalformedSessionRecordError,
     ResultsAcked,
     decode,
 )
+from common.kaska.errors import KaskaError
+from common.kaska.range_reader import RangeReader
 
 log = logging.getLogger("spark.service")
 

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import whole_array
+from common.flights.arrow_rows import whole_array
 from spark.airport_distances import AirportTable, airport_table, haversine_miles
 from spark.queries import (
     FLIGHT_COLUMNS,

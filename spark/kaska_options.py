@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from common.arrow_rows import ROW_ID
+from common.flights.arrow_rows import ROW_ID
 from common.kaska.range_reader import (
     FETCH_BYTES_MAX_DEFAULT,
     RETRY_DEADLINE_S_DEFAULT,

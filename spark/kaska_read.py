@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common.arrow_rows import ROW_ID, open_rows, read_rows
+from common.flights.arrow_rows import ROW_ID, open_rows, read_rows
 from common.kaska.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from common.kaska.range_reader import RangeReader, RangeRecord
 from common.kaska.record_batch import BatchHeader

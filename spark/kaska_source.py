@@ -76,8 +76,8 @@ its client id; the topic's suffix after its first "." for batches written withou
 `message_id` (long: the batch's sequence number) and `row_id` (long: the row's number in its
 file). (client_id, message_id, row_id) is unique per row, so a duplicate would show.
 
-Payload (the contract with the client, `common/arrow_rows.py`): each Kaska record is one Arrow
-IPC stream (schema + one record batch; plain, in one LZ4/Zstandard frame, or with compressed
+Payload (the contract with the client, `common/flights/arrow_rows.py`): each Kaska record is one
+Arrow IPC stream (schema + one record batch; plain, in one LZ4/Zstandard frame, or with compressed
 buffers) holding a slice of CSV rows
 with *all* their columns as strings plus `row_id`. Why: `read()` must hand Spark Arrow record
 batches (about 3x the rows/s of Python tuples on this machine), and an IPC payload becomes one

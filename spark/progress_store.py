@@ -17,9 +17,9 @@ import logging
 from pathlib import Path
 
 from common.checkpoint import CheckpointError, CheckpointStore
+from common.flights.session_records import SESSIONS_TOPIC
 from common.kaska import Consumer
 from common.kaska.errors import KaskaError
-from common.session_records import SESSIONS_TOPIC
 from spark.session_progress import SessionProgress
 
 # The service's one logger, as before the split: its log lines read the same.

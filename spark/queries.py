@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from common.result_csv import QUERY_HEADERS
+from common.flights.result_csv import QUERY_HEADERS
 from spark.csv_input import strip_byte_order_mark
 
 FLIGHT_COLUMNS = (

@@ -29,6 +29,15 @@ import threading
 import time
 
 from common.backoff import Backoff
+from common.flights.session_records import (
+    SESSIONS_TOPIC,
+    MalformedSessionRecordError,
+    ResultsAcked,
+    SessionEnded,
+    SessionStarted,
+    decode,
+    session_topics,
+)
 from common.kaska import Admin, Consumer, Message
 from common.kaska.errors import (
     InvalidTopicError,
@@ -41,15 +50,6 @@ from common.kaska.patience import BrokerRefusedError, StoppedWhileWaitingError, 
 from common.kaska.range_reader import RangeReader
 from common.kaska.retry import RetryPolicy
 from common.kaska.topic_name import validate_topic_name
-from common.session_records import (
-    SESSIONS_TOPIC,
-    MalformedSessionRecordError,
-    ResultsAcked,
-    SessionEnded,
-    SessionStarted,
-    decode,
-    session_topics,
-)
 from spark.acks_ahead import AcksAhead, read_acks_ahead
 from spark.folding.fold_store import SessionKeyCollisionError
 from spark.folding.service_fold import SessionNotRecoverableError

@@ -1,5 +1,5 @@
 """A query's result rows as text, a column at a time: an Arrow table of result rows -> each
-row's fields exactly as `common.result_csv.format_row` writes them value by value.
+row's fields exactly as `common.flights.result_csv.format_row` writes them value by value.
 
 Why: the session job used to take its result rows as pickled pyspark Rows and format each
 value in Python: ~1 s per 114k rows (Q2 of a 2M-row session; `spark.result_order` has the
@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import whole_array
-from common.result_csv import QUERY_HEADERS
+from common.flights.arrow_rows import whole_array
+from common.flights.result_csv import QUERY_HEADERS
 
 # Python's repr writes a double in fixed notation when its decimal exponent is in [-4, 16).
 REPR_FIXED_MIN, REPR_FIXED_BELOW = 1e-4, 1e16

@@ -44,8 +44,8 @@ CALL_SITE = f"arrow_tables at {__file__}"
 
 def sorted_result_rows(query: str, frame: DataFrame, input_rows: int
                        ) -> Iterator[tuple[str, ...]]:
-    """The query's formatted rows (as common.result_csv.format_row formats them), in the order
-    above."""
+    """The query's formatted rows (as common.flights.result_csv.format_row formats them), in the
+    order above."""
     # -0.0 sorts equal to 0.0 but prints apart: each double's text breaks such ties.
     texts = [F.col(name).cast("string") for name, kind in frame.dtypes if kind == "double"]
     partitions = max(1, -(-input_rows // INPUT_ROWS_PER_RESULT_RANGE))

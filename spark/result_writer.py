@@ -32,10 +32,16 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from common.backoff import Backoff
+from common.flights.session_records import (
+    QueryDone,
+    ResultRows,
+    encode,
+    record_bytes_max,
+    results_topic,
+)
 from common.kaska import Producer
 from common.kaska.errors import DuplicateSequenceError, KaskaStorageError
 from common.kaska.retry import RetryPolicy
-from common.session_records import QueryDone, ResultRows, encode, record_bytes_max, results_topic
 
 log = logging.getLogger(__name__)
 

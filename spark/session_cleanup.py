@@ -1,7 +1,7 @@
 """When a finished session's topics may be deleted: the query service's side of bounded disk.
 
 A client that holds every result file on disk appends `ResultsAcked{cid}` to `sessions`
-(common/session_records.py). The service then deletes `airports.<cid>`, `flights.<cid>` and
+(common/flights/session_records.py). The service then deletes `airports.<cid>`, `flights.<cid>` and
 `results.<cid>` once all of these hold:
 
 - the retention has passed: `retention_s` after the ack was written (the producer's timestamp

@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 
 from pyspark.util import inheritable_thread_target
 
-from common.kaska import Admin
-from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
-from common.kaska.topic_name import validate_topic_name
-from common.session_records import (
+from common.flights.session_records import (
     QUERIES,
     MalformedSessionRecordError,
     SessionEnded,
@@ -37,6 +34,9 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from common.kaska import Admin
+from common.kaska.errors import InvalidTopicError, TopicAlreadyExistsError
+from common.kaska.topic_name import validate_topic_name
 from spark.derived_queries import airport_coordinates, compute_all_derived
 from spark.kaska_source import SOURCE_NAME, offsets_json
 from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 UNKNOWN_AIRPORT = "unknown_airport"
 FLIGHT_FIELDS_TRANSFORM = "spark.flight_fields:derive"
 SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
-RESULTS_PARTITIONS = 1  # common/session_records.py: results.<cid> has one partition
+RESULTS_PARTITIONS = 1  # common/flights/session_records.py: results.<cid> has one partition
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.arrow_rows import MalformedRowsPayloadError, RowsPayloadTooLargeError
 from common.backoff import Backoff
-from common.session_records import SessionEnded
+from common.flights.arrow_rows import MalformedRowsPayloadError, RowsPayloadTooLargeError
+from common.flights.session_records import SessionEnded
 from spark.driver import JOB_ERRORS, first_line, stop_spark_quietly
 from spark.folding.service_fold import FoldInterruptedError, FoldNotCaughtUpError
 from spark.metrics import JobMetrics
@@ -50,9 +50,9 @@ class Finished:
     offset: int
 
 
-# Raised in a Spark Python worker (spark/kaska_source.py, common/arrow_rows.py) and carried to
-# the driver inside a PythonException's text: a rows payload that does not decode, or decodes
-# past its bound.
+# Raised in a Spark Python worker (spark/kaska_source.py, common/flights/arrow_rows.py) and
+# carried to the driver inside a PythonException's text: a rows payload that does not decode,
+# or decodes past its bound.
 MALFORMED_PAYLOAD_ERRORS = (MalformedRowsPayloadError.__name__,
                             RowsPayloadTooLargeError.__name__)
 

@@ -375,7 +375,7 @@ def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
 
 def run_duckdb(flights: Path, airports: Path) -> tuple[dict, dict[str, list[tuple]]]:
     """DuckDB's timings and counts (for the JSON line), and its result rows (for the gate)."""
-    from scripts.bench.duckdb_queries import duckdb_queries
+    from oracle.duckdb_queries import duckdb_queries
 
     run = duckdb_queries(flights, airports)
     seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),

@@ -27,10 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from common.arrow_rows import encode_rows, with_row_ids
-from common.kaska import Admin, Producer
-from common.kaska.errors import TopicAlreadyExistsError
-from common.session_records import (
+from common.flights.arrow_rows import encode_rows, with_row_ids
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     SessionEnded,
     SessionStarted,
@@ -39,6 +37,8 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from common.kaska import Admin, Producer
+from common.kaska.errors import TopicAlreadyExistsError
 
 SLICE_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from oracle.session_check import SessionData
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.verify.rounds import RoundError
-from tests.session_check import SessionData, prepare_session_data
+from scripts.verify.session_data import prepare_session_data
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import read_rows
+from common.flights.arrow_rows import read_rows
 from common.kaska.range_reader import RangeReader
 from spark.airport_distances import AirportCoordinates
 from spark.csv_input import BYTE_ORDER_MARK

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.result_csv import QUERY_HEADERS
+from common.flights.result_csv import QUERY_HEADERS
 from spark.flight_fields import (
     DURATION_MINUTES,
     ENDPOINTS_KNOWN,

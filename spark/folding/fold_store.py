@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.session_records import QUERIES, flights_topic
+from common.flights.session_records import QUERIES, flights_topic
 from spark.airport_distances import AirportCoordinates
 from spark.folding.batch_fold import BatchFold, Partial, fold_of
 from spark.folding.finish import mean_fare, q3_table, q4_table

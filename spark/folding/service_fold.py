@@ -19,15 +19,15 @@ from __future__ import annotations
 import logging
 import threading
 
-from common.kaska import Admin
-from common.kaska.errors import UnknownTopicOrPartitionError
-from common.kaska.range_reader import RangeReader
-from common.session_records import (
+from common.flights.session_records import (
     SessionEnded,
     SessionStarted,
     airports_topic,
     flights_topic,
 )
+from common.kaska import Admin
+from common.kaska.errors import UnknownTopicOrPartitionError
+from common.kaska.range_reader import RangeReader
 from spark.driver import JOB_ERRORS, first_line
 from spark.folding.airports import read_airports
 from spark.folding.fold_store import FinishReport, FoldStore

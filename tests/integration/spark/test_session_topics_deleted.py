@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from common.flights.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.topic_name import OFFSETS_TOPIC
-from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from services.broker.replication.placement import group_directory
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR

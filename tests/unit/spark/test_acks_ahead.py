@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.flights.session_records import ResultsAcked, SessionStarted, encode
 from common.kaska.errors import ConnectionLostError, OffsetOutOfRangeError
 from common.kaska.range_reader import RangeRecord
-from common.session_records import ResultsAcked, SessionStarted, encode
 from spark import session_workers as workers_module
 from spark.acks_ahead import AcksAhead, acks_in, read_acks_ahead
 from tests.unit.spark.test_query_service_cleanup import ack, make_service

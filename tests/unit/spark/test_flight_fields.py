@@ -10,11 +10,11 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from oracle import reference
 from spark.airport_distances import AirportCoordinates
 from spark.flight_fields import DERIVED_SCHEMA, derive, duration_minutes, parse_number
 from spark.queries import FLIGHT_COLUMNS
 from spark.route_id import AIRPORT_CODES, airport_code_number, route_of
-from tests import reference_queries as reference
 from tests.unit.spark.test_spark_query_expressions import DURATIONS, NUMBERS
 
 

@@ -7,7 +7,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from common.arrow_rows import MalformedRowsPayloadError, encode_rows, with_row_ids
+from common.flights.arrow_rows import MalformedRowsPayloadError, encode_rows, with_row_ids
 from common.kaska.record_batch import NO_PRODUCER, BatchHeader
 from spark.kaska_source import (
     BatchAssembler,

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from common.flights.session_records import ResultsAcked, SessionStarted, encode, session_topics
 from common.kaska.errors import ConnectionLostError, UnknownTopicOrPartitionError
-from common.session_records import ResultsAcked, SessionStarted, encode, session_topics
 from spark import session_workers as workers_module
 from spark.query_service import QueryService
 from spark.service import parse_args

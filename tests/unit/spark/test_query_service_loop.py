@@ -8,9 +8,9 @@ import threading
 import pytest
 from pyspark.errors import PythonException
 
+from common.flights.session_records import SessionEnded, SessionStarted, encode
 from common.kaska import Message
 from common.kaska.errors import ConnectionLostError
-from common.session_records import SessionEnded, SessionStarted, encode
 from spark import session_workers as workers_module
 from spark.progress_store import FileProgressStore
 from spark.query_service import QueryService
@@ -155,7 +155,7 @@ def test_a_malformed_payload_is_given_up_at_once_and_counted(service, jobs):
     store = MemoryStore()
     jobs.errors["c1"] = [PythonException(
         "An exception was thrown from the Python worker.\nTraceback ...\n"
-        "common.arrow_rows.RowsPayloadTooLargeError: rows payload decodes to more than "
+        "common.flights.arrow_rows.RowsPayloadTooLargeError: rows payload decodes to more than "
         "67108864 bytes")]
     jobs.release("c1")
     service.handle(message(0, encode(ended("c1"))))

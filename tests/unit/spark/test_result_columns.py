@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.result_csv import format_field, format_row
+from common.flights.result_csv import format_field, format_row
 from spark.result_columns import REPR_FIXED_BELOW, REPR_FIXED_MIN, double_texts, format_table
 
 EDGES = [0.0, -0.0, 1.0, -1.0, 123.0, 0.1, 248.6, 1e-4, -1e-4, 1e16, -1e16, 1e15, 1e-5,

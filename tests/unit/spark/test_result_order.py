@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import Row
 
-from common.result_csv import format_row
+from common.flights.result_csv import format_row
 from spark.result_order import arrow_tables, sorted_result_rows
 
 Q4_ROWS = [("ATL-BOS", 0.0, 2.5), ("ATL-BOS", -0.0, 2.5), ("JFK-LAX", 1e16, None),

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from common.flights.session_records import QueryDone, ResultRows, decode
 from common.kaska.errors import DuplicateSequenceError
-from common.session_records import QueryDone, ResultRows, decode
 from spark import result_writer
 from spark.result_writer import (
     QueryResultWriter,

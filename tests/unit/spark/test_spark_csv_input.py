@@ -6,10 +6,10 @@ import csv
 
 import pytest
 
+from oracle import reference
+from oracle.result_compare import assert_all_results
 from spark.csv_input import read_airports_csv, read_flights_csv
 from spark.queries import compute_all
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results
 from tests.unit.spark.spark_test_frames import collected
 
 HEADER = ["legId", "searchDate", "startingAirport", "destinationAirport", "travelDuration",

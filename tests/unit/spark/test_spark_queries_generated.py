@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from oracle import reference
+from oracle.result_compare import assert_all_results
 from scripts.datagen.generate import generate
 from spark.csv_input import read_airports_csv, read_flights_csv
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results
 from tests.unit.spark.spark_test_frames import collected, compute
 
 GENERATED_ROWS = 100_000

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from oracle import reference
+from oracle.result_compare import assert_all_results
 from spark.csv_input import read_airports_csv, read_flights_csv
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results
 from tests.unit.spark.spark_test_frames import collected, compute
 
 REAL_DATA = Path("/work/shared/data/real")

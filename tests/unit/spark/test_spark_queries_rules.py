@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
+from oracle import reference
+from oracle.result_compare import assert_all_results, assert_same_results
 from spark.queries import INVALID_KINDS, MissingColumnsError, compute_all
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results, assert_same_results
 from tests.unit.spark.spark_test_frames import collected, compute, string_frame
 
 AIRPORTS = [

@@ -6,8 +6,8 @@ import math
 
 from pyspark.sql import functions as F
 
+from oracle import reference
 from spark.queries import duration_minutes, parse_number, prepare_airports
-from tests import reference_queries as reference
 from tests.unit.spark.spark_test_frames import string_frame
 
 DURATIONS = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from oracle.reference import airport_coordinates, compute
 from spark.queries import INVALID_KINDS
 from spark.warm_up import WarmUpError, _check, sample_airports, sample_flights, warm_up
-from tests.reference_queries import airport_coordinates, compute
 
 SAMPLE_ROWS = 900
 

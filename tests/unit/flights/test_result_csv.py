@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from common.result_csv import QUERY_HEADERS, csv_lines, format_field, format_row
+from common.flights.result_csv import QUERY_HEADERS, csv_lines, format_field, format_row
 
 
 @pytest.mark.parametrize("number", [248.6, 0.1 + 0.2, 1e16, 5e-324, -0.0, 376.20882999999685])

@@ -1,22 +1,20 @@
-"""One client session's input and its judgement against the reference: generated data with lines
-the client's reader must reject, and every result file checked against tests/reference_queries
-(QUERIES.md read independently of the Spark code).
+"""One client session judged against the reference: its input with lines the client's reader
+must reject, and every result file checked against oracle/reference.py (QUERIES.md read
+independently of the Spark code) or oracle/duckdb_queries.py.
 
-Shared by the e2e tests (tests/e2e/conftest.py) and `python -m scripts.chaos_verify`, which
-imports it from the repository root.
+Used by `python -m scripts.chaos_verify` (scripts/verify/session_data.py generates the data and
+calls `reference_of` and `write_with_malformed_lines`) and by the e2e tests.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE, generate
-from tests.reference_queries import ReferenceResults, compute_files
-from tests.result_compare import QUERY_COLUMNS, result_differences
+from oracle.reference import ReferenceResults, compute_files
+from oracle.result_compare import QUERY_COLUMNS, result_differences
 
 # Lines the client's reader must reject before anything reaches the broker (the generator's
 # invalid rows are well-formed CSV that the queries reject; these are not even that).
@@ -27,8 +25,9 @@ PROBLEMS_SHOWN_MAX = 20
 
 @dataclass(frozen=True)
 class SessionData:
-    directory: Path  # holds FLIGHTS_FILE (with the malformed lines) and AIRPORTS_FILE
-    reference: ReferenceResults  # of the file without the malformed lines
+    directory: Path  # holds the flights file (with the malformed lines) and the airports file
+    reference: ReferenceResults  # of the flights without the malformed lines
+    flight_lines: int  # data lines of the flights file, the malformed ones included
 
     def of(self, client: str) -> SessionData:
         """Shared input: every client of a round runs this same data (scripts/verify/
@@ -36,44 +35,48 @@ class SessionData:
         return self
 
 
-# The reference computations of QUERIES.md: the plain-Python one (tests/reference_queries.py,
-# holds every valid row in memory: fine up to a few million rows) and DuckDB's
-# (scripts/bench/duckdb_queries.py, held to the Python one by tests/unit/scripts/bench/
-# test_bench_duckdb.py), for the full dataset's sizes.
+# The reference computations of QUERIES.md: the plain-Python one (oracle/reference.py, holds
+# every valid row in memory: fine up to a few million rows) and DuckDB's
+# (oracle/duckdb_queries.py, held to the Python one by tests/unit/oracle/test_duckdb_queries.py),
+# for the full dataset's sizes.
 REFERENCES = ("python", "duckdb")
 
 
-def prepare_session_data(clean: Path, dirty: Path, rows: int, seed: int,
-                         invalid_rate: float, reference: str = "python") -> SessionData:
-    """Generates `rows` rows into `clean`, computes their reference (`reference`: one of
-    REFERENCES), and writes into `dirty` the same files with UNDECODABLE_LINE and SHORT_LINE in
-    the middle of the flights, streaming (the full dataset's 7 GB never sit in memory)."""
+class UnknownReferenceError(ValueError):
+    """A reference computation other than those of REFERENCES was asked for."""
+
+
+def reference_of(flights: Path, airports: Path, reference: str = "python") -> ReferenceResults:
+    """The results QUERIES.md gives for these files, computed by `reference` (of REFERENCES)."""
     if reference not in REFERENCES:
-        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
-    generate(clean, rows=rows, seed=seed, invalid_rate=invalid_rate)
-    results = compute_files(clean / FLIGHTS_FILE, clean / AIRPORTS_FILE) \
-        if reference == "python" else _duckdb_reference(clean)
-    dirty.mkdir(parents=True, exist_ok=True)
-    middle = count_lines(clean / FLIGHTS_FILE) // 2
-    with open(clean / FLIGHTS_FILE, "rb") as source, \
-            open(dirty / FLIGHTS_FILE, "wb") as target:
-        for number, line in enumerate(source):
-            if number == middle:
-                target.write(UNDECODABLE_LINE + SHORT_LINE)
-            target.write(line)
-    shutil.copyfile(clean / AIRPORTS_FILE, dirty / AIRPORTS_FILE)
-    # Containers' clients run as the calling user; others (the image's user) only read.
-    dirty.chmod(0o755)
-    return SessionData(dirty, results)
+        raise UnknownReferenceError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    if reference == "python":
+        return compute_files(flights, airports)
+    return _duckdb_reference(flights, airports)
 
 
-def _duckdb_reference(clean: Path) -> ReferenceResults:
-    from scripts.bench.duckdb_queries import duckdb_queries  # duckdb: only when asked
+def _duckdb_reference(flights: Path, airports: Path) -> ReferenceResults:
+    from oracle.duckdb_queries import duckdb_queries  # duckdb: only when asked
 
-    run = duckdb_queries(clean / FLIGHTS_FILE, clean / AIRPORTS_FILE)
+    run = duckdb_queries(flights, airports)
     return ReferenceResults(**run.results, rows=run.rows, valid_rows=run.valid_rows,
                             invalid_counts=run.invalid_counts, q2_skipped=run.q2_skipped,
                             mean_fare=run.mean_fare)
+
+
+def write_with_malformed_lines(clean: Path, dirty: Path) -> int:
+    """Copies the flights file `clean` to `dirty` with UNDECODABLE_LINE and SHORT_LINE in the
+    middle, streaming (the full dataset's 7 GB never sit in memory); `dirty`'s data lines."""
+    middle = count_lines(clean) // 2
+    lines = 0
+    with open(clean, "rb") as source, open(dirty, "wb") as target:
+        for number, line in enumerate(source):
+            if number == middle:
+                target.write(UNDECODABLE_LINE + SHORT_LINE)
+                lines += 2
+            target.write(line)
+            lines += 1
+    return lines - 1  # the header is no data line
 
 
 def count_lines(path: Path, chunk_bytes: int = 1 << 20) -> int:
@@ -112,10 +115,10 @@ def session_problems(results_dir: Path, data: SessionData) -> list[str]:
     rejected = summary.get("rows_rejected", {}).get("flights", {})
     if rejected.get("undecodable_bytes", 0) < 1 or rejected.get("wrong_field_count", 0) < 2:
         problems.append(f"the malformed lines were not all rejected: {rejected}")
-    data_lines = count_lines(data.directory / FLIGHTS_FILE) - 1
     accounted = summary.get("rows_sent", {}).get("flights", 0) + sum(rejected.values())
-    if accounted != data_lines:
-        problems.append(f"{accounted} flight lines sent or rejected, the file has {data_lines}")
+    if accounted != data.flight_lines:
+        problems.append(f"{accounted} flight lines sent or rejected, "
+                        f"the file has {data.flight_lines}")
     return problems[:PROBLEMS_SHOWN_MAX] + (
         [f"... and {len(problems) - PROBLEMS_SHOWN_MAX} more"]
         if len(problems) > PROBLEMS_SHOWN_MAX else [])

@@ -1,13 +1,16 @@
-"""A plain-Python reading of /work/shared/QUERIES.md, for tests only: the yardstick Spark meets.
+"""A plain-Python reading of QUERIES.md (/work/shared/QUERIES.md): the yardstick Spark meets.
 
 Written from the contract's text, row by row, with the csv module and math: no Spark, no
-pandas. Where the contract is silent it takes the decisions listed in `spark/queries.py`'s
-docstring (plain decimal numbers; `P[nD][T[nH][nM][nS]]` durations with at most 9 digits per
-component, seconds floored to minutes; an airport needs a non-empty code and finite
-coordinates, a repeated code keeps its smallest (lat, lon); Q1's fare is the parsed float; Q3
-breaks remaining ties by stopovers, then travelDuration).
+pandas, nothing of the query service. Where the contract is silent it takes the decisions
+listed in `spark/rules/query_frames.py`'s docstring (plain decimal numbers;
+`P[nD][T[nH][nM][nS]]` durations with at most 9 digits per component, seconds floored to
+minutes; an airport needs a non-empty code and finite coordinates, a repeated code keeps its
+smallest (lat, lon); Q1's fare is the parsed float; Q3 breaks remaining ties by stopovers,
+then travelDuration).
 
-Rows are mappings from header name to text; None and "" both mean an empty field.
+Rows are mappings from header name to text; None and "" both mean an empty field. Holds every
+valid row in memory: fine up to a few million rows (oracle/duckdb_queries.py for more).
+Pure functions; thread-safe.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# QUERIES.md "Inputs": the columns read, found by header name.
+FLIGHT_COLUMNS = ("legId", "startingAirport", "destinationAirport", "travelDuration",
+                  "totalFare", "totalTravelDistance", "segmentsArrivalAirportCode")
+AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE = "Airport Code", "Latitude", "Longitude"
+AIRPORT_COLUMNS = (AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE)
 EARTH_RADIUS_MILES = 3958.8
 SEGMENT_SEPARATOR = "||"
 INVALID_KINDS = ("empty_leg_id", "bad_airport_code", "bad_duration", "bad_fare", "empty_segments")
@@ -93,9 +101,9 @@ def airport_coordinates(rows: Iterable[Row]) -> dict[str, tuple[float, float]]:
     """Code -> (lat, lon) in degrees, for every row with a code and two finite coordinates."""
     known: dict[str, tuple[float, float]] = {}
     for row in rows:
-        code = row.get("Airport Code") or ""
-        lat = parse_decimal(row.get("Latitude"))
-        lon = parse_decimal(row.get("Longitude"))
+        code = row.get(AIRPORT_CODE) or ""
+        lat = parse_decimal(row.get(AIRPORT_LATITUDE))
+        lon = parse_decimal(row.get(AIRPORT_LONGITUDE))
         if not code or lat is None or lon is None:
             continue
         known[code] = min(known.get(code, (lat, lon)), (lat, lon))

@@ -5,7 +5,7 @@ from dataclasses import asdict
 
 import pytest
 
-from common import session_records as sr
+from common.flights import session_records as sr
 
 RECORDS = [
     sr.SessionStarted(client_id="c1", partitions=4),

@@ -1,9 +1,11 @@
-"""Q1-Q4 of QUERIES.md computed by DuckDB in one process, the pipeline benchmark's baseline:
-the library of `python -m scripts.bench_duckdb` (scripts/bench_duckdb.py: its flags and output).
+"""Q1-Q4 of QUERIES.md computed by DuckDB in one process: the reference for inputs too large
+for oracle/reference.py, and the pipeline benchmark's baseline (`python -m scripts.bench_duckdb`,
+scripts/bench_duckdb.py: its flags and output). DuckDB is a dev/bench extra, not a runtime
+dependency: only this module of the oracle imports it.
 
 `duckdb_queries` is the whole computation. Every input column is read as text and every rule
-of QUERIES.md is written in SQL, with the decisions `spark/queries.py` documents for what the
-contract leaves open (and tests/reference_queries.py shares):
+of QUERIES.md is written in SQL, with the decisions oracle/reference.py takes where the
+contract leaves them open (and the query service shares):
 - numbers are plain decimal literals (`NUMBER_REGEX`), then DuckDB's cast to DOUBLE;
 - `travelDuration` is `P[nD][T[nH][nM][nS]]`, at least one component, each of at most 9
   digits; seconds count in whole minutes, floored;
@@ -26,11 +28,11 @@ from pathlib import Path
 
 import duckdb
 
-from common.result_csv import QUERY_HEADERS, csv_text, format_row
+from common.flights.result_csv import QUERY_HEADERS, csv_text, format_row
 
-# The columns, the validity rules' names and the earth's radius are the query service's own:
-# DuckDB answers the same queries over the same inputs.
-from spark.queries import AIRPORT_COLUMNS, EARTH_RADIUS_MILES, FLIGHT_COLUMNS, INVALID_KINDS
+# The columns, the validity rules' names and the earth's radius are the plain-Python
+# reference's: DuckDB answers the same queries over the same inputs.
+from oracle.reference import AIRPORT_COLUMNS, EARTH_RADIUS_MILES, FLIGHT_COLUMNS, INVALID_KINDS
 
 QUERIES = ("q1", "q2", "q3", "q4")
 

@@ -1,7 +1,8 @@
 """QUERIES.md's equality of query results: multisets of rows, numbers within 1e-9 relative.
 
-The one rule shared by the tests (tests/result_compare.py asserts with it), chaos-verify
-(through tests/session_check.py) and the pipeline benchmark's gate (result_gate.py). A row may
+The one rule shared by the tests (`assert_same_results`, `assert_all_results`), the session
+check (oracle/session_check.py, for chaos-verify and the e2e tests) and the pipeline benchmark's
+gate (scripts/bench/result_gate.py). A row may
 come as a pyspark Row, a tuple of Python values, or the text fields of a q*.csv line; numeric
 columns are read as floats, so every text that parses to a close enough double is equal
 ("1e2", "100.0", "100.00"); the other columns are compared as exact text (None reads as "").
@@ -11,23 +12,27 @@ sorted and merged, a pair matching when every number is within the tolerance. Th
 correctly whenever distinct numbers of one group differ by more than the tolerance (legId is
 not unique: one itinerary may appear with several fares).
 
-Pure functions; thread-safe. Raises ResultShapeError (common/result_csv.py) for a row whose
-field count is not its query's, ResultValueError for a numeric field that is not a number.
+Pure functions; thread-safe. Raises ResultShapeError (common/flights/result_csv.py) for a row
+whose field count is not its query's, ResultValueError for a numeric field that is not a number;
+the `assert_*` helpers raise ResultsDifferError (an AssertionError, so pytest reports a failed
+test, and raised explicitly, so `python -O` keeps it).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 
-from common.result_csv import QUERY_HEADERS, ResultShapeError
+from common.flights.result_csv import QUERY_HEADERS, ResultShapeError
 
 # QUERIES.md "Queries": the output columns, and which of them hold numbers.
 QUERY_COLUMNS: dict[str, tuple[str, ...]] = QUERY_HEADERS
 NUMERIC_COLUMNS = frozenset({"totalFare", "totalDistance", "avgFare", "maxFare"})
 RELATIVE_TOLERANCE = 1e-9
+problems_shown_max = 20
 
 TextKey = tuple[str, ...]
 Numbers = tuple[float, ...]
@@ -45,6 +50,11 @@ class ResultValueError(ValueError):
         self.query = query
         self.column = column
         self.value = value
+
+
+class ResultsDifferError(AssertionError):
+    """Two sets of query results are not equal as QUERIES.md defines it; the message lists the
+    first `problems_shown_max` differences."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,48 @@ def show_row(query: str, row: Sequence[object]) -> str:
     """`legId=...,route=...,totalFare=...` for messages."""
     return ",".join(f"{name}={value}" for name, value in zip(QUERY_COLUMNS[query], row,
                                                               strict=True))
+
+
+def result_differences(
+    query: str, actual: Iterable[Sequence[object]], expected: Iterable[Sequence[object]]
+) -> list[str]:
+    """Human-readable differences between two multisets of `query` rows; [] when they agree:
+    one line per row left unmatched, an actual row shown beside an expected one where both
+    sides left some."""
+    unmatched = unmatched_rows(query, actual, expected)
+    problems = []
+    for got, want in zip_longest(unmatched.actual, unmatched.expected):
+        got_text = show_row(query, got) if got is not None else "no such row"
+        want_text = show_row(query, want) if want is not None else "no such row"
+        problems.append(f"{query}: got {got_text}, expected {want_text}")
+    return problems
+
+
+def assert_same_results(
+    query: str, actual: Iterable[Sequence[object]], expected: Iterable[Sequence[object]]
+) -> None:
+    """Raises ResultsDifferError unless the two multisets of `query` rows are equal."""
+    problems = result_differences(query, actual, expected)
+    if problems:
+        shown = "\n".join(problems[:problems_shown_max])
+        raise ResultsDifferError(f"{len(problems)} differences in {query}:\n{shown}")
+
+
+def assert_all_results(
+    actual: Mapping[str, Iterable[Sequence[object]]],
+    expected: Mapping[str, Iterable[Sequence[object]]],
+) -> None:
+    """Every query of QUERY_COLUMNS, each a multiset comparison; raises ResultsDifferError
+    when a query is missing on either side or any of them differs."""
+    if not set(actual) == set(expected) == set(QUERY_COLUMNS):
+        raise ResultsDifferError(f"queries {sorted(actual)} against {sorted(expected)}, "
+                                 f"expected {sorted(QUERY_COLUMNS)}")
+    problems = []
+    for query in QUERY_COLUMNS:
+        problems += result_differences(query, actual[query], expected[query])
+    if problems:
+        shown = "\n".join(problems[:problems_shown_max])
+        raise ResultsDifferError(f"{len(problems)} differences:\n{shown}")
 
 
 def _group(query: str, columns: tuple[str, ...],

@@ -1,6 +1,6 @@
 """The text of q1.csv ... q4.csv (QUERIES.md "Queries"): header rows and CSV lines.
 
-Result values travel already formatted as text (ResultRows in common/session_records.py), so
+Result values travel already formatted as text (ResultRows in common/flights/session_records.py), so
 writing a file is: the query's header line, then one line per row. Lines are comma-separated,
 RFC-4180 quoted where a field holds a comma, a quote or a line break (the csv module's minimal
 quoting), and end in "\\n". A float is written as Python's `repr`, the shortest text that reads

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.result_compare import assert_all_results, assert_same_results, result_differences
+from oracle.result_compare import assert_all_results, assert_same_results, result_differences
 
 Q1 = [("a", "ATL-BOS", 100.0, "X||Y||Z"), ("a", "ATL-BOS", 200.0, "X||Y||Z"),
       ("b", "BOS-ATL", 1.5, "P||Q||R")]

@@ -4,7 +4,7 @@ Two inputs: a generated dataset with malformed rows of every kind the generator 
 hand-written pair of files holding the edge cases of the CSV layouts and of each rule of
 QUERIES.md (quoting, line breaks inside quoted fields, short and long rows, number and
 duration syntax, unknown and duplicate airports, the airports file's BOM, `\\N` and CRLF).
-Results are compared as multisets with tests/result_compare.py (1e-9 relative on numbers).
+Results are compared as multisets with oracle/result_compare.py (1e-9 relative on numbers).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from common.result_csv import QUERY_HEADERS
-from scripts import bench_duckdb
-from scripts.bench.duckdb_queries import (
+from common.flights.result_csv import QUERY_HEADERS
+from oracle import reference
+from oracle.duckdb_queries import (
     INVALID_KINDS,
     ArgumentError,
     MissingColumnsError,
     MissingInputFileError,
     duckdb_queries,
 )
+from oracle.result_compare import assert_all_results, assert_same_results
+from scripts import bench_duckdb
 from scripts.datagen.generate import generate
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results, assert_same_results
 
 GENERATED_ROWS = 20_000
 INVALID_RATE = 0.05

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from common.arrow_rows import (
+from common.flights.arrow_rows import (
     BUFFERS_BYTES_MIN,
     DECODED_BYTES_MAX_DEFAULT,
     FRAME_MAGIC,

@@ -1,12 +1,19 @@
-"""The session check's input (tests/session_check.py): malformed lines streamed into the middle
-of the flights, lines counted in chunks as `splitlines` counts them, and the DuckDB reference
-equal to the plain-Python one it stands in for at the full dataset's sizes."""
+"""The session check's input (oracle/session_check.py, scripts/verify/session_data.py):
+malformed lines streamed into the middle of the flights and counted, lines counted in chunks
+as `splitlines` counts them, and the DuckDB reference equal to the plain-Python one it stands
+in for at the full dataset's sizes."""
 
 import pytest
 
+from oracle.result_compare import result_differences
+from oracle.session_check import (
+    SHORT_LINE,
+    UNDECODABLE_LINE,
+    UnknownReferenceError,
+    count_lines,
+)
 from scripts.datagen.generate import FLIGHTS_FILE
-from tests.result_compare import result_differences
-from tests.session_check import SHORT_LINE, UNDECODABLE_LINE, count_lines, prepare_session_data
+from scripts.verify.session_data import prepare_session_data
 
 
 @pytest.mark.parametrize("text", [b"", b"a", b"a\n", b"a\nb", b"a\nb\n", b"\n\n", b"h\n" * 10])
@@ -24,6 +31,7 @@ def test_the_malformed_lines_land_in_the_middle_and_nothing_else_changes(tmp_pat
     dirty = (data.directory / FLIGHTS_FILE).read_bytes().splitlines(keepends=True)
     middle = len(clean) // 2
     assert dirty == clean[:middle] + [UNDECODABLE_LINE, SHORT_LINE] + clean[middle:]
+    assert data.flight_lines == len(dirty) - 1
 
 
 def test_the_duckdb_reference_equals_the_python_one(tmp_path):
@@ -38,6 +46,6 @@ def test_the_duckdb_reference_equals_the_python_one(tmp_path):
 
 
 def test_an_unknown_reference_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="reference must be one of"):
+    with pytest.raises(UnknownReferenceError, match="reference must be one of"):
         prepare_session_data(tmp_path / "c", tmp_path / "d", rows=5, seed=1, invalid_rate=0.0,
                              reference="sqlite")
