@@ -9,7 +9,7 @@
                  rows_rejected: {kind: n}}
     ResultsAcked{client_id, rows_per_query: {query: n}}
                                the client saved every result file durably: the session's
-                               topics (`session_topics`) may go (spark/session_cleanup.py)
+                               topics (`session_topics`) may go (spark/service/session_cleanup.py)
 `results.<client_id>` topic (1 partition), written by the query service, read by the client:
     ResultRows{query, first_row, rows: [[field, ...], ...]}   a slice of one query's CSV rows
     QueryDone{query, rows, invalid: {kind: n}}                  the query's last record

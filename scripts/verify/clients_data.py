@@ -1,5 +1,5 @@
-"""Each client its own input, for a chaos round of several Compose clients (issue 24: many
-clients at once, each with its own data, different sizes, malformed rows).
+"""Each client its own input, for a chaos round of several Compose clients (many clients at
+once, each with its own data, different sizes, malformed rows).
 
 `OwnData` is what `run_round` judges the clients with when each has its own data: the directory
 the deployment mounts as /data, and per client its `SessionData` (files and reference). The

@@ -37,11 +37,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from spark.airport_distances import AirportCoordinates
-from spark.flight_fields import derive
 from spark.folding.batch_fold import SESSION, Partial, partial_of
 from spark.folding.session_files import SessionFiles, client_of_topic
-from spark.kaska_gate import TopicAdmission
+from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.flight_fields import derive
+from spark.source.kaska_gate import TopicAdmission
 
 ROWS, VALID_ROWS, Q2_SKIPPED, INVALID, Q4, DETAILS = (
     "rows", "valid_rows", "q2_skipped", "invalid", "q4", "details")

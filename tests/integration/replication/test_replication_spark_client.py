@@ -43,7 +43,7 @@ from common.kaska import Consumer
 from oracle.reference import compute_files
 from oracle.result_compare import assert_same_results
 from scripts.datagen.generate import generate
-from spark.kaska_source import SOURCE_NAME, offsets_json
+from spark.source.kaska_source import SOURCE_NAME, offsets_json
 from tests.integration.client.fake_query_service import FakeQueryService, read_data_topic
 from tests.integration.replication.workload import check_replicas_identical
 from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
@@ -80,7 +80,7 @@ def spark():
     created it: the Spark tests' session fixture may share it)."""
     from pyspark.sql import SparkSession
 
-    from spark.kaska_source import register
+    from spark.source.kaska_source import register
 
     existing = SparkSession.getActiveSession()
     session = local_spark_session("flights-optimizer-replication-tests")

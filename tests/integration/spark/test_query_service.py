@@ -24,8 +24,8 @@ from oracle import reference
 from oracle.result_compare import assert_all_results
 from scripts.bench.queries import ensure_topic, produce_session
 from scripts.datagen.generate import generate
-from spark.query_service import CONSUMER_GROUP
-from spark.session_job import UNKNOWN_AIRPORT
+from spark.service.query_service import CONSUMER_GROUP
+from spark.service.session_job import UNKNOWN_AIRPORT
 from tests.integration.broker.broker_process import CLIENT_OPTIONS, BrokerProcess
 from tests.integration.spark.service_process import ServiceProcess, topic_records
 
