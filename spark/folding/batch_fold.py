@@ -80,7 +80,7 @@ class BatchFold:
 
 
 def partial_of(derived: pa.Table) -> Partial:
-    """The partial of rows in spark/flight_fields.DERIVED_SCHEMA."""
+    """The partial of rows in spark/rules/flight_fields.DERIVED_SCHEMA."""
     kinds = derived[INVALID_KIND]
     valid = derived.filter(pc.is_null(kinds))
     counted = pc.value_counts(kinds.drop_null()).to_pylist()

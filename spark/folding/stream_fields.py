@@ -7,7 +7,7 @@
   offsets of its SessionEnded once those are known (`ended.json`), and no more once the
   session is finished. Every other topic is never read.
 - `fold_rows(table, argument)` (the source's `arrowTransform`, in the Python workers): the
-  rows' query fields (spark/flight_fields.derive, given the session's airports) folded into a
+  rows' query fields (spark/rules/flight_fields.derive, given the session's airports) folded into a
   `batch_fold.Partial` (counts, Q4's (route, fare, n), the Q1 and Q2 rows), handed to Spark as
   ONE row (PARTIAL_SCHEMA; the tables as Arrow IPC bytes). `argument` is the JSON
   {"state_dir": ..., "topic": "{topic}"}; the source puts each input partition's topic in
