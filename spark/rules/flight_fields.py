@@ -39,7 +39,11 @@ import pyarrow.compute as pc
 from common.flights.arrow_rows import whole_array
 from spark.rules.airport_distances import AirportTable, airport_table, haversine_miles
 from spark.rules.contract import (
+    DURATION_MINUTES,
+    ENDPOINTS_KNOWN,
+    FARE,
     FLIGHT_COLUMNS,
+    INVALID_KIND,
     INVALID_KINDS,
     MINUTES_PER_DAY,
     MINUTES_PER_HOUR,
@@ -47,13 +51,13 @@ from spark.rules.contract import (
     Q2_DETOUR_FACTOR,
     SECONDS_PER_MINUTE,
     SEGMENT_SEPARATOR,
+    STOPOVERS,
+    TOTAL_DISTANCE,
     duration_component_digits_max,
 )
 from spark.rules.route_id import AIRPORT_CODES, airport_codes
 
-INVALID_KIND, ROUTE_ID, FARE, ENDPOINTS_KNOWN = ("invalid_kind", "route_id", "totalFare",
-                                                 "endpoints_known")
-DURATION_MINUTES, STOPOVERS, TOTAL_DISTANCE = "duration_minutes", "stopovers", "totalDistance"
+ROUTE_ID = "route_id"  # the route as one integer (spark/rules/route_id.py)
 DERIVED_SCHEMA = pa.schema([
     (INVALID_KIND, pa.string()),  # null when valid; the columns below are null when invalid
     (ROUTE_ID, pa.int64()),
