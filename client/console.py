@@ -10,8 +10,8 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
-from common.result_csv import QUERY_HEADERS, csv_line
-from common.session_records import QueryDone
+from common.flights.result_csv import QUERY_HEADERS, csv_line
+from common.flights.session_records import QueryDone
 
 ROWS_SHOWN_MAX_DEFAULT = 5
 

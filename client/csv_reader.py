@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from common.arrow_rows import ROW_ID, with_row_ids
+from common.flights.arrow_rows import ROW_ID, with_row_ids
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The files a finished session leaves in its results directory.
 
-    q1.csv ... q4.csv   exactly QUERIES.md's formats (common/result_csv.py): header, then the
-                        rows in row-number order as the query service numbered them
+    q1.csv ... q4.csv   exactly QUERIES.md's formats (common/flights/result_csv.py): header,
+                        then the rows in row-number order as the query service numbered them
     summary.json        what happened, for machines and people (see `Summary`)
     report.html         one page: the summary, Q4's average and maximum fare per route, and
                         the stopover distribution of the Q1 itineraries, as inline SVG
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TextIO
 
 from client.charts import Series, bar_chart
-from common.result_csv import LINE_END, QUERY_HEADERS
-from common.session_records import QUERIES
+from common.flights.result_csv import LINE_END, QUERY_HEADERS
+from common.flights.session_records import QUERIES
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
@@ -85,7 +85,7 @@ class QueryFiles:
         self.add(query, [list(QUERY_HEADERS[query])])
 
     def add(self, query: str, rows: list[list[str]]) -> None:
-        # The writer settings of common.result_csv.csv_text: the same bytes.
+        # The writer settings of common.flights.result_csv.csv_text: the same bytes.
         csv.writer(self._files[query], lineterminator=LINE_END).writerows(rows)
 
     def finish(self, query: str) -> None:

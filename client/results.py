@@ -1,12 +1,12 @@
 """Receiving a session's results: follow `results.<cid>` until Q1-Q4 are complete, once each.
 
 The query service writes, per query, ResultRows slices (rows numbered from 0 by `first_row`)
-and then one QueryDone{rows} (common/session_records.py). A re-run of the service may write a
-slice or a QueryDone again; `ResultTable` keeps the first copy of each (query, row number) and
-counts the others as duplicates (the topic is this client's alone, so the client id is implicit
-in the key). A query is complete when its QueryDone arrived and rows 0 .. rows-1 all did; a row
-number below 0 or at or beyond QueryDone.rows, or a row whose field count is not its query's
-column count, raises `InconsistentResultsError`.
+and then one QueryDone{rows} (common/flights/session_records.py). A re-run of the service may
+write a slice or a QueryDone again; `ResultTable` keeps the first copy of each (query, row
+number) and counts the others as duplicates (the topic is this client's alone, so the client id
+is implicit in the key). A query is complete when its QueryDone arrived and rows 0 .. rows-1
+all did; a row number below 0 or at or beyond QueryDone.rows, or a row whose field count is
+not its query's column count, raises `InconsistentResultsError`.
 
 `ResultTable` holds no query's rows: it passes each query's rows on to its sinks
 (`ResultSink`: the result files, the report's charts) in row-number order, each row once, as
@@ -33,10 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from common.kaska import Consumer
-from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
-from common.result_csv import QUERY_HEADERS
-from common.session_records import (
+from common.flights.result_csv import QUERY_HEADERS
+from common.flights.session_records import (
     QUERIES,
     MalformedSessionRecordError,
     QueryDone,
@@ -44,6 +42,8 @@ from common.session_records import (
     decode,
     results_topic,
 )
+from common.kaska import Consumer
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 
 log = logging.getLogger(__name__)
 

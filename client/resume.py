@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.checkpoint import CheckpointError, CheckpointStore
-from common.session_records import SessionEnded
+from common.flights.session_records import SessionEnded
 
 log = logging.getLogger(__name__)
 

@@ -80,9 +80,9 @@ from client.session import SessionControl, SessionError, data_topics
 from client.upload_window import POLL_INTERVAL_S_DEFAULT, WINDOW_BYTES_DEFAULT, UploadWindow
 from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
 from common.checkpoint import CheckpointError
+from common.flights.session_records import QUERIES, SessionEnded, airports_topic, flights_topic
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, BrokerWaitError, StoppedWhileWaitingError
-from common.session_records import QUERIES, SessionEnded, airports_topic, flights_topic
 
 log = logging.getLogger(__name__)
 

@@ -32,14 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from common.kaska import Admin, Consumer, Producer
-from common.kaska.errors import (
-    DuplicateSequenceError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
-from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
-from common.session_records import (
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     ResultsAcked,
     SessionEnded,
@@ -49,6 +42,13 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from common.kaska import Admin, Consumer, Producer
+from common.kaska.errors import (
+    DuplicateSequenceError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 
 log = logging.getLogger(__name__)
 

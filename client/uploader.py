@@ -13,9 +13,9 @@ sequence, so the broker stores every message once whatever is re-sent:
 Pipeline (why: a produce with acks=all waits for a majority of brokers, so one message at a
 time leaves the machine idle between round trips): the reader's slices go to a sender thread
 per partition (at most `senders_max`, partition p going to sender p % senders), up to
-`SENDER_QUEUE_DEPTH` waiting each; a sender encodes its slice (`common.arrow_rows`: Arrow and
-the codec release the GIL, so senders encode in parallel) and sends its partitions' messages in
-sequence order, one at a time, as the broker's dedup table requires. So up to `senders`
+`SENDER_QUEUE_DEPTH` waiting each; a sender encodes its slice (`common.flights.arrow_rows`:
+Arrow and the codec release the GIL, so senders encode in parallel) and sends its partitions'
+messages in sequence order, one at a time, as the broker's dedup table requires. So up to `senders`
 batches are in flight, each partition's sequence stays dense and ordered, and
 acknowledgements arrive out of message-id order across partitions. `on_ack` is still called
 with the acknowledged *prefix* of the file (every message below it acknowledged), in order:
@@ -54,7 +54,7 @@ import pyarrow as pa
 from client.csv_reader import CsvSliceReader
 from client.message_ids import Placement, place
 from client.upload_window import UploadInterruptedError, UploadWindow
-from common.arrow_rows import COMPRESSION_DEFAULT, encode_rows
+from common.flights.arrow_rows import COMPRESSION_DEFAULT, encode_rows
 from common.kaska.errors import DuplicateSequenceError
 from common.kaska.patience import STALL_TIMEOUT_S_DEFAULT, persist
 from common.kaska.producer import UNKNOWN_OFFSET

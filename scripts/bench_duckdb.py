@@ -5,10 +5,10 @@
 reads DIR/itineraries.csv and DIR/airports.csv, runs load + Q1-Q4 K times (each in a fresh
 in-memory database) and prints one JSON line: the median seconds (load, queries, total), the
 row counts, the result rows per query and the invalid rows per kind. With --out, every run
-also writes q1.csv ... q4.csv there (common/result_csv.py's format).
+also writes q1.csv ... q4.csv there (common/flights/result_csv.py's format).
 
 The computation, and the decisions it makes where QUERIES.md leaves them open:
-scripts/bench/duckdb_queries.py.
+oracle/duckdb_queries.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from scripts.bench.duckdb_queries import DEFAULT_REPEATS, DEFAULT_THREADS, duckdb_queries, summary
+from oracle.duckdb_queries import DEFAULT_REPEATS, DEFAULT_THREADS, duckdb_queries, summary
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 
 

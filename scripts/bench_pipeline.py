@@ -17,8 +17,8 @@ On one machine, one after the other (so each has the machine to itself):
    results). The platform's processes (brokers, query service with its JVM and Python
    workers, checkers): CPU seconds per session and peak RSS at the end.
 2. **spark-csv**: a fresh Spark application (`local[2]` unless `--master`), started in a child
-   process, reads both CSV files and computes Q1-Q4 with `spark.queries` (every row collected
-   and formatted, as the service does): its start and its first queries, timed apart.
+   process, reads both CSV files and computes Q1-Q4 with `scripts.bench.spark_csv` (every row
+   collected and formatted, as the service does): its start and its first queries, timed apart.
 3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
 The correctness gate (scripts/bench/result_gate.py): every session's q1.csv ... q4.csv must
 equal DuckDB's results as multisets of rows (numbers within QUERIES.md's 1e-9 relative), and

@@ -14,7 +14,7 @@ on the same data, or with `--own-data` on data of its own, every one judged), th
 injects a fault every `--interval-s` (a pause with probability `--pause-ratio`) until the
 session ends (at most
 `--chaos-duration-s`), then it waits up to `--heal-wait-s` for the last faults to heal, checks
-q1.csv ... q4.csv against the reference computation of QUERIES.md (tests/reference_queries.py,
+q1.csv ... q4.csv against the reference computation of QUERIES.md (oracle/reference.py,
 not the Spark code) and matches every fault with its heal (heal.py: kill -> running again =
 the next start of that service; -> serving again = the first heartbeat of the new instance,
 or the first answered probe of a Spark daemon, in any health checker's log).
@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from oracle.session_check import REFERENCES
 from scripts.deploy import compose_file as compose_file_module
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT, DeploymentShape
 from scripts.faults.victims import PICKERS
@@ -45,8 +46,8 @@ from scripts.verify.rounds import (
     ChaosVerifyConfigError,
     RoundOptions,
 )
+from scripts.verify.session_data import prepare_session_data
 from scripts.verify.table import kind_table, round_table
-from tests.session_check import REFERENCES, prepare_session_data
 
 ROUNDS_MAX = 1000
 ROWS_DEFAULT = 50_000

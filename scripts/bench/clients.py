@@ -120,7 +120,7 @@ def together_figures(runs: list[ClientRun]) -> dict:
 
 def check_exact(runs: list[ClientRun], inputs: dict[str, InputFiles]) -> None:
     """Every client's results against DuckDB's on its own input (BenchError on a difference)."""
-    from scripts.bench.duckdb_queries import duckdb_queries
+    from oracle.duckdb_queries import duckdb_queries
 
     for run in runs:
         reference = duckdb_queries(inputs[run.name].flights, inputs[run.name].airports).results

@@ -330,9 +330,9 @@ def spark_csv_child(flights: Path, airports: Path, master: str) -> dict:
     started = time.monotonic()
     from pyspark.sql import SparkSession
 
-    from spark.csv_input import read_airports_csv, read_flights_csv
-    from spark.queries import SESSION_CONFIG, compute_all
-    from spark.result_columns import format_table
+    from scripts.bench.spark_csv import compute_all, read_airports_csv, read_flights_csv
+    from spark.rules.query_frames import SESSION_CONFIG
+    from spark.rules.result_columns import format_table
 
     spark = (SparkSession.builder.master(master).appName("bench-pipeline-csv")
              .config("spark.ui.enabled", "false")
@@ -349,7 +349,7 @@ def spark_csv_child(flights: Path, airports: Path, master: str) -> dict:
     results = compute_all(read_flights_csv(spark, str(flights)),
                           read_airports_csv(spark, str(airports)))
     # Collected as Arrow and formatted a column at a time, as the service formats its rows
-    # (spark/result_order.py), in one piece: nothing here bounds the driver's memory.
+    # (spark/rules/result_order.py), in one piece: nothing here bounds the driver's memory.
     counts = {query: len(format_table(query, frame.toArrow()))
               for query, frame in results.frames().items()}
     results.release()
@@ -375,7 +375,7 @@ def run_spark_csv(flights: Path, airports: Path, master: str) -> dict:
 
 def run_duckdb(flights: Path, airports: Path) -> tuple[dict, dict[str, list[tuple]]]:
     """DuckDB's timings and counts (for the JSON line), and its result rows (for the gate)."""
-    from scripts.bench.duckdb_queries import duckdb_queries
+    from oracle.duckdb_queries import duckdb_queries
 
     run = duckdb_queries(flights, airports)
     seconds = {"load": round(run.load_seconds, 2), "queries": round(run.query_seconds, 2),

@@ -27,10 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from common.arrow_rows import encode_rows, with_row_ids
-from common.kaska import Admin, Producer
-from common.kaska.errors import TopicAlreadyExistsError
-from common.session_records import (
+from common.flights.arrow_rows import encode_rows, with_row_ids
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     SessionEnded,
     SessionStarted,
@@ -39,6 +37,8 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from common.kaska import Admin, Producer
+from common.kaska.errors import TopicAlreadyExistsError
 
 SLICE_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
@@ -192,7 +192,7 @@ class BrokerChild:
 def spark_session(master: str):
     from pyspark.sql import SparkSession
 
-    from spark.kaska_source import register
+    from spark.source.kaska_source import register
 
     session = (SparkSession.builder.master(master).appName("bench-queries")
                .config("spark.ui.enabled", "false")
@@ -209,7 +209,7 @@ def spark_session(master: str):
 
 def run_queries(flights, airports) -> dict[str, int]:
     """The four queries fully evaluated (rows collected, as the service does); row counts."""
-    from spark.queries import compute_all
+    from scripts.bench.spark_csv import compute_all
 
     results = compute_all(flights, airports)
     try:
@@ -221,13 +221,13 @@ def run_queries(flights, airports) -> dict[str, int]:
 
 
 def csv_frames(spark, flights_path: Path, airports_path: Path):
-    from spark.csv_input import read_airports_csv, read_flights_csv
+    from scripts.bench.spark_csv import read_airports_csv, read_flights_csv
 
     return read_flights_csv(spark, str(flights_path)), read_airports_csv(spark, str(airports_path))
 
 
 def kaska_frames(spark, brokers: str, ended: SessionEnded):
-    from spark.queries import AIRPORT_COLUMNS, FLIGHT_COLUMNS
+    from spark.rules.contract import AIRPORT_COLUMNS, FLIGHT_COLUMNS
 
     return tuple(kaska_frame(spark, brokers, topic, ended.end_offsets[topic], columns)
                  for topic, columns in ((flights_topic(ended.client_id), FLIGHT_COLUMNS),
@@ -235,7 +235,7 @@ def kaska_frames(spark, brokers: str, ended: SessionEnded):
 
 
 def kaska_frame(spark, brokers: str, topic: str, ends: list[int], columns):
-    from spark.kaska_source import SOURCE_NAME, offsets_json
+    from spark.source.kaska_source import SOURCE_NAME, offsets_json
 
     return (spark.read.format(SOURCE_NAME).option("brokers", brokers).option("topic", topic)
             .option("startingOffsets", offsets_json(topic, [0] * len(ends)))

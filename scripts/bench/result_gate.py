@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.result_csv import QUERY_HEADERS, ResultShapeError
+from common.flights.result_csv import QUERY_HEADERS, ResultShapeError
+from oracle.result_compare import ResultValueError, Unmatched, show_row, unmatched_rows
 from scripts.bench.errors import BenchError
-from scripts.bench.result_compare import ResultValueError, Unmatched, show_row, unmatched_rows
 
 QUERIES = tuple(QUERY_HEADERS)
 ROWS_SHOWN_MAX = 5  # per side and query in the error message

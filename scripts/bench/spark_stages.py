@@ -1,8 +1,8 @@
 """Where the query service's JVM spends a session: Spark's own per-stage CPU, from its UI's REST
 API (`/api/v1`), for the benchmark's profile (py-spy samples only the Python processes).
 
-A session's jobs carry the job group `session-<client id>` (spark/session_job.py); each job's
-stages report `executorCpuTime` (ns: the tasks' CPU, the JVM's share of the work: reading the
+A session's jobs carry the job group `session-<client id>` (spark/service/session_job.py); each
+job's stages report `executorCpuTime` (ns: the tasks' CPU, the JVM's share of the work: reading the
 Python workers' Arrow batches into rows, expressions, joins, the cache, shuffles) and
 `executorRunTime` (ms: the tasks' wall time, including waiting for the Python workers). Stages
 are grouped by their name, which is the Python call site that started the job

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.flights.session_records import SESSIONS_TOPIC
 from common.kaska import Admin
 from common.kaska.errors import KaskaError, TopicAlreadyExistsError
 from common.kaska.retry import RetryPolicy
-from common.session_records import SESSIONS_TOPIC
 from scripts.launcher.errors import RunLocalError
 from scripts.launcher.layout import RunLayout, broker_name
 

@@ -9,9 +9,11 @@ The parts:
     compose_round  the round driver of a Compose deployment
     local_round    the round driver of run_local's processes
     campaign       a run's rounds one after the other on one target (RoundTarget, run_rounds)
+    session_data   a session's input (generated, with malformed lines) and its reference
+    clients_data   each client its own input, for rounds of several clients
 
 The command line is scripts/chaos_verify.py.
 
-It imports the tests' reference (tests/reference_queries.py via tests/session_check.py), so it
-runs from the repository root, as every `python -m scripts...` does.
+Sessions are judged by the oracle (oracle/session_check.py over oracle/reference.py); their
+input comes from session_data (generated data with malformed lines).
 """

@@ -16,10 +16,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from oracle.session_check import SessionData
 from scripts.deploy.compose_file import DEV_FILE, IMAGE_DEFAULT
 from scripts.verify.rounds import RoundDriver, RoundInput, RoundOptions, RoundResult, run_round
 from scripts.verify.table import fault_lines
-from tests.session_check import SessionData
 
 DIAGNOSTIC_TAIL_LINES = 40
 

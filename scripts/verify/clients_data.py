@@ -1,5 +1,5 @@
-"""Each client its own input, for a chaos round of several Compose clients (issue 24: many
-clients at once, each with its own data, different sizes, malformed rows).
+"""Each client its own input, for a chaos round of several Compose clients (many clients at
+once, each with its own data, different sizes, malformed rows).
 
 `OwnData` is what `run_round` judges the clients with when each has its own data: the directory
 the deployment mounts as /data, and per client its `SessionData` (files and reference). The
@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from oracle.session_check import SessionData
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.verify.rounds import RoundError
-from tests.session_check import SessionData, prepare_session_data
+from scripts.verify.session_data import prepare_session_data
 
 
 @dataclass(frozen=True)

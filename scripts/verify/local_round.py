@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from healthchecker.local_registry import LocalServiceRegistry, RegistryError
+from oracle.session_check import SessionData
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE
 from scripts.faults import backends
 from scripts.faults.checker_logs import (
@@ -27,7 +28,6 @@ from scripts.launcher.sample_data import InputFiles
 from scripts.launcher.sessions import ClientRun, ClientSettings, client_argv, client_outcome
 from scripts.verify.heal import Sighting, Start
 from scripts.verify.rounds import RoundError
-from tests.session_check import SessionData
 
 CLIENT = "client-1"
 MASTER_DEFAULT = "local[2]"

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from oracle.session_check import SessionData, session_problems
 from scripts.faults.backends import Backend, KillError
 from scripts.faults.chaos import ChaosThread, Fault, chaos_config_error
 from scripts.faults.victims import PICKERS
 from scripts.verify.heal import Heal, Sighting, Start, heal_records
-from tests.session_check import SessionData, session_problems
 
 POLL_S = 1.0
 CHAOS_JOIN_SLACK_S = 30.0  # a fault in flight when the loop is told to stop (docker calls)
@@ -65,7 +65,7 @@ class RoundOptions:
 
 
 class RoundInput(Protocol):
-    """What the clients of a round read: one SessionData for all (tests/session_check.py), or
+    """What the clients of a round read: one SessionData for all (oracle/session_check.py), or
     each its own (clients_data.OwnData)."""
 
     directory: Path  # what the deployment reads its input from

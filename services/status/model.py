@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from common.session_records import airports_topic, flights_topic
+from common.flights.session_records import airports_topic, flights_topic
 from services.status.brokers import BrokerReport, GroupHealth
 from services.status.checkers import CheckerStatus
 from services.status.sessions import SessionProgress

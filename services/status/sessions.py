@@ -1,5 +1,5 @@
 """Session progress, read from the `sessions` topic and each session's `results.<cid>` topic
-(common/session_records.py says what the clients and the query service write there).
+(common/flights/session_records.py says what the clients and the query service write there).
 
 Read-only: exact offset ranges with `RangeReader`, which belongs to no consumer group, so
 nothing is ever committed in anyone's name. Incremental: each poll reads only the records
@@ -29,9 +29,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from common.kaska.errors import KaskaError
-from common.kaska.range_reader import RangeReader
-from common.session_records import (
+from common.flights.session_records import (
     QUERIES,
     SESSIONS_TOPIC,
     MalformedSessionRecordError,
@@ -43,6 +41,8 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
+from common.kaska.errors import KaskaError
+from common.kaska.range_reader import RangeReader
 
 ACKED_RECORD = "ResultsAcked"  # the client's "I hold every result file" record
 RETRY_DEADLINE_S = 2.0  # a poll must not hang on an outage: the next one tries again

@@ -2,9 +2,9 @@
 
 The client writes SessionStarted once its airports are acknowledged, with their end offsets;
 the driver reads [log start, end) of every partition (a few hundred KB: 7,886 airports in the
-real file) and applies spark.queries.prepare_airports' rules in pyarrow: an airport is known
-when its code is non-empty and both coordinates are plain decimal literals
-(spark.flight_fields.parse_number, QUERIES.md's number rule) that are finite; a code listed
+real file) and applies spark.rules.query_frames.prepare_airports' rules in pyarrow: an airport is
+known when its code is non-empty and both coordinates are plain decimal literals
+(spark.rules.flight_fields.parse_number, QUERIES.md's number rule) that are finite; a code listed
 twice keeps its smallest (latitude, longitude). A header whose first name kept a byte-order
 mark is read as the name without it.
 
@@ -18,12 +18,17 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import read_rows
+from common.flights.arrow_rows import read_rows
 from common.kaska.range_reader import RangeReader
-from spark.airport_distances import AirportCoordinates
-from spark.csv_input import BYTE_ORDER_MARK
-from spark.flight_fields import parse_number
-from spark.queries import AIRPORT_CODE, AIRPORT_COLUMNS, AIRPORT_LATITUDE, AIRPORT_LONGITUDE
+from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.contract import (
+    AIRPORT_CODE,
+    AIRPORT_COLUMNS,
+    AIRPORT_LATITUDE,
+    AIRPORT_LONGITUDE,
+    BYTE_ORDER_MARK,
+)
+from spark.rules.flight_fields import parse_number
 
 
 def read_airports(reader: RangeReader, topic: str, end_offsets: list[int]) -> AirportCoordinates:
@@ -45,7 +50,8 @@ def _airport_columns(payload) -> pa.Table:
 
 
 def known_airports(tables: list[pa.Table]) -> AirportCoordinates:
-    """spark.queries.prepare_airports over the rows of `tables` (AIRPORT_COLUMNS, strings)."""
+    """spark.rules.query_frames.prepare_airports over the rows of `tables` (AIRPORT_COLUMNS,
+    strings)."""
     by_code: dict[str, tuple[float, float]] = {}
     for table in tables:
         codes = pc.cast(table[AIRPORT_CODE], pa.string())

@@ -14,8 +14,8 @@ partial depends on another range, so a micro-batch's fold is their sum:
 - `q1`, `q2`: the rows, sorted by every column so that a micro-batch run again yields them in
   the same order (the result writer's row numbers and sequence numbers depend on it);
 - `q3`: per route, the Q3_ROWS_PER_ROUTE_MAX shortest Q1 rows (QUERIES.md's order, then
-  stopovers and travelDuration as spark.queries.shortest_per_route breaks the last ties): the
-  top 2 of a union is the top 2 of the parts' top 2s.
+  stopovers and travelDuration as spark.rules.query_frames.shortest_per_route breaks the last
+  ties): the top 2 of a union is the top 2 of the parts' top 2s.
 
 Pure functions over pyarrow tables; thread-safe.
 """
@@ -28,8 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.result_csv import QUERY_HEADERS
-from spark.flight_fields import (
+from common.flights.result_csv import QUERY_HEADERS
+from spark.rules.contract import INVALID_KINDS, Q3_ROWS_PER_ROUTE_MAX
+from spark.rules.flight_fields import (
     DURATION_MINUTES,
     ENDPOINTS_KNOWN,
     FARE,
@@ -38,8 +39,7 @@ from spark.flight_fields import (
     STOPOVERS,
     TOTAL_DISTANCE,
 )
-from spark.queries import INVALID_KINDS, Q3_ROWS_PER_ROUTE_MAX
-from spark.route_id import route_of
+from spark.rules.route_id import route_of
 
 SESSION = "session"  # the session key column (spark/folding/session_files.session_key)
 COUNT = "n"
@@ -48,7 +48,7 @@ Q4_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (FARE, pa.float64()), (COUNT, pa.
 DETAIL_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (FARE, pa.float64()), ("legId", pa.string()),
                            ("travelDuration", pa.string()), (DURATION_MINUTES, pa.int64()),
                            (STOPOVERS, pa.string()), (TOTAL_DISTANCE, pa.float64())])
-# Q3's order within a route (spark.queries.shortest_per_route).
+# Q3's order within a route (spark.rules.query_frames.shortest_per_route).
 Q3_ORDER = (DURATION_MINUTES, "legId", FARE, STOPOVERS, "travelDuration")
 Q3_CANDIDATE_SCHEMA = pa.schema([(ROUTE_ID, pa.int64()), (DURATION_MINUTES, pa.int64()),
                                  ("legId", pa.string()), (FARE, pa.float64()),
@@ -80,7 +80,7 @@ class BatchFold:
 
 
 def partial_of(derived: pa.Table) -> Partial:
-    """The partial of rows in spark/flight_fields.DERIVED_SCHEMA."""
+    """The partial of rows in spark/rules/flight_fields.DERIVED_SCHEMA."""
     kinds = derived[INVALID_KIND]
     valid = derived.filter(pc.is_null(kinds))
     counted = pc.value_counts(kinds.drop_null()).to_pylist()

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark.flight_fields import FARE, ROUTE_ID, STOPOVERS
 from spark.folding.batch_fold import COUNT, route_texts
-from spark.queries import Q3_COLUMNS, Q4_COLUMNS
+from spark.rules.contract import Q3_COLUMNS, Q4_COLUMNS
+from spark.rules.flight_fields import FARE, ROUTE_ID, STOPOVERS
 
 MANTISSA_BITS = 53
 

@@ -20,7 +20,7 @@ The life of a session here:
 5. `forget` (the main loop, once the client acknowledged and the topics are gone).
 
 Exactly once: results are written with deterministic producer ids and sequence numbers
-(spark/result_writer.py), so any step redone after a crash writes nothing new; a state is
+(spark/service/result_writer.py), so any step redone after a crash writes nothing new; a state is
 rebuilt from its fold files as of Spark's last committed micro-batch (`recover`), and Spark
 runs the uncommitted one again with the same offsets.
 
@@ -37,8 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.session_records import QUERIES, flights_topic
-from spark.airport_distances import AirportCoordinates
+from common.flights.session_records import QUERIES, flights_topic
 from spark.folding.batch_fold import BatchFold, Partial, fold_of
 from spark.folding.finish import mean_fare, q3_table, q4_table
 from spark.folding.session_files import (
@@ -48,8 +47,9 @@ from spark.folding.session_files import (
     write_atomically,
 )
 from spark.folding.session_state import STREAMED_QUERIES, SessionState
-from spark.result_columns import format_table
-from spark.result_writer import QueryResultWriter
+from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.result_columns import format_table
+from spark.service.result_writer import QueryResultWriter
 
 log = logging.getLogger(__name__)
 UNKNOWN_AIRPORT = "unknown_airport"

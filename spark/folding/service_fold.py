@@ -19,23 +19,23 @@ from __future__ import annotations
 import logging
 import threading
 
-from common.kaska import Admin
-from common.kaska.errors import UnknownTopicOrPartitionError
-from common.kaska.range_reader import RangeReader
-from common.session_records import (
+from common.flights.session_records import (
     SessionEnded,
     SessionStarted,
     airports_topic,
     flights_topic,
 )
-from spark.driver import JOB_ERRORS, first_line
+from common.kaska import Admin
+from common.kaska.errors import UnknownTopicOrPartitionError
+from common.kaska.range_reader import RangeReader
 from spark.folding.airports import read_airports
 from spark.folding.fold_store import FinishReport, FoldStore
 from spark.folding.prefix_release import PrefixReleaser
 from spark.folding.stream_query import FoldQuery, StreamSettings
 from spark.folding.warm_up import warm_up_fold
-from spark.result_writer import QueryResultWriter
-from spark.warm_up import WarmUpError
+from spark.service.driver import JOB_ERRORS, first_line
+from spark.service.result_writer import QueryResultWriter
+from spark.service.warm_up import WarmUpError
 
 log = logging.getLogger("spark.service")
 STREAM_START_WAIT_S_MAX = 120.0

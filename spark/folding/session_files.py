@@ -27,7 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
-from common.session_records import flights_topic
+from common.flights.session_records import flights_topic
 
 FLIGHTS_PREFIX = flights_topic("")
 STREAM_CHECKPOINT = "stream"

@@ -41,7 +41,7 @@ from spark.folding.batch_fold import (
     shortest_per_route,
 )
 from spark.folding.session_files import SessionFiles, write_atomically
-from spark.queries import INVALID_KINDS
+from spark.rules.contract import INVALID_KINDS
 
 SUMMARY_KEY = b"flights.fold.summary"
 BASE_PREFIX = "base-"

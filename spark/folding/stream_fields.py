@@ -7,7 +7,7 @@
   offsets of its SessionEnded once those are known (`ended.json`), and no more once the
   session is finished. Every other topic is never read.
 - `fold_rows(table, argument)` (the source's `arrowTransform`, in the Python workers): the
-  rows' query fields (spark/flight_fields.derive, given the session's airports) folded into a
+  rows' query fields (spark/rules/flight_fields.derive, given the session's airports) folded into a
   `batch_fold.Partial` (counts, Q4's (route, fare, n), the Q1 and Q2 rows), handed to Spark as
   ONE row (PARTIAL_SCHEMA; the tables as Arrow IPC bytes). `argument` is the JSON
   {"state_dir": ..., "topic": "{topic}"}; the source puts each input partition's topic in
@@ -37,11 +37,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from spark.airport_distances import AirportCoordinates
-from spark.flight_fields import derive
 from spark.folding.batch_fold import SESSION, Partial, partial_of
 from spark.folding.session_files import SessionFiles, client_of_topic
-from spark.kaska_gate import TopicAdmission
+from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.flight_fields import derive
+from spark.source.kaska_gate import TopicAdmission
 
 ROWS, VALID_ROWS, Q2_SKIPPED, INVALID, Q4, DETAILS = (
     "rows", "valid_rows", "q2_skipped", "invalid", "q4", "details")

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.backoff import Backoff
-from spark.driver import JOB_ERRORS, first_line
 from spark.folding.checkpoint_log import (
     batch_end_offsets,
     last_committed_batch,
@@ -45,8 +44,9 @@ from spark.folding.fold_store import FoldStore
 from spark.folding.prefix_release import PrefixReleaser
 from spark.folding.session_files import STREAM_CHECKPOINT
 from spark.folding.stream_fields import partials_by_session, transform_argument
-from spark.kaska_source import SOURCE_NAME
-from spark.queries import FLIGHT_COLUMNS
+from spark.rules.contract import FLIGHT_COLUMNS
+from spark.service.driver import JOB_ERRORS, first_line
+from spark.source.kaska_source import SOURCE_NAME
 
 log = logging.getLogger(__name__)
 QUERY_NAME = "flights-fold"

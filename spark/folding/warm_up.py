@@ -9,8 +9,8 @@ through the same functions a micro-batch runs (derive and `partial_of` in a Pyth
 `mapInArrow`, the partials collected as Arrow, `fold_of` on the driver), leaves the workers
 Spark reuses for the source's reads warm.
 
-The sample is spark/warm_up.py's (every validity rule failed once, 1 to 4 segments, given and
-missing distances, an airport missing from the airports file). Nothing touches the broker; a
+The sample is spark/service/warm_up.py's (every validity rule failed once, 1 to 4 segments, given
+and missing distances, an airport missing from the airports file). Nothing touches the broker; a
 failure logs and leaves the service cold.
 """
 
@@ -21,11 +21,11 @@ import time
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark.flight_fields import derive
 from spark.folding.airports import known_airports
 from spark.folding.batch_fold import fold_of, partial_of
 from spark.folding.stream_fields import PARTIAL_SCHEMA, partial_row, partials_by_session
-from spark.warm_up import WarmUpError, sample_airports, sample_flights
+from spark.rules.flight_fields import derive
+from spark.service.warm_up import WarmUpError, sample_airports, sample_flights
 
 SAMPLE_ROWS_DEFAULT = 20_000
 SAMPLE_PARTITIONS = 2  # both local cores, or two executors

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from oracle.session_check import SessionData, session_problems
 from scripts.deploy.deployment import ComposeDeployment
-from tests.session_check import SessionData, prepare_session_data, session_problems
+from scripts.verify.session_data import prepare_session_data
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_ROWS = 40_000
@@ -109,7 +110,7 @@ def paced_deployment(project_image, e2e_data, tmp_path):
 
 
 def assert_results_exact(results_dir: Path, data: SessionData) -> dict:
-    """q1.csv ... q4.csv equal the reference row for row (tests/session_check.py); returns
+    """q1.csv ... q4.csv equal the reference row for row (oracle/session_check.py); returns
     summary.json."""
     problems = session_problems(results_dir, data)
     assert not problems, "\n".join(problems)

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from oracle.reference import compute_files
+from oracle.result_compare import assert_same_results
 from scripts.datagen.generate import generate
-from tests.reference_queries import compute_files
-from tests.result_compare import assert_same_results
 
 REPO = Path(__file__).resolve().parents[2]
 UNDECODABLE_LINE = b"\xff\xfebad" + b",x" * 26 + b"\n"

@@ -32,8 +32,8 @@ from services.broker.metrics import BrokerCollector, BrokerCounters
 from services.broker.replication.node import ReplicationCounters
 from services.broker.replication.raft import LogView, RaftConfig, RaftState, Role
 from services.broker.storage.disk_space import DiskSpace
-from spark.metrics import JobMetrics, query_service_registry
-from spark.session_job import JobReport
+from spark.service.metrics import JobMetrics, query_service_registry
+from spark.service.session_job import JobReport
 
 NOW_S = 1000.0
 

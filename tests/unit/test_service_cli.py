@@ -13,7 +13,7 @@ from common import service_cli
 from healthchecker.__main__ import build_parser as checker_parser
 from services.broker.__main__ import parse_args as broker_args
 from services.status.__main__ import build_parser as status_parser
-from spark.service import parse_args as query_service_args
+from spark.service.__main__ import parse_args as query_service_args
 
 BROKER = ["--node-id", "1", "--data-dir", "/tmp/unused"]
 QUERY_SERVICE = ["--brokers", "h:1"]

@@ -2,8 +2,8 @@
 session from the rows its topics really hold, with the plain-Python reference of QUERIES.md.
 
 For each SessionEnded it reads every partition of `airports.<cid>` and `flights.<cid>` up to
-the announced end offsets, computes Q1-Q4 with tests/reference_queries.py, formats them with
-common/result_csv.py, and writes ResultRows slices of `rows_per_slice` then QueryDone per
+the announced end offsets, computes Q1-Q4 with oracle/reference.py, formats them with
+common/flights/result_csv.py, and writes ResultRows slices of `rows_per_slice` then QueryDone per
 query. With `duplicates=True` it also writes every slice and every QueryDone a second time
 (with fresh sequence numbers, so the broker stores both copies), as a re-run service could.
 
@@ -16,11 +16,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from common.arrow_rows import ROW_ID, decode_rows
-from common.kaska import Admin, Consumer, Producer
-from common.kaska.errors import TopicAlreadyExistsError
-from common.result_csv import format_row
-from common.session_records import (
+from common.flights.arrow_rows import ROW_ID, decode_rows
+from common.flights.result_csv import format_row
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     QueryDone,
     ResultRows,
@@ -31,7 +29,9 @@ from common.session_records import (
     flights_topic,
     results_topic,
 )
-from tests.reference_queries import airport_coordinates, compute
+from common.kaska import Admin, Consumer, Producer
+from common.kaska.errors import TopicAlreadyExistsError
+from oracle.reference import airport_coordinates, compute
 
 log = logging.getLogger(__name__)
 

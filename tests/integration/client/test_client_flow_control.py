@@ -21,14 +21,15 @@ import uuid
 import pytest
 
 from client.resume import SessionCheckpoint
-from common.kaska import Admin, Consumer
-from common.session_records import (
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     SessionStarted,
     airports_topic,
     decode,
     flights_topic,
 )
+from common.kaska import Admin, Consumer
+from oracle.reference import compute_files
 from scripts.datagen.generate import generate
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.client.fake_query_service import FakeQueryService
@@ -42,7 +43,6 @@ from tests.integration.client.test_client_sessions import (
     run_client,
     session_records,
 )
-from tests.reference_queries import compute_files
 
 pytestmark = pytest.mark.integration
 
@@ -188,7 +188,7 @@ class Folder:
         self._thread.start()
 
     def _run(self) -> None:
-        from common.arrow_rows import ROW_ID, decode_rows
+        from common.flights.arrow_rows import ROW_ID, decode_rows
         read_to = [0] * PARTITIONS
         with Consumer(self.broker.address, group="folder") as consumer, \
                 Admin(self.broker.address) as admin:

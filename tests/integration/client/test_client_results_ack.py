@@ -22,8 +22,8 @@ from client.report import read_summary
 from client.resume import SessionCheckpoint
 from client.runner import ClientConfig, run_session
 from client.session import SessionControl
+from common.flights.session_records import SESSIONS_TOPIC, ResultsAcked, decode, session_topics
 from common.kaska import Admin, Consumer
-from common.session_records import SESSIONS_TOPIC, ResultsAcked, decode, session_topics
 from scripts.datagen.generate import generate
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.client.fake_query_service import FakeQueryService

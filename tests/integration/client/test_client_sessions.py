@@ -20,20 +20,20 @@ import pytest
 
 from client.message_ids import Placement, message_id
 from client.resume import SessionCheckpoint
-from common.kaska import Consumer
-from common.result_csv import csv_text
-from common.session_records import (
+from common.flights.result_csv import csv_text
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     SessionEnded,
     SessionStarted,
     decode,
     flights_topic,
 )
+from common.kaska import Consumer
+from oracle.reference import compute_files
+from oracle.result_compare import assert_same_results
 from scripts.datagen.generate import generate
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.client.fake_query_service import FakeQueryService, read_data_topic
-from tests.reference_queries import compute_files
-from tests.result_compare import assert_same_results
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,8 @@ import pytest
 
 from client.message_ids import Placement, message_id
 from client.resume import SessionCheckpoint
-from common.kaska import Consumer
-from common.result_csv import csv_text
-from common.session_records import (
+from common.flights.result_csv import csv_text
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     SessionEnded,
     SessionStarted,
@@ -40,13 +39,14 @@ from common.session_records import (
     decode,
     flights_topic,
 )
+from common.kaska import Consumer
+from oracle.reference import compute_files
+from oracle.result_compare import assert_same_results
 from scripts.datagen.generate import generate
-from spark.kaska_source import SOURCE_NAME, offsets_json
+from spark.source.kaska_source import SOURCE_NAME, offsets_json
 from tests.integration.client.fake_query_service import FakeQueryService, read_data_topic
 from tests.integration.replication.workload import check_replicas_identical
 from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
-from tests.reference_queries import compute_files
-from tests.result_compare import assert_same_results
 from tests.spark_session import local_spark_session
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def spark():
     created it: the Spark tests' session fixture may share it)."""
     from pyspark.sql import SparkSession
 
-    from spark.kaska_source import register
+    from spark.source.kaska_source import register
 
     existing = SparkSession.getActiveSession()
     session = local_spark_session("flights-optimizer-replication-tests")

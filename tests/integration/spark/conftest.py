@@ -25,7 +25,7 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark.kaska_source import register
+    from spark.source.kaska_source import register
 
     session = local_spark_session("flights-optimizer-integration-tests")
     register(session)

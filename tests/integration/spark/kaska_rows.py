@@ -7,7 +7,7 @@ import uuid
 
 import pyarrow as pa
 
-from common.arrow_rows import encode_rows, with_row_ids
+from common.flights.arrow_rows import encode_rows, with_row_ids
 from common.kaska import Admin, Producer
 from common.kaska.errors import TopicAlreadyExistsError
 from tests.integration.broker.broker_process import CLIENT_OPTIONS

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from common.flights.session_records import decode
 from common.kaska.range_reader import RangeReader
-from common.session_records import decode
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from common.flights.session_records import QUERIES, ResultRows, flights_topic, results_topic
 from common.kaska import Consumer
-from common.session_records import QUERIES, ResultRows, flights_topic, results_topic
+from oracle import reference
+from oracle.result_compare import assert_same_results
 from scripts.bench.queries import produce_session
 from scripts.datagen.generate import generate
-from tests import reference_queries as reference
 from tests.integration.broker.broker_process import CLIENT_OPTIONS, BrokerProcess
 from tests.integration.spark.service_process import ServiceProcess, topic_records
 from tests.integration.spark.test_query_service import check_results, done_queries, wait_until
-from tests.result_compare import assert_same_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

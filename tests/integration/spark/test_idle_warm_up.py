@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.flights.session_records import QUERIES, SESSIONS_TOPIC, results_topic
 from common.kaska import Admin
-from common.session_records import QUERIES, SESSIONS_TOPIC, results_topic
+from oracle import reference
 from scripts.bench.queries import ensure_topic, produce_session
-from tests import reference_queries as reference
 from tests.integration.broker.broker_process import CLIENT_OPTIONS
 from tests.integration.spark.service_process import topic_records
 from tests.integration.spark.test_query_service import (

@@ -11,8 +11,8 @@ import pytest
 from pyspark.errors import PySparkException
 
 from common.kaska import Admin, Consumer, Producer
-from spark.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, KaskaDataSource, offsets_json
-from spark.session_workers import is_malformed_payload
+from spark.service.session_workers import is_malformed_payload
+from spark.source.kaska_source import EXTRA_COLUMNS, SOURCE_NAME, KaskaDataSource, offsets_json
 from tests.integration.spark.kaska_rows import CLIENT_OPTIONS, COLUMNS, RowsProducer
 
 pytestmark = pytest.mark.integration

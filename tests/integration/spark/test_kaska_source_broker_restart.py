@@ -11,7 +11,7 @@ import pytest
 
 from common.kaska.errors import KaskaError
 from common.kaska.range_reader import RangeReader
-from spark.kaska_source import SOURCE_NAME, offsets_json
+from spark.source.kaska_source import SOURCE_NAME, offsets_json
 from tests.integration.broker.broker_process import BrokerProcess
 from tests.integration.spark.kaska_rows import COLUMNS, RowsProducer
 

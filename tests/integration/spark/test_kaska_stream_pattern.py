@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from common.kaska import Admin
-from spark.kaska_gate import TopicAdmission
-from spark.kaska_source import SOURCE_NAME
+from spark.source.kaska_gate import TopicAdmission
+from spark.source.kaska_source import SOURCE_NAME
 from tests.integration.spark.kaska_rows import CLIENT_OPTIONS, COLUMNS, RowsProducer
 
 pytestmark = pytest.mark.integration

@@ -12,16 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from common.flights.session_records import (
+    QUERIES,
+    SESSIONS_TOPIC,
+    QueryDone,
+    ResultRows,
+    results_topic,
+)
 from common.kaska import Admin, Consumer, Producer
-from common.session_records import QUERIES, SESSIONS_TOPIC, QueryDone, ResultRows, results_topic
+from oracle import reference
+from oracle.result_compare import assert_all_results
 from scripts.bench.queries import ensure_topic, produce_session
 from scripts.datagen.generate import generate
-from spark.query_service import CONSUMER_GROUP
-from spark.session_job import UNKNOWN_AIRPORT
-from tests import reference_queries as reference
+from spark.service.query_service import CONSUMER_GROUP
+from spark.service.session_job import UNKNOWN_AIRPORT
 from tests.integration.broker.broker_process import CLIENT_OPTIONS, BrokerProcess
 from tests.integration.spark.service_process import ServiceProcess, topic_records
-from tests.result_compare import assert_all_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from common.flights.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.topic_name import OFFSETS_TOPIC
-from common.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from services.broker.replication.placement import group_directory
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
-from spark.progress_store import PROGRESS_STORE_NAME, FileProgressStore
-from spark.query_service import CLEANUP_STORE_NAME
+from spark.service.progress_store import PROGRESS_STORE_NAME, FileProgressStore
+from spark.service.query_service import CLEANUP_STORE_NAME
 from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import BrokerCluster, free_ports
 from tests.integration.run_local_helpers import assert_results_match_reference, generated
@@ -248,6 +248,6 @@ def test_a_service_killed_after_the_ack_deletes_the_topics_after_its_restart(clu
     assert not any(session_dirs(cluster, client_id).values())
     assert (tmp_path / "results" / "q1.csv").is_file()
     # The ack was committed before the kill, so the restart found it ahead of its job cursor:
-    # the session's SessionEnded, if read again, starts no job (spark/acks_ahead.py).
+    # the session's SessionEnded, if read again, starts no job (spark/service/acks_ahead.py).
     after_restart = restarted.log_path.read_text().splitlines()[killed_log_lines:]
     assert not [line for line in after_restart if f"session {client_id} picked up" in line]

@@ -13,8 +13,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from common.kaska import Admin, Producer
-from common.session_records import (
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     ResultsAcked,
     SessionStarted,
@@ -23,6 +22,7 @@ from common.session_records import (
     results_topic,
     session_topics,
 )
+from common.kaska import Admin, Producer
 from services.broker.replication.in_sync import REPLICA_LAG_TIME_MAX_S
 from services.status.app import create_app
 from services.status.config import StatusConfig

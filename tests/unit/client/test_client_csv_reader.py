@@ -15,7 +15,7 @@ from client.csv_reader import (
     MalformedHeaderError,
     rows_per_slice,
 )
-from common.arrow_rows import ROW_ID
+from common.flights.arrow_rows import ROW_ID
 
 REAL = Path("/work/shared/data/real")
 

@@ -7,9 +7,9 @@ import pytest
 from client.console import ResultPrinter
 from client.progress import LogUploadProgress
 from client.upload_window import WindowStats
+from common.flights.session_records import QueryDone
 from common.kaska.errors import BrokerUnavailableError
 from common.kaska.patience import BrokerStalledError, StoppedWhileWaitingError, persist
-from common.session_records import QueryDone
 
 MIB = 1024 * 1024
 

@@ -15,8 +15,8 @@ from client.report import (
     write_summary,
 )
 from client.results import ResultTable
-from common.result_csv import QUERY_HEADERS
-from common.session_records import QueryDone, ResultRows
+from common.flights.result_csv import QUERY_HEADERS
+from common.flights.session_records import QueryDone, ResultRows
 
 
 def charts_of(rows_by_query, results_dir=None):

@@ -8,8 +8,8 @@ import pytest
 
 from client.report import ChartData, QueryFiles, Summary, partial_query_file, report_html
 from client.results import InconsistentResultsError, ResultTable
-from common.result_csv import csv_text
-from common.session_records import QUERIES, QueryDone, ResultRows
+from common.flights.result_csv import csv_text
+from common.flights.session_records import QUERIES, QueryDone, ResultRows
 
 SLICE_ROWS = 500
 MANY_ROWS = 200_000

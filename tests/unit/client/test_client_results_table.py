@@ -12,9 +12,9 @@ from client.results import (
     ResultsTimeoutError,
     ResultTable,
 )
+from common.flights.session_records import QueryDone, ResultRows, SessionStarted, encode
 from common.kaska.errors import ConnectionLostError
 from common.kaska.message import Message
-from common.session_records import QueryDone, ResultRows, SessionStarted, encode
 
 
 class MemorySink:

@@ -9,7 +9,7 @@ from client.resume import (
     ResumeState,
     SessionCheckpoint,
 )
-from common.session_records import SessionEnded
+from common.flights.session_records import SessionEnded
 
 CID = "5f0c7f0e-8a4e-4a57-9d0e-2f3a1c9b7e11"
 

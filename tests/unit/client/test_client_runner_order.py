@@ -11,7 +11,7 @@ import pytest
 
 from client.progress import LogUploadProgress
 from client.runner import ClientConfig, ClientSession
-from common.session_records import airports_topic, flights_topic
+from common.flights.session_records import airports_topic, flights_topic
 
 PARTITIONS = 2
 

@@ -11,7 +11,7 @@ import pytest
 from client.csv_reader import FLIGHTS_DIALECT, CsvSliceReader
 from client.upload_window import UploadWindow
 from client.uploader import FileUploader, UploadInterruptedError, UploadSettings
-from common.arrow_rows import COMPRESSION_DEFAULT, encode_rows
+from common.flights.arrow_rows import COMPRESSION_DEFAULT, encode_rows
 
 DEADLINE_S = 10.0
 

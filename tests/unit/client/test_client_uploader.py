@@ -15,7 +15,7 @@ from client.uploader import (
     UploadPacer,
     UploadSettings,
 )
-from common.arrow_rows import decode_rows
+from common.flights.arrow_rows import decode_rows
 from common.kaska.errors import (
     ConnectionLostError,
     DuplicateSequenceError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from common.session_records import (
+from common.flights.session_records import (
     QueryDone,
     ResultRows,
     ResultsAcked,

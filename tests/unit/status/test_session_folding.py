@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.kaska.errors import BrokerUnavailableError, UnknownTopicOrPartitionError
-from common.session_records import (
+from common.flights.session_records import (
     SESSIONS_TOPIC,
     QueryDone,
     ResultsAcked,
@@ -15,6 +14,7 @@ from common.session_records import (
     encode,
     flights_topic,
 )
+from common.kaska.errors import BrokerUnavailableError, UnknownTopicOrPartitionError
 from services.status.sessions import (
     InconsistentOffsetsError,
     SessionLedger,

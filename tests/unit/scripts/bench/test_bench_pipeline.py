@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from common.result_csv import csv_text, format_row
+from common.flights.result_csv import csv_text, format_row
 from scripts import bench_pipeline
 from scripts.bench.pipeline import (
     BenchError,

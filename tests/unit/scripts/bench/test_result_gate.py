@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.result_csv import csv_text, format_row
+from common.flights.result_csv import csv_text, format_row
 from scripts.bench.errors import BenchError
 from scripts.bench.result_gate import (
     ResultFileError,
@@ -29,7 +29,8 @@ REFERENCE = {
 
 
 def _write(directory: Path, results: dict[str, list[tuple]]) -> Path:
-    """A session's files as the client writes them (common/result_csv.py: floats as repr)."""
+    """A session's files as the client writes them (common/flights/result_csv.py: floats as
+    repr)."""
     directory.mkdir(parents=True, exist_ok=True)
     for query, rows in results.items():
         text = csv_text(query, (format_row(query, row) for row in rows))

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.flights.session_records import SESSIONS_TOPIC
 from common.kaska.errors import BrokerUnavailableError, NotLeaderError, TopicAlreadyExistsError
-from common.session_records import SESSIONS_TOPIC
 from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec
 from scripts import run_local
 from scripts.datagen.generate import AIRPORTS_FILE, FLIGHTS_FILE

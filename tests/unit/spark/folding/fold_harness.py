@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from spark.airport_distances import AirportCoordinates
-from spark.flight_fields import derive
 from spark.folding.batch_fold import Partial, partial_of
-from spark.queries import FLIGHT_COLUMNS
+from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.contract import FLIGHT_COLUMNS
+from spark.rules.flight_fields import derive
 
 
 def flights_table(rows: list[dict]) -> pa.Table:

@@ -9,15 +9,15 @@ import random
 import pyarrow as pa
 import pytest
 
+from oracle import reference
+from oracle.result_compare import assert_all_results
 from scripts.datagen.generate import generate
 from spark.folding import session_state
 from spark.folding.batch_fold import fold_of
 from spark.folding.finish import mean_fare, q3_table, q4_table
 from spark.folding.session_files import SessionFiles, session_key
 from spark.folding.session_state import SessionState
-from spark.result_columns import format_table
-from tests import reference_queries as reference
-from tests.result_compare import assert_all_results
+from spark.rules.result_columns import format_table
 from tests.unit.spark.folding.fold_harness import partial
 
 CLIENT = "0f8fad5b-d9cb-469f-a165-70867728950e"
