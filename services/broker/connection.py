@@ -151,8 +151,8 @@ class Connection:
             except BlockingIOError as exc:
                 if got:
                     raise StalledPeerError(f"frame header from {self.peer} stalled") from exc
-                idle_s += config.read_timeout_s
-                if idle_s >= config.idle_timeout_s:
+                idle_s += config.network.read_timeout_s
+                if idle_s >= config.network.idle_timeout_s:
                     log.info("closing idle connection %s", self.peer)
                     return None
                 continue
@@ -169,15 +169,16 @@ class Connection:
             log.info("closing %s: %s", self.peer, exc)
             return False
         config = self._ctx.config
-        if header.body_bytes > config.frame_bytes_max:
+        if header.body_bytes > config.network.frame_bytes_max:
             self._send_error(header.api, header.correlation_id, FrameTooLargeError(
-                f"frame of {header.length} bytes over frame_bytes_max {config.frame_bytes_max}"))
+                f"frame of {header.length} bytes over frame_bytes_max "
+                f"{config.network.frame_bytes_max}"))
             return False
         if not self._authenticated and header.api != Api.AUTHENTICATE:
             self._send_error(header.api, header.correlation_id,
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
-        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s,
+        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.network.read_timeout_s,
                            session=self._peer_session, buffer=self._receive_buffer,
                            version=header.version)
         reply, error = self._dispatch(header, body)
@@ -219,9 +220,9 @@ class Connection:
 
     def _defer(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
         config = self._ctx.config
-        # Never an unbounded hold of an appended produce (issue 20, finding 2): the replies
+        # Never an unbounded hold of an appended produce: the replies
         # ahead of it are each done within their ack wait and one send.
-        bound_s = config.ack_timeout_s + config.read_timeout_s
+        bound_s = config.ack_timeout_s + config.network.read_timeout_s
         if not self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX, bound_s):
             self._send_error(api, correlation_id, NotEnoughReplicasError(
                 f"{DEFERRED_REPLIES_MAX} earlier answers still pending after {bound_s:.0f} s; "

@@ -11,7 +11,7 @@ from services.broker.replica_manager import PartitionRole
 
 def read_request(ctx: BrokerContext, body: RequestBody, request_type):
     """Decode a whole (small) body; InvalidRequestError when it does not parse."""
-    return request_type.decode(body.read_all(ctx.config.control_body_bytes_max))
+    return request_type.decode(body.read_all(ctx.config.network.control_body_bytes_max))
 
 
 def client_writable_topic(name: str) -> str:
@@ -39,6 +39,6 @@ def led_partition(ctx: BrokerContext, topic: str, partition: int, *, lease: bool
 def read_peer_request(ctx: BrokerContext, body: RequestBody, request_type, check, claimed):
     """A replication request through the peer gate (peer_gate.py): verified, fresh, bound to
     its signer and range-checked, or a counted PeerFrameError."""
-    frame = body.read_all(ctx.config.control_body_bytes_max)
+    frame = body.read_all(ctx.config.network.control_body_bytes_max)
     return ctx.peer_gate.open_request(request_type.API, frame, body.session, request_type.decode,
                                       check, claimed)

@@ -35,14 +35,14 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
         raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark "
                                       f"{high_watermark()} of {request.topic}/"
                                       f"{request.partition}; retry")
-    wait_ms = min(request.max_wait_ms, ctx.config.fetch_wait_ms_max)
+    wait_ms = min(request.max_wait_ms, ctx.config.network.fetch_wait_ms_max)
     if request.offset == high_watermark() and wait_ms > 0:
         ctx.notifier.wait_until(request.topic, request.partition,
                                 lambda: high_watermark() > request.offset, wait_ms / 1000)
         # Still leading with a lease after the wait (a pause may have cost it meanwhile)?
         replicas.require_leader(request.topic, request.partition)
     visible_end = high_watermark()
-    max_bytes = min(request.max_bytes, ctx.config.frame_bytes_max)
+    max_bytes = min(request.max_bytes, ctx.config.network.frame_bytes_max)
     slices = partition_log.read(request.offset, max_bytes, upto_offset=visible_end)
     prefix = encode_response_prefix(visible_end, partition_log.log_start_offset)
     return Reply(prefix, slices, records=records_in_slices(slices))

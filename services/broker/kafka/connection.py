@@ -93,7 +93,7 @@ class KafkaConnection:
         finally:
             config = self._kctx.broker.config
             # Each queued answer is bounded by its ack wait and one send.
-            if not self._answers.close(ANSWERS_PENDING_MAX * config.read_timeout_s
+            if not self._answers.close(ANSWERS_PENDING_MAX * config.network.read_timeout_s
                                        + config.ack_timeout_s):
                 log.error("kafka connection %s: answers still pending at close", self.peer)
             self._sock.close()
@@ -130,8 +130,8 @@ class KafkaConnection:
             except BlockingIOError as exc:
                 if got:
                     raise StalledPeerError(f"request size from {self.peer} stalled") from exc
-                idle_s += config.read_timeout_s
-                if idle_s >= config.idle_timeout_s:
+                idle_s += config.network.read_timeout_s
+                if idle_s >= config.network.idle_timeout_s:
                     log.info("closing idle kafka connection %s", self.peer)
                     return None
                 continue
@@ -145,7 +145,8 @@ class KafkaConnection:
         if size < FIXED_HEADER_BYTES:
             log.info("closing kafka connection %s: request of %d bytes", self.peer, size)
             return False
-        body = RequestBody(self._sock, size, timeout_s=self._kctx.broker.config.read_timeout_s,
+        body = RequestBody(self._sock, size,
+                           timeout_s=self._kctx.broker.config.network.read_timeout_s,
                            buffer=self._receive_buffer)
         if size > self._request_bytes_max:
             fixed = parse_fixed_header(body.read_exact(FIXED_HEADER_BYTES))

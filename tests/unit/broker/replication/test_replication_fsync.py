@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from common.kaska.protocol.replica_fetch import EntryHeader, EntryKind, ReplicaFetchRequest
-from services.broker.config import BrokerConfig
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal import JOURNAL_FILE
@@ -262,16 +261,13 @@ def test_acknowledged_produce_was_fsynced_by_the_leader_only_with_entry(log, mon
 
 
 def test_policy_names_parse_and_the_default_is_none(tmp_path):
-    assert BrokerConfig(node_id=1, data_dir=tmp_path).replication_fsync is ReplicationFsync.NONE
-    assert BrokerConfig(node_id=1, data_dir=tmp_path,
-                        replication_fsync="entry").replication_fsync is ReplicationFsync.ENTRY
+    assert ReplicationConfig(node_id=1).fsync is ReplicationFsync.NONE
+    assert ReplicationConfig(node_id=1, fsync="entry").fsync is ReplicationFsync.ENTRY
     assert ReplicationConfig(node_id=1, fsync="none").fsync is ReplicationFsync.NONE
 
 
 @pytest.mark.parametrize("bad", ["always", "", "ENTRY", 1])
 def test_an_unknown_policy_is_a_named_error_listing_the_values(tmp_path, bad):
-    with pytest.raises(ReplicationFsyncError, match="not one of none, entry"):
-        BrokerConfig(node_id=1, data_dir=tmp_path, replication_fsync=bad)
     with pytest.raises(ReplicationFsyncError, match="not one of none, entry"):
         ReplicationConfig(node_id=1, fsync=bad)
 

@@ -43,6 +43,7 @@ from services.broker.peer_gate import PeerGate, PeerSession
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
+from services.broker.replication.config import ReplicationConfig
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_safety import (
     Clock,
@@ -68,7 +69,8 @@ class Handlers:
         groups = BrokerGroups([ReplicationGroup(0, log, manager.node,
                                                 CommittedTopics(manager.node.journal), manager)])
         self.ctx = BrokerContext(
-            config=BrokerConfig(node_id=1, data_dir=log.data_dir), log=GroupedLog(groups),
+            config=BrokerConfig(data_dir=log.data_dir, replication=ReplicationConfig(node_id=1)),
+            log=GroupedLog(groups),
             offsets=SimpleNamespace(committed=lambda _group, _topic, _partition: 7),
             replicas=GroupedReplicas(groups, manager._ack_timeout_s), notifier=DataNotifier(),
             metrics=self.counters,
