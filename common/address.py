@@ -17,6 +17,11 @@ PORT_MAX = 65535
 class AddressError(ValueError):
     """Text that is not HOST:PORT (or ID@HOST:PORT) with a port in range."""
 
+    def __init__(self, expected: str, text: str, reason: str) -> None:
+        super().__init__(f"expected {expected}, got {text!r}: {reason}")
+        self.text = text
+        self.reason = reason
+
 
 class Address(NamedTuple):
     host: str
@@ -44,8 +49,14 @@ def parse_host_port(text: str, *, port_min: int = 0) -> Address:
     host, sep, port = text.strip().rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not port_min <= int(port) <= PORT_MAX:
-        raise AddressError(f"{text!r} is not HOST:PORT with a port in {port_min}..{PORT_MAX}")
+    if not sep:
+        raise AddressError("HOST:PORT", text, "no ':' before the port")
+    if not host:
+        raise AddressError("HOST:PORT", text, "the host is empty (use 0.0.0.0 for every "
+                           "interface)")
+    if not port.isdigit() or not port_min <= int(port) <= PORT_MAX:
+        raise AddressError("HOST:PORT", text,
+                           f"the port must be an integer in {port_min}..{PORT_MAX}")
     return Address(host, int(port))
 
 
@@ -65,7 +76,7 @@ def parse_peer(text: str, *, warnings: TextIO | None = None) -> Peer:
             print(f"warning: peer {text.strip()!r}: ID=HOST:PORT is deprecated, write "
                   f"{node}@{address}", file=warnings or sys.stderr)
     if not sep or not node.strip().isdigit():
-        raise AddressError(f"peer {text!r} is not ID@HOST:PORT")
+        raise AddressError("ID@HOST:PORT", text, "no numeric ID@ before the address")
     host, port = parse_host_port(address)
     return Peer(int(node), host, port)
 

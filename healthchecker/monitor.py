@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from common.address import parse_host_port
 from common.heartbeat import (
     FRAME_BYTES_MAX,
     STATE_STOPPING,
@@ -40,7 +41,6 @@ from common.heartbeat import (
     UnauthenticatedHeartbeatError,
     decode_heartbeat_frame,
     frame_length,
-    parse_target,
 )
 from common.replay_guard import ReplayGuard, is_stale
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
@@ -349,7 +349,7 @@ def parse_probe(text: str) -> Probe:
         address, slash, rest = address[len("http://"):].partition("/")
         path = slash + rest or "/"
     try:
-        host, port = parse_target(address)
+        host, port = parse_host_port(address)
     except ValueError:
         host, port = "", -1
     if not (sep and name and host and 0 < port < 65536):

@@ -135,7 +135,7 @@ class LocalPlatform:
         # First of all: the cluster secret every process reads from this file (0600), for the
         # election, the heartbeats and the frames between brokers; never on a command line.
         write_secret_file(self.secret_file)
-        peers = ",".join(f"{i}=127.0.0.1:{port}"
+        peers = ",".join(f"{i}@127.0.0.1:{port}"
                          for i, port in enumerate(self.checker_ports, start=1))
         for node_id, port in enumerate(self.checker_ports, start=1):
             name = checker_name(node_id)

@@ -51,7 +51,7 @@ def test_a_batch_fits_one_frame():
 @pytest.mark.parametrize("argv, message", [
     (["--listen", "nohost"], "--listen: invalid value 'nohost'"),
     (["--connections-max", "many"], "--connections-max: invalid value 'many'"),
-    (["--peers", "2:h:1"], "is not ID@HOST:PORT"),
+    (["--peers", "2:h:1"], "expected ID@HOST:PORT"),
     (["--replication-fsync", "always"], "invalid choice: 'always'"),
 ])
 def test_a_bad_flag_value_exits_2_naming_the_flag(capsys, argv, message):

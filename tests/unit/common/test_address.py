@@ -27,7 +27,7 @@ def test_host_port(text, expected):
 @pytest.mark.parametrize("text", ["", "host", ":9092", "host:", "host:x", "host:65536",
                                   "host:-1"])
 def test_a_bad_host_port_is_a_named_error(text):
-    with pytest.raises(AddressError, match="is not HOST:PORT"):
+    with pytest.raises(AddressError, match="expected HOST:PORT"):
         parse_host_port(text)
 
 
