@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common.address import Address
+from common.address import Address, parse_host_port
 from tests.integration.broker.broker_process import BrokerProcess
 
 WAIT_S = 60.0
@@ -39,9 +39,8 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT
 
 def kafka_request(address: str, request, correlation_id: int = 1, timeout_s: float = 10.0):
     """Send one kafka-python protocol request; its decoded response."""
-    host, port = address.rsplit(":", 1)
     request.with_header(correlation_id=correlation_id, client_id="kaska-test")
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+    with socket.create_connection(parse_host_port(address), timeout=timeout_s) as sock:
         sock.sendall(request.encode(header=True, framed=True))
         size = struct.unpack(">i", recv_exactly(sock, 4))[0]
         frame = recv_exactly(sock, size)
