@@ -66,24 +66,28 @@ def parse_host_ports(text: str, *, port_min: int = 0) -> tuple[Address, ...]:
                  for item in text.split(",") if item.strip())
 
 
-def parse_peer(text: str, *, warnings: TextIO | None = None) -> Peer:
-    """'2@host:9092' -> Peer(2, 'host', 9092). The old health-checker spelling '2=host:9092'
-    is read too, with a deprecation warning on `warnings` (default stderr)."""
+def _peer(text: str) -> tuple[Peer, bool]:
+    """The peer in `text` and whether it used the deprecated ID=HOST:PORT."""
     node, sep, address = text.strip().partition("@")
-    if not sep:
+    old = not sep
+    if old:
         node, sep, address = text.strip().partition("=")
-        if sep:
-            print(f"warning: peer {text.strip()!r}: ID=HOST:PORT is deprecated, write "
-                  f"{node}@{address}", file=warnings or sys.stderr)
     if not sep or not node.strip().isdigit():
         raise AddressError("ID@HOST:PORT", text, "no numeric ID@ before the address")
     host, port = parse_host_port(address)
-    return Peer(int(node), host, port)
+    return Peer(int(node), host, port), old and bool(sep)
 
 
 def parse_peers(text: str, *, warnings: TextIO | None = None) -> tuple[Peer, ...]:
-    """'2@a:1,3@b:2' -> (Peer(2, 'a', 1), Peer(3, 'b', 2)); empty items are skipped."""
-    return tuple(parse_peer(item, warnings=warnings) for item in text.split(",") if item.strip())
+    """'2@a:1,3@b:2' -> (Peer(2, 'a', 1), Peer(3, 'b', 2)); empty items are skipped. The old
+    health-checker spelling '2=a:1' is read too, with one deprecation line on `warnings`
+    (default stderr) for the whole list."""
+    parsed = [_peer(item) for item in text.split(",") if item.strip()]
+    peers = tuple(peer for peer, _old in parsed)
+    if any(old for _, old in parsed):
+        print(f"warning: peers {text.strip()!r}: ID=HOST:PORT is deprecated, write "
+              f"{format_peers(peers)}", file=warnings or sys.stderr)
+    return peers
 
 
 def format_peers(peers: object) -> str:

@@ -55,9 +55,9 @@ def test_peers_round_trip_without_warning():
 
 def test_the_old_checker_syntax_is_read_with_one_warning_line():
     warnings = io.StringIO()
-    assert parse_peers("2=h:1", warnings=warnings) == (Peer(2, "h", 1),)
+    assert parse_peers("2=h:1,3=h:2", warnings=warnings) == (Peer(2, "h", 1), Peer(3, "h", 2))
     lines = warnings.getvalue().splitlines()
-    assert len(lines) == 1 and "deprecated" in lines[0] and "2@h:1" in lines[0]
+    assert len(lines) == 1 and "deprecated" in lines[0] and "2@h:1,3@h:2" in lines[0]
 
 
 @pytest.mark.parametrize("text", ["h:1", "x@h:1", "2@h", "@h:1"])

@@ -100,6 +100,16 @@ REQUIRED = ["--node-id", "1", "--peers", "1@127.0.0.1:9001,2@127.0.0.1:9002",
             "--registry", "/tmp/registry"]
 
 
+
+def test_peers_in_the_old_id_equals_syntax_are_read_with_one_warning(capsys):
+    old = list(REQUIRED)
+    old[old.index("--peers") + 1] = "1=127.0.0.1:9001,2=127.0.0.1:9002"
+    args = build_parser().parse_args(old)
+    assert args.peers == build_parser().parse_args(REQUIRED).peers
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and "deprecated" in warnings[0]
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
