@@ -242,13 +242,13 @@ class LocalBroker:
 
 class LocalCluster:
     def __init__(self, work: Path, size: int = 3, *, peer_via_proxy: bool = False,
-                 extra_args: tuple[str, ...] = (), kafka: bool = False,
+                 extra_args: tuple[str, ...] = (), kafka: bool = False, metrics: bool = True,
                  log_suffix: str = ".broker.log", note_label: str = "harness",
                  ready_timeout_s: float = READY_TIMEOUT_S_DEFAULT,
                  stop_timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> None:
-        """Every broker serves /metrics on its own port (`metrics_ports`); with `kafka` also
-        Kafka's protocol on another (`kafka_ports`), each told the others' (--kafka-peers).
-        `extra_args`: further broker flags, the same for every broker."""
+        """With `metrics` every broker serves /metrics on its own port (`metrics_ports`); with
+        `kafka` also Kafka's protocol on another (`kafka_ports`), each told the others'
+        (--kafka-peers). `extra_args`: further broker flags, the same for every broker."""
         work.mkdir(parents=True, exist_ok=True)
         self.work = work
         self.secret = write_secret_file(work / "cluster_secret")
@@ -271,7 +271,7 @@ class LocalCluster:
                 peers=tuple(Peer(j, *self._peer_address(i, j, client_ports))
                             for j in self.others(i)),
                 secret_file=work / "cluster_secret",
-                metrics_listen=Address(LOCALHOST, self.metrics_ports[i]),
+                metrics_listen=Address(LOCALHOST, self.metrics_ports[i]) if metrics else None,
                 kafka_listen=Address(LOCALHOST, self.kafka_ports[i]) if kafka else None,
                 kafka_peers=tuple(Peer(j, LOCALHOST, self.kafka_ports[j])
                                   for j in self.others(i)) if kafka else (),
