@@ -30,7 +30,7 @@ is no queue to grow). Thread-safety: start() and stop() from one owner thread.
 
 Use in a service (`--healthcheckers` being the checkers' heartbeat addresses):
 
-    targets = parse_targets(args.healthcheckers)
+    targets = parse_host_ports(args.healthcheckers)  # common/address.py
     sender = HeartbeatSender("broker-1", targets=targets,
                              secret=heartbeat_secret(targets, args.secret_file)).start()
     ...
@@ -180,19 +180,6 @@ def heartbeat_secret(targets: Sequence, secret_file: Path | None) -> bytes | Non
         raise HeartbeatConfigError("--heartbeat-targets needs the cluster secret to sign the "
                                    f"heartbeats: give --secret-file or ${SECRET_ENV}")
     return secret
-
-
-def parse_target(text: str) -> tuple[str, int]:
-    """'host:port' -> (host, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-def parse_targets(text: str) -> list[tuple[str, int]]:
-    """'hc-1:9500,hc-2:9500' -> [('hc-1', 9500), ('hc-2', 9500)]; empty text -> []."""
-    return [parse_target(item.strip()) for item in text.split(",") if item.strip()]
 
 
 class _TargetLink:

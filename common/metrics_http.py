@@ -20,9 +20,10 @@ import logging
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, start_http_server
 
+from common.address import AddressError, parse_host_port
+
 log = logging.getLogger(__name__)
 
-PORT_MAX = 65535
 FLAG = "--metrics-listen"
 
 
@@ -55,16 +56,10 @@ class MetricsBindError(Exception):
 def parse_metrics_listen(text: str) -> tuple[str, int]:
     """'127.0.0.1:9400' -> ('127.0.0.1', 9400); '[::1]:9400' -> ('::1', 9400). Port 0 picks
     any free port (read it back from `MetricsEndpoint.address`)."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep:
-        raise MetricsListenError(text, "no ':' before the port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        raise MetricsListenError(text, "the host is empty (use 0.0.0.0 for every interface)")
-    if not port.isdigit() or not 0 <= int(port) <= PORT_MAX:
-        raise MetricsListenError(text, f"the port must be an integer in 0..{PORT_MAX}")
-    return host, int(port)
+    try:
+        return parse_host_port(text)
+    except AddressError as exc:
+        raise MetricsListenError(text, exc.reason) from None
 
 
 def metrics_listen_arg(text: str) -> tuple[str, int]:

@@ -24,7 +24,8 @@ import math
 import signal
 from collections.abc import Callable
 
-from common.heartbeat import HeartbeatSender, parse_targets
+from common.address import parse_host_ports
+from common.heartbeat import HeartbeatSender
 from common.metrics_http import metrics_listen_arg
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -61,7 +62,7 @@ def log_level(text: str) -> str:
 def heartbeat_targets(text: str) -> tuple[Target, ...]:
     """'hc-1:9500,hc-2:9500' -> (('hc-1', 9500), ('hc-2', 9500)); empty text -> ()."""
     try:
-        return tuple(parse_targets(text))
+        return parse_host_ports(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
 

@@ -1,4 +1,4 @@
-"""`python -m healthchecker --node-id I --peers ID=HOST:PORT,... --listen HOST:PORT ...`
+"""`python -m healthchecker --node-id I --peers ID@HOST:PORT,... --listen HOST:PORT ...`
 
 One health checker replica. `--peers` may list every replica, this one included (it is skipped),
 so all replicas can share one command line. Heartbeats from the other replicas are expected on
@@ -21,9 +21,10 @@ import os
 import sys
 from pathlib import Path
 
+from common import address
+from common.address import parse_host_port
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.essential_threads import exit_on_essential_thread_death
-from common.heartbeat import parse_target
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
     add_heartbeat_flags,
@@ -58,26 +59,25 @@ SIGNAL_POLL_S = 0.2
 
 def _address(text: str) -> tuple[str, int]:
     try:
-        host, port = parse_target(text.strip())
+        return parse_host_port(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} outside 0..65535 in {text!r}")
-    return host, port
 
 
 def parse_peers(text: str) -> dict[int, tuple[str, int]]:
-    """'1=host:9001,2=host:9002' -> {1: ('host', 9001), 2: ('host', 9002)}."""
+    """'1@host:9001,2@host:9002' -> {1: ('host', 9001), 2: ('host', 9002)} (common/address.py's
+    ID@HOST:PORT; the old ID=HOST:PORT is read with a deprecation warning)."""
+    try:
+        listed = address.parse_peers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
     peers: dict[int, tuple[str, int]] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        node_id, sep, address = item.partition("=")
-        if not sep or not node_id.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"expected ID=HOST:PORT, got {item!r}")
-        if int(node_id) in peers:
-            raise argparse.ArgumentTypeError(f"peer {int(node_id)} is listed twice")
-        peers[int(node_id)] = _address(address)
+    for peer in listed:
+        if peer.node_id in peers:
+            raise argparse.ArgumentTypeError(f"peer {peer.node_id} is listed twice")
+        peers[peer.node_id] = address.Address(peer.host, peer.port)
     if not peers:
-        raise argparse.ArgumentTypeError("expected at least one ID=HOST:PORT")
+        raise argparse.ArgumentTypeError("expected at least one ID@HOST:PORT")
     return peers
 
 
@@ -132,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--node-id", type=node_id, required=True)
     add("--name", type=service_name,
         help="service name in heartbeats and registries (default healthchecker-ID)")
-    add("--peers", type=parse_peers, required=True, help="ID=HOST:PORT,... (election, UDP)")
+    add("--peers", type=parse_peers, required=True, help="ID@HOST:PORT,... (election, UDP)")
     add("--listen", type=_address, required=True, help="HOST:PORT for election packets (UDP)")
     add("--heartbeat-listen", type=_address, help="HOST:PORT (TCP); default: --listen")
-    add("--heartbeat-peers", type=parse_peers, help="ID=HOST:PORT,... (TCP); default: --peers")
+    add("--heartbeat-peers", type=parse_peers, help="ID@HOST:PORT,... (TCP); default: --peers")
     secret = parser.add_mutually_exclusive_group()
     secret.add_argument("--secret-file", type=Path,
                         help="file holding the cluster secret (election packets, heartbeats, "

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from common.address import parse_host_port
 from common.heartbeat import (
     FRAME_BYTES_MAX,
     STATE_STOPPING,
@@ -41,7 +42,6 @@ from common.heartbeat import (
     UnauthenticatedHeartbeatError,
     decode_heartbeat_frame,
     frame_length,
-    parse_target,
 )
 from common.periodic import PeriodicThread
 from common.replay_guard import ReplayGuard, is_stale
@@ -351,7 +351,7 @@ def parse_probe(text: str) -> Probe:
         address, slash, rest = address[len("http://"):].partition("/")
         path = slash + rest or "/"
     try:
-        host, port = parse_target(address)
+        host, port = parse_host_port(address)
     except ValueError:
         host, port = "", -1
     if not (sep and name and host and 0 < port < 65536):

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from common.address import Address, parse_host_port
 from common.kaska.connection import RESPONSE_BYTES_MAX_DEFAULT, BrokerConnection, RequestWatch
 from common.kaska.errors import (
     BrokerUnavailableError,
@@ -43,7 +44,6 @@ from common.kaska.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-Address = tuple[str, int]
 # Failures after which the request may have reached the broker and been applied.
 MAYBE_DELIVERED = (ConnectionLostError, RequestTimedOutError, InvalidResponseError,
                    LeaderMovedError)
@@ -60,16 +60,9 @@ TOPIC_APPEAR_WAIT_S = 2.0
 TOPIC_APPEAR_PAUSE_S = 0.05
 
 
-def parse_address(text: str) -> Address:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"broker address {text!r} is not HOST:PORT")
-    return host, int(port)
-
-
 def parse_brokers(brokers: str | Sequence[str]) -> list[Address]:
     items = brokers.split(",") if isinstance(brokers, str) else list(brokers)
-    addresses = [parse_address(item) for item in items if item.strip()]
+    addresses = [parse_host_port(item) for item in items if item.strip()]
     if not addresses:
         raise ValueError("the broker list is empty")
     return addresses
@@ -155,11 +148,11 @@ class Cluster:
         if isinstance(error, BROKER_FAILED) and address is not None:
             self._drop(address)
         elif isinstance(error, NotLeaderError) and route is None:
-            hint = parse_address(error.leader) if error.leader else None
+            hint = parse_host_port(error.leader) if error.leader else None
             with self._lock:
                 self._controller = hint
         elif isinstance(error, NotLeaderError):
-            self.leaders.follow_hint(route, error.leader, parse_address)
+            self.leaders.follow_hint(route, error.leader, parse_host_port)
         elif isinstance(error, UnknownTopicOrPartitionError) and route is not None:
             self.leaders.forget_topic(route[0])
 

@@ -33,6 +33,7 @@ from common.kaska.record_batch import (
 )
 from scripts.bench.child import Child, measured, timed
 from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches, produce
+from scripts.launcher.local_cluster import BrokerSpec, broker_argv
 
 MB = 1_000_000
 TOTAL = struct.Struct(">Q")
@@ -183,9 +184,8 @@ def run(settings: BrokerBenchSettings) -> dict:
             for batch in batches:
                 out.write(batch)
         (work / "sink").mkdir()
-        broker = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--listen",
-                        "127.0.0.1:0", "--data-dir", str(work / "data"),
-                        "--log-level", "WARNING"], work / "broker.log")
+        spec = BrokerSpec(1, work / "data", extra_args=("--log-level", "WARNING"))
+        broker = Child([sys.executable, *broker_argv(spec)], work / "broker.log")
         children.append(broker)
         sink = helper("mmap-sink", work / "sink", work / "sink.log")
         children.append(sink)

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common.address import parse_host_port
+
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0  # a module setting: the journal benchmark raises it for slow replays
 
@@ -36,8 +38,7 @@ class Child:
         if "listening on" not in line:
             self.stop()
             raise RuntimeError(f"{command[2:4]} did not start: {log_path.read_text()[-2000:]}")
-        host, _, port = line.strip().rsplit(" ", 1)[1].rpartition(":")
-        self.address = (host, int(port))
+        self.address = parse_host_port(line.strip().rsplit(" ", 1)[1])
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -25,6 +25,7 @@ from common.kaska.record_batch import encode_batch
 from scripts.bench import child as bench_child
 from scripts.bench.child import Child
 from scripts.bench.process_stats import cpu_seconds
+from scripts.launcher.local_cluster import BrokerSpec, broker_argv
 from services.broker.replication.journal import Journal, JournalEntry
 from services.broker.replication.node import REPLICATION_DIR
 from services.broker.replication.quorum_store import (
@@ -85,9 +86,9 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 def start(data_dir: Path, log_path: Path, extra: list[str]) -> tuple[Child, float]:
     began = time.perf_counter()
-    child = Child([sys.executable, "-m", "services.broker", "--node-id", "1", "--data-dir",
-                   str(data_dir), "--listen", "127.0.0.1:0", "--segment-bytes-max",
-                   str(SEGMENT_BYTES_MAX), *extra], log_path)
+    spec = BrokerSpec(1, data_dir, extra_args=("--segment-bytes-max", str(SEGMENT_BYTES_MAX),
+                                                *extra))
+    child = Child([sys.executable, *broker_argv(spec)], log_path)
     return child, time.perf_counter() - began
 
 

@@ -39,6 +39,7 @@ from common.flights.session_records import (
 )
 from common.kaska import Admin, Producer
 from common.kaska.errors import TopicAlreadyExistsError
+from scripts.launcher.local_cluster import BrokerSpec, broker_argv
 
 SLICE_ROWS_DEFAULT = 300
 PARTITIONS_DEFAULT = 4
@@ -172,9 +173,8 @@ class BrokerChild:
         self.address = ""
 
     def __enter__(self) -> BrokerChild:
-        command = [sys.executable, "-m", "services.broker", "--node-id", "1",
-                   "--listen", "127.0.0.1:0", "--data-dir", str(self.data_dir),
-                   "--log-level", "WARNING"]
+        spec = BrokerSpec(1, self.data_dir, extra_args=("--log-level", "WARNING"))
+        command = [sys.executable, *broker_argv(spec)]
         self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(REPO)})
         line = self.proc.stdout.readline().strip()

@@ -1,7 +1,7 @@
 """Replication's price and its failover time: the library of `python -m scripts.bench_replication`
 (scripts/bench_replication.py says what the rounds and the trials measure).
 
-Owns `LocalCluster` (N brokers as child processes that know each other; 1 is a lone broker),
+Owns `BenchCluster` (scripts/launcher/local_cluster.py's brokers, quiet; 1 is a lone broker),
 the throughput rounds, the failover trials (the leader SIGKILLed or frozen between two
 acks=all batches) and `bench` (a whole run from typed ReplicationSettings).
 Invariants: the rounds interleave the clusters so the machine's noise is shared; a round starts
@@ -29,7 +29,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cluster_secret import write_secret_file
 from common.kaska import Admin
 from common.kaska.cluster import Cluster
 from common.kaska.connection import BrokerConnection, error_from_answer
@@ -39,10 +38,10 @@ from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from common.kaska.record_batch import encode_batch
 from common.kaska.retry import RetryPolicy
-from scripts.bench.child import Child, cpu_s, measured
+from scripts.bench.child import cpu_s, measured
 from scripts.bench.kernel_profile import KernelProfile, KernelProfiler
 from scripts.bench.produce import BROKER_TIMEOUT_S, build_batches
-from scripts.launcher.ports import free_ports
+from scripts.launcher.local_cluster import LocalCluster
 from services.broker.replication.placement import group_of, preferred_leader
 
 TOPIC = "bench"
@@ -77,49 +76,27 @@ class ReplicationSettings:
     perf_dir: Path | None = None
 
 
-class LocalCluster:
-    """N brokers (child processes) that know each other; `size` 1 is a lone broker."""
+class BenchCluster(LocalCluster):
+    """N brokers (scripts/launcher/local_cluster.py) in `<work>/<name>/`, quiet (WARNING) and
+    without /metrics unless `extra_args` say otherwise; `size` 1 is a lone broker. Started."""
 
     def __init__(self, work: Path, size: int, name: str, extra_args: tuple[str, ...] = (),
                  kafka: bool = False) -> None:
-        """`kafka`: each broker also listens for Kafka clients (`kafka_bootstrap`)."""
-        self.work = work
-        self.extra_args = extra_args  # passed to every broker (e.g. the fsync policy)
-        # The brokers sign their peer frames with it (common/cluster_secret.py).
-        self.secret_file = work / f"{name}-cluster-secret"
-        write_secret_file(self.secret_file)
+        """`kafka`: each broker also listens for Kafka clients (`kafka_bootstrap`);
+        `extra_args` go to every broker (e.g. the fsync policy)."""
+        super().__init__(work / name, size, kafka=kafka, metrics=False,
+                         extra_args=("--log-level", "WARNING", *extra_args))
         self.name = name
-        self.ports = dict(zip(range(1, size + 1), free_ports(size), strict=True))
-        self.kafka_ports = dict(zip(range(1, size + 1), free_ports(size), strict=True)) \
-            if kafka else {}
-        self.children: dict[int, Child] = {}
-        for node in self.ports:
-            self.start(node)
-
-    def argv(self, node: int) -> list[str]:
-        peers = ",".join(f"{other}@127.0.0.1:{port}" for other, port in self.ports.items()
-                         if other != node)
-        argv = [sys.executable, "-m", "services.broker", "--node-id", str(node), "--listen",
-                f"127.0.0.1:{self.ports[node]}", "--data-dir",
-                str(self.work / f"{self.name}-{node}"), "--log-level", "WARNING",
-                "--secret-file", str(self.secret_file)]
-        if self.kafka_ports:
-            argv += ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[node]}"]
-            kafka_peers = ",".join(f"{other}@127.0.0.1:{port}"
-                                   for other, port in self.kafka_ports.items() if other != node)
-            argv += ["--kafka-peers", kafka_peers] if kafka_peers else []
-        return argv + list(self.extra_args) + (["--peers", peers] if peers else [])
-
-    def start(self, node: int) -> None:
-        self.children[node] = Child(self.argv(node), self.work / f"{self.name}-{node}.log")
+        self.extra_args = extra_args
+        self.start()
 
     @property
-    def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+    def ports(self) -> dict[int, int]:
+        return {node: broker.port for node, broker in self.brokers.items()}
 
     @property
     def kafka_bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports.values())
+        return ",".join(self.kafka_address(node) for node in self.ids)
 
     def agreed_leader(self, timeout_s: float = SETTLE_TIMEOUT_S) -> int:
         """The leader every running broker names (after a thaw or a restart, until the
@@ -127,7 +104,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             seen = {self._leader_seen_by(port) for node, port in self.ports.items()
-                    if self.children[node].proc.poll() is None}
+                    if self.brokers[node].proc.poll() is None}
             if len(seen) == 1 and None not in seen:
                 return seen.pop()
             time.sleep(0.05)
@@ -138,7 +115,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node, port in self.ports.items():
-                if self.children[node].proc.poll() is not None:
+                if self.brokers[node].proc.poll() is not None:
                     continue
                 leader = self._leader_seen_by(port)
                 if leader is not None:
@@ -156,18 +133,17 @@ class LocalCluster:
                                 request_timeout_s=BROKER_TIMEOUT_S)
 
     def stop(self) -> None:
-        for child in self.children.values():
-            if child.proc.poll() is None:
-                child.stop()
+        self.stop_all()
+        self.close()
 
 
-def create_topic(cluster: LocalCluster, partitions: int = 1) -> None:
+def create_topic(cluster: BenchCluster, partitions: int = 1) -> None:
     with Admin(cluster.bootstrap, retry=RetryPolicy(retries_max=60, backoff_s_max=0.5)) as admin:
         admin.create_topic(TOPIC, partitions)
     cluster.leader()
 
 
-def settled_topic_leader(cluster: LocalCluster, timeout_s: float = PREFERRED_TIMEOUT_S) -> int:
+def settled_topic_leader(cluster: BenchCluster, timeout_s: float = PREFERRED_TIMEOUT_S) -> int:
     """The leader of TOPIC/0 once every broker names its group's preferred leader (with one
     group per broker the balancer hands the group over a few seconds after the start; a round
     timed across that hand-over would measure it). The leader every broker names if the
@@ -220,7 +196,7 @@ def produce_retrying(connect: Callable[[], BrokerConnection], topic: str, partit
     return refusals
 
 
-def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int,
+def throughput_round(cluster: BenchCluster, batches: list[bytes], in_flight: int,
                      acks: int) -> tuple[float, float, int]:
     """(wall seconds, the leader's CPU seconds, refusals retried) of one producer."""
     leader = settled_topic_leader(cluster)
@@ -230,20 +206,20 @@ def throughput_round(cluster: LocalCluster, batches: list[bytes], in_flight: int
         return BrokerConnection(("127.0.0.1", cluster.ports[cluster.leader()]),
                                 request_timeout_s=BROKER_TIMEOUT_S)
 
-    wall_s, cpu_s_used = measured(cluster.children[leader], lambda: refusals.append(
+    wall_s, cpu_s_used = measured(cluster.brokers[leader], lambda: refusals.append(
         produce_retrying(connect, TOPIC, 0, batches, in_flight, acks)))
     return wall_s, cpu_s_used, refusals[0]
 
 
 def throughput(work: Path, args: ReplicationSettings) -> dict:
-    single = LocalCluster(work, 1, "single")
-    cluster = LocalCluster(work, args.brokers, "cluster")
-    synced = LocalCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
+    single = BenchCluster(work, 1, "single")
+    cluster = BenchCluster(work, args.brokers, "cluster")
+    synced = BenchCluster(work, args.brokers, "fsync-entry", ("--replication-fsync", "entry"))
     rounds: dict[str, list[float]] = {"single": [], "cluster_acks_all": [], "cluster_acks_1": [],
                                       "cluster_acks_all_fsync_entry": []}
     refusals = dict.fromkeys(rounds, 0)
 
-    def timed(name: str, on: LocalCluster, batches: list[bytes], acks: int) -> None:
+    def timed(name: str, on: BenchCluster, batches: list[bytes], acks: int) -> None:
         wall_s, _cpu_s, refused = throughput_round(on, batches, args.in_flight, acks)
         rounds[name].append(wall_s)
         refusals[name] += refused
@@ -301,7 +277,7 @@ SPREAD_CLUSTERS = {"single": (1, (), False),
                    "groups": (3, ("--replication-groups", "3"), True)}
 
 
-def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = False,
+def partition_leaders(cluster: BenchCluster, partitions: int, spread: bool = False,
                       timeout_s: float = SETTLE_TIMEOUT_S, topic: str = SPREAD_TOPIC
                       ) -> dict[int, int]:
     """{partition: leader} of `topic` once every broker names the same leaders and, if
@@ -309,7 +285,7 @@ def partition_leaders(cluster: LocalCluster, partitions: int, spread: bool = Fal
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         views = [_partition_leaders_seen_by(port, partitions, topic) for node, port in
-                 cluster.ports.items() if cluster.children[node].proc.poll() is None]
+                 cluster.ports.items() if cluster.brokers[node].proc.poll() is None]
         if views and None not in views and all(view == views[0] for view in views):
             leaders = views[0]
             if not spread or len(set(leaders.values())) == min(len(cluster.ports), partitions):
@@ -340,7 +316,7 @@ def _partition_leaders_seen_by(port: int, partitions: int | None, topic: str
     return {info.partition: info.leader_id for info in infos}
 
 
-def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flight: int,
+def spread_round(cluster: BenchCluster, batches: dict[int, list[bytes]], in_flight: int,
                  spread: bool) -> tuple[float, list[float], int, int]:
     """(wall seconds, each broker's CPU seconds, leadership moves logged meanwhile, refusals
     retried) for one producer per partition at once, each on its own connection to its
@@ -368,7 +344,7 @@ def spread_round(cluster: LocalCluster, batches: dict[int, list[bytes]], in_flig
         except (KaskaError, OSError, RuntimeError) as error:  # the caller raises it
             errors.append(error)
 
-    pids = [child.proc.pid for child in cluster.children.values()]
+    pids = [child.proc.pid for child in cluster.brokers.values()]
     cpu_before = [cpu_s(pid) for pid in pids]
     threads = [threading.Thread(target=one, args=(p,)) for p in batches]
     moves_before = leader_moves(cluster)
@@ -395,7 +371,7 @@ def _acknowledged(answer: Future) -> None:
         raise error_from_answer(code, body)
 
 
-def leader_moves(cluster: LocalCluster) -> int:
+def leader_moves(cluster: BenchCluster) -> int:
     """Elections won and leaderships taken over, all groups of all brokers (their logs)."""
     moves = 0
     for node in cluster.ports:
@@ -408,7 +384,7 @@ def leader_moves(cluster: LocalCluster) -> int:
 def spread(work: Path, args: ReplicationSettings) -> dict:
     """Producers on every partition at once: a lone broker, one group, a group per broker."""
     # INFO: the role lines count the leadership moves during the rounds.
-    clusters = {name: LocalCluster(work, size, f"spread-{name}", (*extra, "--log-level", "INFO"))
+    clusters = {name: BenchCluster(work, size, f"spread-{name}", (*extra, "--log-level", "INFO"))
                 for name, (size, extra, _spread) in SPREAD_CLUSTERS.items()}
     walls: dict[str, list[float]] = {name: [] for name in clusters}
     cpus: dict[str, list[list[float]]] = {name: [] for name in clusters}
@@ -465,7 +441,7 @@ def spread(work: Path, args: ReplicationSettings) -> dict:
     return result
 
 
-def profiled_rounds(clusters: dict[str, LocalCluster], args: ReplicationSettings,
+def profiled_rounds(clusters: dict[str, BenchCluster], args: ReplicationSettings,
                     per_partition: int) -> dict[str, KernelProfile]:
     """One more spread round per cluster with every broker under `perf record`; prints each
     broker's summary line (its role: lone, leader of the partitions, or follower) as it goes."""
@@ -478,8 +454,8 @@ def profiled_rounds(clusters: dict[str, LocalCluster], args: ReplicationSettings
                                     producer_id=(8000 + 10 * c + p).to_bytes(16, "big"))
                    for p in range(args.spread_partitions)}
         profiler = KernelProfiler(args.perf_dir)
-        for node, child in cluster.children.items():
-            role = "lone" if len(cluster.children) == 1 else \
+        for node, child in cluster.brokers.items():
+            role = "lone" if len(cluster.brokers) == 1 else \
                 "leader" if node in leaders else "follower"
             profiler.start(f"{name}-broker-{node}-{role}", child.proc.pid)
         try:
@@ -500,7 +476,7 @@ class SparedProducer:
     topic its leader does not lead (other replication groups: none with one group); the
     longest wait for an acknowledgement is how long they stalled."""
 
-    def __init__(self, cluster: LocalCluster, partitions: list[int], producer_id: bytes) -> None:
+    def __init__(self, cluster: BenchCluster, partitions: list[int], producer_id: bytes) -> None:
         self._client = Cluster(cluster.bootstrap)
         self._partitions = partitions
         self._producer_id = producer_id
@@ -539,7 +515,7 @@ class SparedProducer:
             self.error = error
 
 
-def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Signals
+def failover_trial(cluster: BenchCluster, producer_id: bytes, fault: signal.Signals
                    ) -> tuple[float, float | None]:
     """Freeze (SIGSTOP), kill (SIGKILL) or stop (SIGTERM) the leader between two produces of a
     client with the default settings (30 s request timeout, default retries); seconds from the
@@ -562,7 +538,7 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
                     ok_after_delivery=(DuplicateSequenceError,))
         sequence += 1
 
-    proc = cluster.children[leader].proc
+    proc = cluster.brokers[leader].proc
     spared_id = bytes(reversed(producer_id))
     try:
         send_one()  # the cluster answers before the fault
@@ -590,14 +566,13 @@ def failover_trial(cluster: LocalCluster, producer_id: bytes, fault: signal.Sign
         if fault == signal.SIGSTOP:
             proc.send_signal(signal.SIGCONT)
     if fault in (signal.SIGKILL, signal.SIGTERM):
-        proc.wait()
-        proc.stdout.close()
-        cluster.start(leader)
+        cluster.brokers[leader].wait_exit()
+        cluster.start_broker(leader)
     settled_leaders(cluster)
     return took_s, (others.longest_s if spared else None)
 
 
-def settled_leaders(cluster: LocalCluster) -> dict[int, int]:
+def settled_leaders(cluster: BenchCluster) -> dict[int, int]:
     """{partition: leader} of the failover topic once every broker agrees, and with several
     groups once every group is back with its preferred leader (a returning broker is handed its
     group: a trial must not overlap that hand-over)."""
@@ -614,9 +589,9 @@ def failover(work: Path, trials: int, brokers: int,
     """`trials` of each fault on the leader, interleaved, so all share the machine's noise;
     with `compare_args`, a second cluster started with them takes every trial right after the
     default one (its figures are prefixed `compare_`)."""
-    clusters = {"": LocalCluster(work, brokers, "failover")}
+    clusters = {"": BenchCluster(work, brokers, "failover")}
     if compare_args:
-        clusters["compare_"] = LocalCluster(work, brokers, "failover-compare", compare_args)
+        clusters["compare_"] = BenchCluster(work, brokers, "failover-compare", compare_args)
     times = {(prefix, name): [] for prefix in clusters for name in FAULTS}
     spared = {(prefix, name): [] for prefix in clusters for name in FAULTS}
     try:

@@ -6,8 +6,11 @@ each:
     ports        free_ports: ports free for TCP and UDP on 127.0.0.1
     layout       RunLayout (where a run keeps its registry, logs and broker data) and the
                  service names
-    brokers      the broker cluster: each broker's command line (`--peers` the others), waiting
-                 until every broker listens and the cluster has a leader
+    local_cluster  every broker command line (BrokerSpec -> broker_argv), one broker child
+                 process (LocalBroker) and a cluster of them (LocalCluster: the nemesis, the
+                 benchmarks and the integration tests run brokers with it)
+    brokers      the launcher's broker cluster: each broker's spec (`--peers` the others),
+                 waiting until every broker listens and the cluster has a leader
     platform     LocalPlatform: registering with the local registry, spawning, reaping,
                  readiness, stopping
     sample_data  generated input files, reused when made with the same parameters

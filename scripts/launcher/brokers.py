@@ -18,12 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.address import Address, Peer, parse_host_ports
 from common.flights.session_records import SESSIONS_TOPIC
 from common.kaska import Admin
 from common.kaska.errors import KaskaError, TopicAlreadyExistsError
 from common.kaska.retry import RetryPolicy
 from scripts.launcher.errors import RunLocalError
 from scripts.launcher.layout import RunLayout, broker_name
+from scripts.launcher.local_cluster import BrokerSpec
 
 BROKERS_DEFAULT = 3
 BROKERS_MAX = 9
@@ -55,9 +57,9 @@ class BrokerNode:
         return f"{self.host}:{self.port}"
 
     @property
-    def peer(self) -> str:
-        """How the other brokers name this one in their `--peers`: `ID@HOST:PORT`."""
-        return f"{self.node_id}@{self.address}"
+    def peer(self) -> Peer:
+        """How the other brokers name this one in their `--peers` (`ID@HOST:PORT`)."""
+        return Peer(self.node_id, self.host, self.port)
 
 
 def broker_count_error(count: int) -> str | None:
@@ -81,22 +83,21 @@ def bootstrap_list(nodes: Sequence[BrokerNode]) -> str:
     return ",".join(node.address for node in nodes)
 
 
-def peers_of(node: BrokerNode, nodes: Sequence[BrokerNode]) -> list[str]:
-    """The `ID@HOST:PORT` of every broker but `node`, in node id order."""
-    return [other.peer for other in nodes if other.node_id != node.node_id]
+def peers_of(node: BrokerNode, nodes: Sequence[BrokerNode]) -> tuple[Peer, ...]:
+    """Every broker but `node`, in node id order."""
+    return tuple(other.peer for other in nodes if other.node_id != node.node_id)
 
 
-def broker_argv(node: BrokerNode, nodes: Sequence[BrokerNode], heartbeat_targets: str,
-                secret_file: Path) -> list[str]:
-    """`node`'s command line (after the interpreter). A cluster of one gets no `--peers`. The
-    broker heartbeats under its default name, broker-<node id>. The cluster secret (peer frames,
-    heartbeats) is named by its file, never given on the command line."""
-    argv = ["-m", "services.broker", "--node-id", str(node.node_id), "--listen", node.address,
-            "--data-dir", str(node.data_dir), "--secret-file", str(secret_file)]
-    peers = peers_of(node, nodes)
-    if peers:
-        argv += ["--peers", ",".join(peers)]
-    return argv + ["--heartbeat-targets", heartbeat_targets]
+def broker_spec(node: BrokerNode, nodes: Sequence[BrokerNode], heartbeat_targets: str,
+                secret_file: Path, metrics_port: int | None = None) -> BrokerSpec:
+    """What `node` is started with (its command line: local_cluster.broker_argv). A cluster of
+    one gets no `--peers`. The broker heartbeats under its default name, broker-<node id>. The
+    cluster secret (peer frames, heartbeats) is named by its file, never given on the command
+    line."""
+    return BrokerSpec(node.node_id, node.data_dir, Address(node.host, node.port),
+                      peers=peers_of(node, nodes), secret_file=secret_file,
+                      metrics_listen=Address(node.host, metrics_port) if metrics_port else None,
+                      heartbeat_targets=parse_host_ports(heartbeat_targets))
 
 
 # --- readiness ----------------------------------------------------------------------------------

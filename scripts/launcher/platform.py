@@ -24,7 +24,7 @@ from scripts.launcher import console
 from scripts.launcher.brokers import (
     BROKERS_DEFAULT,
     bootstrap_list,
-    broker_argv,
+    broker_spec,
     plan_brokers,
     wait_for_leader,
     wait_until_listening,
@@ -38,6 +38,7 @@ from scripts.launcher.layout import (
     RunLayout,
     checker_name,
 )
+from scripts.launcher.local_cluster import broker_argv
 from scripts.launcher.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ class LocalPlatform:
         # First of all: the cluster secret every process reads from this file (0600), for the
         # election, the heartbeats and the frames between brokers; never on a command line.
         write_secret_file(self.secret_file)
-        peers = ",".join(f"{i}=127.0.0.1:{port}"
+        peers = ",".join(f"{i}@127.0.0.1:{port}"
                          for i, port in enumerate(self.checker_ports, start=1))
         for node_id, port in enumerate(self.checker_ports, start=1):
             name = checker_name(node_id)
@@ -154,9 +155,8 @@ class LocalPlatform:
         """Every broker at once (a broker waits for its peers to elect a leader)."""
         for node, metrics_port in zip(self.broker_nodes, self.broker_metrics_ports,
                                       strict=True):
-            self.register(node.name, [
-                *broker_argv(node, self.broker_nodes, self.heartbeat_targets, self.secret_file),
-                "--metrics-listen", f"127.0.0.1:{metrics_port}"])
+            self.register(node.name, broker_argv(broker_spec(
+                node, self.broker_nodes, self.heartbeat_targets, self.secret_file, metrics_port)))
             pid = self.spawn(node.name)
             console.say(f"  started {node.name:<16} pid {pid:<7} {node.address}, data in "
                         f"{node.data_dir}")

@@ -28,12 +28,9 @@ from pathlib import Path
 
 from common.kaska import Consumer
 from common.kaska.errors import KaskaError
+from scripts.launcher.local_cluster import BrokerStartError
 from scripts.nemesis import schedule
-from scripts.nemesis.cluster import (
-    JOURNAL_ENTRIES_MAX_DEFAULT,
-    BrokerStartError,
-    NemesisCluster,
-)
+from scripts.nemesis.cluster import JOURNAL_ENTRIES_MAX_DEFAULT, NemesisCluster
 from scripts.nemesis.history import FINAL_READER, Finding, History, ReadRecord, check, counts
 from scripts.nemesis.replicas import compare_replicas
 from scripts.nemesis.workload import (

@@ -1,116 +1,63 @@
-"""The broker's settings: one frozen dataclass, built by `__main__` from flags or by tests."""
+"""The broker's settings: frozen, checked dataclasses, one per layer, each field declared once.
+
+BrokerConfig holds the data directory, the shutdown and retention timing and one sub-config per
+layer, which that layer receives as is:
+  network      NetworkConfig: the Kaska listener and its per-connection bounds
+  storage      LogConfig (storage/config.py): segments, retention, flushing
+  replication  ReplicationConfig (replication/config.py): node id, peers, token, cluster id,
+               election and quorum timing, fsync policy, journal compaction
+  placement    PlacementConfig: replication groups and the leader balancer
+  kafka        KafkaListenerConfig: Kafka's wire protocol beside Kaska's
+The command-line flags of `python -m services.broker` are declared on these fields
+(common/config_flags.py); `__main__` adds them and reads them back.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from common.address import Address, Peer, parse_host_port, parse_peers
 from common.cluster_secret import SECRET_BYTES_MAX
+from common.config_flags import setting
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from services.broker.replication.identity import check_cluster_id
-from services.broker.replication.node import ReplicationFsync
+from services.broker.replication.config import PeerAddress, ReplicationConfig
 from services.broker.replication.placement import check_groups
-from services.broker.replication.wire.replication_bounds import NODE_ID_MAX
+from services.broker.storage.config import LogConfig
 
 MIB = 1024 * 1024
+CONTROL_BODY_BYTES_MAX_DEFAULT = MIB
 
 
 @dataclass(frozen=True, slots=True)
-class Peer:
-    node_id: int
-    host: str
-    port: int
+class NetworkConfig:
+    """The Kaska listener: where it listens and what one connection may cost."""
 
-    @classmethod
-    def parse(cls, text: str) -> Peer:
-        """`ID@HOST:PORT`."""
-        node, _, address = text.partition("@")
-        host, _, port = address.rpartition(":")
-        if not node or not host or not port:
-            raise ValueError(f"peer {text!r} is not ID@HOST:PORT")
-        return cls(int(node), host, int(port))
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    node_id: int
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 9092  # 0: any free port (read it back from BrokerServer.address)
-    advertised_host: str | None = None  # what METADATA tells clients; default: host
-    advertised_port: int | None = None
-    peers: tuple[Peer, ...] = ()  # the other brokers of the cluster (none: a cluster of one)
-    token: str | None = None
-    # Signs and checks every frame between brokers (replication/wire/peer_auth.py); a
-    # broker with peers needs it. Never in repr: configs get logged.
-    cluster_secret: bytes | None = field(default=None, repr=False)
-    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
+    listen: Address = setting("--listen", "HOST:PORT to listen on (port 0: any free port; "
+                              "read it back from BrokerServer.address)",
+                              default=Address("127.0.0.1", 9092), parse=parse_host_port,
+                              metavar="HOST:PORT")
+    advertise: Address | None = setting(
+        "--advertise", "HOST:PORT clients are told to use (default: the listen address)",
+        default=None, parse=parse_host_port, metavar="HOST:PORT")
+    frame_bytes_max: int = setting("--frame-bytes-max", "largest request frame accepted",
+                                   default=FRAME_BYTES_MAX_DEFAULT)
     # Requests other than PRODUCE are read whole into memory; they are tiny, so a much smaller
-    # bound than frame_bytes_max applies to them.
-    control_body_bytes_max: int = MIB
-    connections_max: int = 256
+    # bound than frame_bytes_max applies to them. None: 1 MiB, or frame_bytes_max if smaller.
+    control_body_bytes_max: int | None = None
+    connections_max: int = setting("--connections-max", "connections served at once (one "
+                                   "thread each); more are closed at once", default=256)
     idle_timeout_s: float = 600.0  # no request for this long: the broker closes the connection
     read_timeout_s: float = 30.0  # a started frame must keep arriving; also bounds each send
-    fetch_wait_ms_max: int = 30_000
-    shutdown_grace_s: float = 3.0
-    # A leader stopped gracefully (SIGTERM) first hands leadership to its best caught-up voter
-    # (Raft's leadership transfer, Kafka's controlled shutdown), waiting at most this long:
-    # the cluster then elects at once instead of after an election timeout. 0: no hand-over.
-    shutdown_handover_ms: int = 2000
-    retention_check_interval_ms: int = 60_000
+    fetch_wait_ms_max: int = setting(
+        "--fetch-wait-ms-max", "longest a caught-up FETCH long-polls, whatever it asks for",
+        default=30_000)
     listen_backlog: int = 128
-    segment_bytes_max: int = 64 * MIB
-    index_interval_bytes: int = 4096
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
-    flush_interval_ms: int | None = None
-    # Replication (docs/replication.md): a follower that hears nothing from the leader for a
-    # random time in [min, max] starts an election; a leader not fetched from by a majority
-    # for quorum_timeout_ms steps down; a produce waits at most ack_timeout_s for its acks.
-    # 0.5-1 s (etcd's default is 1 s over 100 ms heartbeats; ours, the follower's long-poll,
-    # are 200 ms): a killed leader's partitions take writes again within ~0.85 s (median,
-    # docs/benchmarks.md); 1-2 s cost ~1.3-1.9 s.
-    election_timeout_ms_min: int = 500
-    election_timeout_ms_max: int = 1000
-    quorum_timeout_ms: int = 3000
-    ack_timeout_s: float = 10.0
-    # What a follower asks for per fetch (Kafka's replica.fetch.max.bytes): bounds the answer a
-    # leader builds and a follower applies in one round trip.
-    replica_fetch_bytes_max: int = 8 * MIB
-    # When a broker counts a journal entry as held, toward acks=all (docs/replication.md,
-    # "Durability"): "none" (default, Kafka's) once in the page cache; "entry" (Raft's,
-    # Redpanda's) once the journal and the partition bytes are fsynced. A string is parsed;
-    # anything else raises ReplicationFsyncError naming the allowed values.
-    replication_fsync: ReplicationFsync = ReplicationFsync.NONE
-    # Carried in every frame between brokers and kept in the data directory
-    # (docs/replication.md, "Membership and identity"); None: derived from the voter ids.
-    cluster_id: str | None = None
-    # Journal compaction (docs/replication.md "Compaction"): the applied prefix is folded into
-    # a snapshot once the journal holds more entries, or bytes of records, than this.
-    journal_entries_max: int = 100_000
-    journal_bytes_max: int = 16 * MIB
-    # Raft groups the partitions are spread over, each with its own leader
-    # (replication/placement.py; docs/replication.md "Leadership spread over the brokers");
-    # None: one per broker, so every broker leads one group. Fixed for a data directory.
-    replication_groups: int | None = None
-    # With several groups, a leader hands its group to the group's preferred leader once that
-    # broker has kept up for this long (replication/leader_balance.py); 0: never.
-    preferred_leader_steady_ms: int = 2000
-    # Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md): None, no
-    # Kafka listener; port 0 any free port. METADATA names every broker by its Kafka address:
-    # this one's (advertised, default the listen address) and `kafka_peers`' (the other brokers'
-    # Kafka addresses, by the node ids of `peers`).
-    kafka_host: str | None = None
-    kafka_port: int = 0
-    kafka_advertised_host: str | None = None
-    kafka_advertised_port: int | None = None
-    kafka_peers: tuple[Peer, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "replication_fsync",
-                           ReplicationFsync.parse(self.replication_fsync))
-        if self.cluster_id is not None:
-            check_cluster_id(self.cluster_id)  # ClusterIdError, a ValueError
+        if self.control_body_bytes_max is None:
+            object.__setattr__(self, "control_body_bytes_max",
+                               min(CONTROL_BODY_BYTES_MAX_DEFAULT, self.frame_bytes_max))
         if self.frame_bytes_max < 1024:
             raise ValueError("frame_bytes_max below 1 KiB")
         if not 1024 <= self.control_body_bytes_max <= self.frame_bytes_max:
@@ -119,47 +66,118 @@ class BrokerConfig:
             raise ValueError("connections_max must be positive")
         if self.read_timeout_s <= 0 or self.idle_timeout_s <= 0:
             raise ValueError("read_timeout_s and idle_timeout_s must be positive")
-        if self.fetch_wait_ms_max < 0 or self.retention_check_interval_ms <= 0:
-            raise ValueError("fetch_wait_ms_max must be >= 0, retention_check_interval_ms > 0")
-        if not 0 < self.election_timeout_ms_min <= self.election_timeout_ms_max:
-            raise ValueError("need 0 < election_timeout_ms_min <= election_timeout_ms_max")
-        if self.quorum_timeout_ms < self.election_timeout_ms_min or self.ack_timeout_s <= 0:
-            raise ValueError("quorum_timeout_ms must be >= election_timeout_ms_min and "
-                             "ack_timeout_s > 0")
-        if self.shutdown_handover_ms < 0:
-            raise ValueError("shutdown_handover_ms must be >= 0 (0: no hand-over)")
-        if self.replica_fetch_bytes_max < 1024:
-            raise ValueError("replica_fetch_bytes_max below 1 KiB")
-        if self.journal_entries_max < 2 or self.journal_bytes_max < 1:
-            raise ValueError("journal_entries_max must be >= 2, journal_bytes_max >= 1")
-        if self.replication_groups is not None:
-            check_groups(self.replication_groups)  # InvalidGroupCountError, a ValueError
+        if self.fetch_wait_ms_max < 0:
+            raise ValueError("fetch_wait_ms_max must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    """How the partitions are spread over Raft groups (replication/placement.py)."""
+
+    # None: one group per broker, so every broker leads one. Fixed for a data directory.
+    groups: int | None = setting(
+        "--replication-groups", "Raft groups the partitions are spread over, each with its own "
+        "leader (default: one per broker, so each broker leads one); fixed for a data "
+        "directory (docs/replication.md)", default=None, parse=int)
+    # With several groups (replication/leader_balance.py); 0: never.
+    preferred_leader_steady_ms: int = setting(
+        "--preferred-leader-steady-ms", "with several replication groups, a leader hands its "
+        "group to the group's preferred broker once that one has kept up this long (0: never; "
+        "Kafka's auto.leader.rebalance)", default=2000)
+
+    def __post_init__(self) -> None:
+        if self.groups is not None:
+            check_groups(self.groups)  # InvalidGroupCountError, a ValueError
         if self.preferred_leader_steady_ms < 0:
             raise ValueError("preferred_leader_steady_ms must be >= 0 (0: no rebalancing)")
-        ids = [peer.node_id for peer in self.peers]
-        if self.node_id in ids or len(set(ids)) != len(ids):
-            raise ValueError("--peers must name other brokers, each once (not --node-id)")
-        if not all(0 <= node_id <= NODE_ID_MAX for node_id in (self.node_id, *ids)):
-            raise ValueError(f"node ids must lie in 0..{NODE_ID_MAX}")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaListenerConfig:
+    """Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md). METADATA
+    names every broker by its Kafka address: this one's (advertised, default the listen
+    address) and `peers`' (the other brokers', by the node ids of the replication peers)."""
+
+    listen: Address | None = setting(
+        "--kafka-listen", "HOST:PORT of the Kafka protocol listener (absent: none; port 0: "
+        "any free port); docs/kafka.md", default=None, parse=parse_host_port, metavar="HOST:PORT")
+    advertise: Address | None = setting(
+        "--kafka-advertise", "HOST:PORT Kafka clients are told to use (default: "
+        "--kafka-listen)", default=None, parse=parse_host_port, metavar="HOST:PORT")
+    peers: tuple[Peer, ...] = setting(
+        "--kafka-peers", "the other brokers' Kafka addresses, ID@HOST:PORT[,...] (Kafka "
+        "clients learn every broker from METADATA)", default=(), parse=parse_peers,
+        metavar="ID@HOST:PORT,...")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    data_dir: Path = setting("--data-dir", "the broker's data directory", parse=Path,
+                             required=True)
+    replication: ReplicationConfig  # node id, peers, token, cluster id and Raft's bounds
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    storage: LogConfig = field(default_factory=LogConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
+    # Signs and checks every frame between brokers (replication/wire/peer_auth.py); a broker
+    # with peers needs it. Never in repr: configs get logged.
+    cluster_secret: bytes | None = field(default=None, repr=False)
+    # A produce waits at most this long for its acks.
+    ack_timeout_s: float = 10.0
+    shutdown_grace_s: float = 3.0
+    # A leader stopped gracefully (SIGTERM) first hands leadership to its best caught-up voter
+    # (Raft's leadership transfer, Kafka's controlled shutdown), waiting at most this long:
+    # the cluster then elects at once instead of after an election timeout. 0: no hand-over.
+    shutdown_handover_ms: int = setting(
+        "--shutdown-handover-ms", "on SIGTERM, a leader first hands leadership to its best "
+        "caught-up voter, waiting at most this long (0: it does not)", default=2000)
+    retention_check_interval_ms: int = setting(
+        "--retention-check-interval-ms", "how often segments past the retention bounds are "
+        "deleted", default=60_000)
+
+    def __post_init__(self) -> None:
+        # A batch must fit one frame and one segment (after the segment's file header).
+        if self.storage.batch_bytes_max > self.network.frame_bytes_max:
+            object.__setattr__(self, "storage", replace(
+                self.storage, batch_bytes_max=self.network.frame_bytes_max))
+        if self.ack_timeout_s <= 0:
+            raise ValueError("ack_timeout_s must be > 0")
+        if self.retention_check_interval_ms <= 0:
+            raise ValueError("retention_check_interval_ms must be > 0")
+        if self.shutdown_handover_ms < 0:
+            raise ValueError("shutdown_handover_ms must be >= 0 (0: no hand-over)")
         if self.peers and not self.cluster_secret:
             raise ValueError("a broker with --peers needs the cluster secret (--secret-file or "
                              "$FLIGHTS_CLUSTER_SECRET) to sign and check the frames between "
                              "brokers")
-        self._check_kafka()
         if self.cluster_secret is not None and not 0 < len(self.cluster_secret) <= \
                 SECRET_BYTES_MAX:
             raise ValueError(f"the cluster secret must hold 1..{SECRET_BYTES_MAX} bytes")
+        self._check_kafka()
+
+    @property
+    def node_id(self) -> int:
+        return self.replication.node_id
+
+    @property
+    def peers(self) -> tuple[PeerAddress, ...]:
+        """The other brokers of the cluster (none: a cluster of one)."""
+        return self.replication.peers
+
+    @property
+    def token(self) -> str | None:
+        return self.replication.token
 
     @property
     def groups(self) -> int:
-        """The replication group count: `replication_groups`, or one per broker."""
-        if self.replication_groups is not None:
-            return self.replication_groups
+        """The replication group count: `placement.groups`, or one per broker."""
+        if self.placement.groups is not None:
+            return self.placement.groups
         return 1 + len(self.peers)
 
     def _check_kafka(self) -> None:
-        if self.kafka_host is None:
-            if self.kafka_peers:
+        if self.kafka.listen is None:
+            if self.kafka.peers:
                 raise ValueError("--kafka-peers needs --kafka-listen")
             return
         if self.token is not None:
@@ -167,7 +185,7 @@ class BrokerConfig:
             raise ValueError("--kafka-listen cannot be combined with --token (the Kafka "
                              "listener does not authenticate clients yet)")
         peer_ids = {peer.node_id for peer in self.peers}
-        kafka_ids = [peer.node_id for peer in self.kafka_peers]
+        kafka_ids = [peer.node_id for peer in self.kafka.peers]
         # Every broker leads some time: Kafka clients must be told how to reach each one.
         if len(set(kafka_ids)) != len(kafka_ids) or set(kafka_ids) != peer_ids:
             raise ValueError("--kafka-peers must give the Kafka address of every broker of "

@@ -29,7 +29,7 @@ connections close at once), force-close what outlives `shutdown_grace_s`, then f
 the log. Startable in-process:
 `BrokerServer(config).start()` ... `.stop()`.
 
-With `kafka_host` set, a second listener speaks Kafka's protocol over the same log, context and
+With `kafka.listen` set, a second listener speaks Kafka's protocol over the same log, context and
 replication (services/broker/kafka/listener.py): bound with the Kaska listener, started with
 it, and stopped and drained alongside it.
 
@@ -45,6 +45,7 @@ import random
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from common.kaska.protocol.metadata import BrokerInfo
@@ -62,7 +63,7 @@ from services.broker.network.notifier import DataNotifier
 from services.broker.network.peer_gate import PeerGate, PeerRefusals
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.leader_balance import BalanceRule, LeaderBalancer
-from services.broker.replication.node import PeerAddress, ReplicationConfig, ReplicationNode
+from services.broker.replication.node import ReplicationNode
 from services.broker.replication.peer_link import PeerSigner
 from services.broker.replication.placement import (
     METADATA_GROUP,
@@ -72,7 +73,6 @@ from services.broker.replication.placement import (
     partitions_of,
 )
 from services.broker.replication.topic_mirror import TopicMirror
-from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.log import Log
 from services.broker.storage.partition import AppendResult
 
@@ -86,32 +86,6 @@ log = logging.getLogger(__name__)
 class Companion(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
-
-
-def log_config(config: BrokerConfig) -> LogConfig:
-    return LogConfig(
-        segment_bytes_max=config.segment_bytes_max,
-        index_interval_bytes=config.index_interval_bytes,
-        retention_bytes=config.retention_bytes,
-        retention_ms=config.retention_ms,
-        flush_interval_ms=config.flush_interval_ms,
-        # A batch must fit one frame and one segment (after the segment's file header).
-        batch_bytes_max=min(config.frame_bytes_max,
-                            config.segment_bytes_max - SEGMENT_HEADER_BYTES),
-    )
-
-
-def replication_config(config: BrokerConfig, group: int = 0) -> ReplicationConfig:
-    return ReplicationConfig(
-        node_id=config.node_id, group=group,
-        peers=tuple(PeerAddress(peer.node_id, peer.host, peer.port) for peer in config.peers),
-        election_timeout_min_s=config.election_timeout_ms_min / 1000,
-        election_timeout_max_s=config.election_timeout_ms_max / 1000,
-        quorum_timeout_s=config.quorum_timeout_ms / 1000, token=config.token,
-        fetch_bytes_max=config.replica_fetch_bytes_max, fsync=config.replication_fsync,
-        cluster_id=config.cluster_id,
-        journal_entries_max=config.journal_entries_max,
-        journal_bytes_max=config.journal_bytes_max)
 
 
 def _holds(group: int, groups: int, topic: str, partition: int) -> bool:
@@ -129,10 +103,11 @@ class BrokerServer:
         self._lock = threading.Lock()
         self._stopping = False
         self._stopped = threading.Event()
-        self._acceptor = Acceptor(config.host, config.port, name="kaska",
-                                  connections_max=config.connections_max,
-                                  read_timeout_s=config.read_timeout_s,
-                                  backlog=config.listen_backlog)
+        network = config.network
+        self._acceptor = Acceptor(*network.listen, name="kaska",
+                                  connections_max=network.connections_max,
+                                  read_timeout_s=network.read_timeout_s,
+                                  backlog=network.listen_backlog)
         self.address: tuple[str, int] | None = None
         self.kafka: KafkaListener | None = None
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
@@ -168,8 +143,7 @@ class BrokerServer:
         self.offsets.load()
         self._acceptor.listen()
         self.address = self._acceptor.address
-        advertised = (config.advertised_host or self.address[0],
-                      config.advertised_port or self.address[1])
+        advertised = config.network.advertise or self.address
         for group in groups:
             group.replicas = ReplicaManager(group.node, advertised, group.log,
                                             config.ack_timeout_s, counters=self.metrics)
@@ -190,10 +164,10 @@ class BrokerServer:
                 holds_any=functools.partial(_holds_any, group.number, config.groups))
             group.mirror.start()
         self._balancer = None
-        if groups.count > 1 and config.preferred_leader_steady_ms > 0:
+        if groups.count > 1 and config.placement.preferred_leader_steady_ms > 0:
             self._balancer = LeaderBalancer(
                 [group.node for group in groups],
-                BalanceRule(steady_s=config.preferred_leader_steady_ms / 1000))
+                BalanceRule(steady_s=config.placement.preferred_leader_steady_ms / 1000))
             self._balancer.start()
         self._retention = RetentionThread(self.context.partitions,
                                           config.retention_check_interval_ms,
@@ -212,7 +186,7 @@ class BrokerServer:
         group 0 also carries the committed offsets (`__offsets`)."""
         config = self.config
         directory = group_directory(config.data_dir, number)
-        storage = Log(directory, log_config(config),
+        storage = Log(directory, config.storage,
                       holds=functools.partial(_holds, number, config.groups))
         self._opened_logs.append(storage)
         signer = PeerSigner(config.node_id, config.cluster_secret, self.peer_refusals,
@@ -224,7 +198,7 @@ class BrokerServer:
             offsets = {"on_offsets_batch": self.offsets.absorb,
                        "on_offsets_truncated": self.offsets.load}
         node = ReplicationNode(
-            replication_config(config, number), storage, directory,
+            replace(config.replication, group=number), storage, directory,
             on_topic_deleted=notifier.forget_topic, on_partition_visible=notifier.notify,
             peer_signer=signer, **offsets)
         self._opened_nodes.append(node)
@@ -321,16 +295,16 @@ class BrokerServer:
 
     def _bind_kafka(self) -> KafkaListener | None:
         config = self.config
-        if config.kafka_host is None:
+        if config.kafka.listen is None:
             return None
         # Imported only when used: kafka-python's schemas cost a broker without a Kafka
         # listener half a second of start-up on a busy machine.
         from services.broker.kafka.listener import KafkaListener
-        listener = KafkaListener(config.kafka_host, config.kafka_port,
-                                 connections_max=config.connections_max,
-                                 read_timeout_s=config.read_timeout_s,
-                                 request_bytes_max=config.frame_bytes_max,
-                                 backlog=config.listen_backlog)
+        listener = KafkaListener(*config.kafka.listen,
+                                 connections_max=config.network.connections_max,
+                                 read_timeout_s=config.network.read_timeout_s,
+                                 request_bytes_max=config.network.frame_bytes_max,
+                                 backlog=config.network.listen_backlog)
         listener.bind()
         return listener
 
@@ -339,10 +313,8 @@ class BrokerServer:
         from services.broker.kafka.context import KafkaContext
 
         config = self.config
-        own = BrokerInfo(config.node_id, config.kafka_advertised_host or self.kafka.address[0],
-                         config.kafka_advertised_port or self.kafka.address[1])
-        others = tuple(BrokerInfo(peer.node_id, peer.host, peer.port)
-                       for peer in config.kafka_peers)
+        own = BrokerInfo(config.node_id, *(config.kafka.advertise or self.kafka.address))
+        others = tuple(BrokerInfo(*peer) for peer in config.kafka.peers)
         return KafkaContext(broker=self.context, node_id=config.node_id, brokers=(own, *others),
                             cluster_id=self.node.identity.cluster_id,
                             rng=random.SystemRandom(),

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import uvicorn
 
+from common.address import Address, parse_host_port
 from common.cluster_secret import SECRET_ENV as CLUSTER_SECRET_ENV
 from common.cluster_secret import ClusterSecretError, load_secret
 from common.service_cli import (
@@ -41,7 +42,6 @@ from services.status.config import (
     REQUEST_TIMEOUT_S_DEFAULT,
     StatusConfig,
     StatusConfigError,
-    parse_address,
     parse_addresses,
     parse_link,
 )
@@ -57,12 +57,16 @@ SECRET_BYTES_MAX = 4096
 log = logging.getLogger("services.status")
 
 
+def parse_listen(text: str) -> Address:
+    return parse_host_port(text, port_min=1)
+
+
 def _arg(parse):
     """A config parser as an argparse type: a bad value exits 2 naming the flag."""
     def convert(text: str):
         try:
             return parse(text)
-        except StatusConfigError as error:
+        except ValueError as error:  # StatusConfigError, AddressError
             raise argparse.ArgumentTypeError(str(error)) from error
     return convert
 
@@ -81,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the health checkers' secret (default ${SECRET_ENV})")
     add("--secret-file", type=Path, help="file holding the health checkers' secret")
     add("--token", default=os.environ.get(TOKEN_ENV), help=f"Kaska token (default ${TOKEN_ENV})")
-    add("--listen", type=_arg(parse_address), default=parse_address(LISTEN_DEFAULT),
+    add("--listen", type=_arg(parse_listen), default=parse_listen(LISTEN_DEFAULT),
         help=f"HOST:PORT of the page (default {LISTEN_DEFAULT}; port 0: any free one)")
     add("--refresh-interval-s", type=float, default=REFRESH_INTERVAL_S_DEFAULT)
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S_DEFAULT)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from common.address import Address, parse_host_ports
+
 REFRESH_INTERVAL_S_DEFAULT = 1.0
 REQUEST_TIMEOUT_S_DEFAULT = 2.0
 TIMELINE_EVENTS_MAX_DEFAULT = 60
@@ -21,23 +23,15 @@ PARTITIONS_SHOWN_MAX_DEFAULT = 48
 ENDPOINTS_MAX = 32
 LINKS_MAX = 8
 
-Address = tuple[str, int]
 
 
 class StatusConfigError(ValueError):
     """A status-service setting out of range or that does not parse."""
 
 
-def parse_address(text: str) -> Address:
-    """'host:9100' -> ('host', 9100)."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise StatusConfigError(f"{text!r} is not HOST:PORT with a port in 1..65535")
-    return host, int(port)
-
-
 def parse_addresses(text: str) -> tuple[Address, ...]:
-    addresses = tuple(parse_address(item) for item in text.split(",") if item.strip())
+    """1..ENDPOINTS_MAX HOST:PORT (common/address.py), ports in 1..65535."""
+    addresses = parse_host_ports(text, port_min=1)
     if not 0 < len(addresses) <= ENDPOINTS_MAX:
         raise StatusConfigError(f"expected 1..{ENDPOINTS_MAX} HOST:PORT, got {text!r}")
     return addresses

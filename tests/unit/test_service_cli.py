@@ -19,7 +19,7 @@ BROKER = ["--node-id", "1", "--data-dir", "/tmp/unused"]
 QUERY_SERVICE = ["--brokers", "h:1"]
 STATUS = ["--brokers", "h:1", "--checkers", "h:2"]
 CLIENT = ["--flights", "f.csv", "--airports", "a.csv", "--brokers", "h:1", "--results-dir", "r"]
-CHECKER = ["--node-id", "1", "--peers", "1=h:1,2=h:2", "--listen", "h:1", "--backend",
+CHECKER = ["--node-id", "1", "--peers", "1@h:1,2@h:2", "--listen", "h:1", "--backend",
            "process", "--log-level", "info"]
 SERVICES = {
     "broker": (broker_args, BROKER),

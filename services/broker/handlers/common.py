@@ -19,7 +19,7 @@ MULTI_WAIT_SLICE_S = 0.05
 
 def read_request(ctx: BrokerContext, body: RequestBody, request_type):
     """Decode a whole (small) body; InvalidRequestError when it does not parse."""
-    return request_type.decode(body.read_all(ctx.config.control_body_bytes_max))
+    return request_type.decode(body.read_all(ctx.config.network.control_body_bytes_max))
 
 
 def client_writable_topic(name: str) -> str:
@@ -70,6 +70,6 @@ def await_high_watermarks(ctx: BrokerContext, positions: Sequence[tuple[str, int
 def read_peer_request(ctx: BrokerContext, body: RequestBody, request_type, check, claimed):
     """A replication request through the peer gate (network/peer_gate.py): verified, fresh,
     bound to its signer and range-checked, or a counted PeerFrameError."""
-    frame = body.read_all(ctx.config.control_body_bytes_max)
+    frame = body.read_all(ctx.config.network.control_body_bytes_max)
     return ctx.peer_gate.open_request(request_type.API, frame, body.session, request_type.decode,
                                       check, claimed)

@@ -13,7 +13,7 @@ from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = CreateTopicRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
+    request = CreateTopicRequest.decode(body.read_all(ctx.config.network.control_body_bytes_max),
                                         body.version)
     client_writable_topic(request.topic)
     topic_id = ctx.topics.create_topic(request.topic, request.partitions)

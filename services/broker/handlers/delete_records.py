@@ -38,7 +38,7 @@ from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = DeleteRecordsRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
+    request = DeleteRecordsRequest.decode(body.read_all(ctx.config.network.control_body_bytes_max),
                                           body.version)
     client_writable_topic(request.topic)
     _check_incarnation(ctx, request)

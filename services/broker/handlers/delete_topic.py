@@ -14,7 +14,7 @@ from services.broker.replication.journal import TopicId
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = DeleteTopicRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
+    request = DeleteTopicRequest.decode(body.read_all(ctx.config.network.control_body_bytes_max),
                                         body.version)
     client_writable_topic(request.topic)
     wanted = None if request.topic_id is None else TopicId(*request.topic_id)

@@ -22,13 +22,13 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = read_request(ctx, body, FetchRequest)
     partition = led_partition(ctx, request.topic, request.partition)
     # At least 1: storage then returns one whole batch whatever the limit (as Kafka's KIP-74).
-    max_bytes = max(1, min(request.max_bytes, ctx.config.frame_bytes_max))
+    max_bytes = max(1, min(request.max_bytes, ctx.config.network.frame_bytes_max))
     fetched = partition.fetch(request.offset, max_bytes)
     if fetched.above_high_watermark:
         raise OffsetNotAvailableError(f"offset {request.offset} above the high watermark "
                                       f"{fetched.high_watermark} of {partition.topic}/"
                                       f"{partition.number}; retry")
-    wait_ms = min(request.max_wait_ms, ctx.config.fetch_wait_ms_max)
+    wait_ms = min(request.max_wait_ms, ctx.config.network.fetch_wait_ms_max)
     if fetched.caught_up and wait_ms > 0:
         await_high_watermarks(ctx, [(request.topic, request.partition, request.offset)],
                               wait_ms / 1000)

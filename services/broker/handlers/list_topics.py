@@ -19,7 +19,7 @@ from services.broker.network.reply import Reply
 
 
 def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
-    request = ListTopicsRequest.decode(body.read_all(ctx.config.control_body_bytes_max),
+    request = ListTopicsRequest.decode(body.read_all(ctx.config.network.control_body_bytes_max),
                                        body.version)
     committed = ctx.topics.leader_committed_topics()
     topics = {name: live.partitions for name, live in committed.items()

@@ -63,12 +63,12 @@ class KafkaConnection(ConnectionLoop):
         self._answers = OrderedAnswers(self._sock.sendall, ANSWERS_PENDING_MAX, self.peer)
         config = self._kctx.broker.config
         try:
-            self._serve(config.read_timeout_s, config.idle_timeout_s)
+            self._serve(config.network.read_timeout_s, config.network.idle_timeout_s)
         except OSError as exc:
             log.debug("kafka connection %s ended: %r", self.peer, exc)
         finally:
             # Each queued answer is bounded by its ack wait and one send.
-            if not self._answers.close(ANSWERS_PENDING_MAX * config.read_timeout_s
+            if not self._answers.close(ANSWERS_PENDING_MAX * config.network.read_timeout_s
                                        + config.ack_timeout_s):
                 log.error("kafka connection %s: answers still pending at close", self.peer)
             self._sock.close()
@@ -80,7 +80,8 @@ class KafkaConnection(ConnectionLoop):
         if size < FIXED_HEADER_BYTES:
             log.info("closing kafka connection %s: request of %d bytes", self.peer, size)
             return False
-        body = RequestBody(self._sock, size, timeout_s=self._kctx.broker.config.read_timeout_s,
+        body = RequestBody(self._sock, size,
+                           timeout_s=self._kctx.broker.config.network.read_timeout_s,
                            buffer=self._receive_buffer)
         if size > self._request_bytes_max:
             fixed = parse_fixed_header(body.read_exact(FIXED_HEADER_BYTES))

@@ -57,7 +57,7 @@ def handle(kctx: KafkaContext, request) -> FetchResponse:
     wanted = [Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
               for topic in request.topics for p in topic.partitions]
     config = kctx.broker.config
-    wait_s = max(0, min(request.max_wait_ms, config.fetch_wait_ms_max)) / 1000
+    wait_s = max(0, min(request.max_wait_ms, config.network.fetch_wait_ms_max)) / 1000
     deadline = time.monotonic() + wait_s
     positions = [(item.topic, item.partition, item.offset) for item in wanted]
     while True:
@@ -74,8 +74,8 @@ def handle(kctx: KafkaContext, request) -> FetchResponse:
 
 
 def _read_all(kctx: KafkaContext, wanted: list[Wanted], max_bytes: int) -> list:
-    budget = max_bytes if max_bytes > 0 else kctx.broker.config.frame_bytes_max
-    budget = min(budget, kctx.broker.config.frame_bytes_max)
+    budget = max_bytes if max_bytes > 0 else kctx.broker.config.network.frame_bytes_max
+    budget = min(budget, kctx.broker.config.network.frame_bytes_max)
     answers = []
     for item in wanted:
         limit = min(item.max_bytes, budget)

@@ -79,7 +79,8 @@ class Connection(ConnectionLoop):
 
     def run(self) -> None:
         try:
-            self._serve(self._ctx.config.read_timeout_s, self._ctx.config.idle_timeout_s)
+            network = self._ctx.config.network
+            self._serve(network.read_timeout_s, network.idle_timeout_s)
         except OSError as exc:
             log.debug("connection %s ended: %r", self.peer, exc)
         finally:
@@ -97,15 +98,16 @@ class Connection(ConnectionLoop):
             log.info("closing %s: %s", self.peer, exc)
             return False
         config = self._ctx.config
-        if header.body_bytes > config.frame_bytes_max:
+        if header.body_bytes > config.network.frame_bytes_max:
             self._send_error(header.api, header.correlation_id, FrameTooLargeError(
-                f"frame of {header.length} bytes over frame_bytes_max {config.frame_bytes_max}"))
+                f"frame of {header.length} bytes over frame_bytes_max "
+                f"{config.network.frame_bytes_max}"))
             return False
         if not self._authenticated and header.api != Api.AUTHENTICATE:
             self._send_error(header.api, header.correlation_id,
                              AuthenticationError("authenticate first: this broker needs a token"))
             return False
-        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.read_timeout_s,
+        body = RequestBody(self._sock, header.body_bytes, timeout_s=config.network.read_timeout_s,
                            session=self._peer_session, buffer=self._receive_buffer,
                            version=header.version)
         reply, error = self._dispatch(header, body)
@@ -150,7 +152,7 @@ class Connection(ConnectionLoop):
         # Never an unbounded hold of an appended produce (it would be answered late or never,
         # though replicated): the replies ahead of it are each done within their ack wait and
         # one send.
-        bound_s = config.ack_timeout_s + config.read_timeout_s
+        bound_s = config.ack_timeout_s + config.network.read_timeout_s
         if not self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX, bound_s):
             self._send_error(api, correlation_id, NotEnoughReplicasError(
                 f"{DEFERRED_REPLIES_MAX} earlier answers still pending after {bound_s:.0f} s; "

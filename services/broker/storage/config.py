@@ -1,9 +1,11 @@
-"""LogConfig: every bound of the broker's storage, with units last in the names."""
+"""LogConfig: every bound of the broker's storage, with units last in the names; the broker's
+storage flags are declared on its fields (common/config_flags.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.config_flags import setting
 from common.kaska.record_batch import HEADER_BYTES
 
 SEGMENT_HEADER_BYTES = 16
@@ -24,7 +26,8 @@ class LogConfig:
     flush_interval_ms     fsync at most this long after an append; None = never (the page cache
                           survives a SIGKILL; only a machine crash loses unflushed data), 0 =
                           every append [flush.ms]
-    batch_bytes_max       largest record batch accepted [message.max.bytes]
+    batch_bytes_max       largest record batch accepted [message.max.bytes]; None = as large
+                          as a segment holds after its header
     producer_ids_max      producers remembered per partition for deduplication; the least
                           recently seen is forgotten beyond it
     reserve_ahead_bytes   disk blocks the active segment reserves (posix_fallocate) beyond
@@ -32,16 +35,27 @@ class LogConfig:
                           unused rest is given back when the segment is sealed (disk_space.py)
     """
 
-    segment_bytes_max: int = 64 * 1024 * 1024
+    segment_bytes_max: int = setting(
+        "--segment-bytes-max", "size a log segment file is preallocated to; a segment rolls "
+        "when the next batch would not fit", default=64 * 1024 * 1024)
     index_interval_bytes: int = 4096
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
-    flush_interval_ms: int | None = None
-    batch_bytes_max: int = 16 * 1024 * 1024
+    retention_bytes: int | None = setting(
+        "--retention-bytes", "partition size above which whole old segments are deleted "
+        "(absent: unbounded)", default=None, parse=int)
+    retention_ms: int | None = setting(
+        "--retention-ms", "age (newest batch timestamp) above which a segment is deleted "
+        "(absent: forever)", default=None, parse=int)
+    flush_interval_ms: int | None = setting(
+        "--flush-interval-ms", "fsync at most this long after an append (absent: never, the "
+        "page cache survives a SIGKILL; 0: every append)", default=None, parse=int)
+    batch_bytes_max: int | None = None
     producer_ids_max: int = 10_000
     reserve_ahead_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
+        if self.batch_bytes_max is None:
+            object.__setattr__(self, "batch_bytes_max",
+                               self.segment_bytes_max - SEGMENT_HEADER_BYTES)
         if self.batch_bytes_max < HEADER_BYTES:
             raise ValueError(f"batch_bytes_max {self.batch_bytes_max} is below a batch header")
         if self.segment_bytes_max < SEGMENT_HEADER_BYTES + self.batch_bytes_max:

@@ -6,6 +6,7 @@ from socket import create_connection
 import pytest
 from prometheus_client import generate_latest
 
+from common.address import Address
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.errors import (
     AuthenticationError,
@@ -14,8 +15,9 @@ from common.kaska.errors import (
     KaskaError,
 )
 from common.kaska.protocol import Api, AuthenticateRequest, ListTopicsRequest
-from services.broker.config import BrokerConfig
+from services.broker.config import BrokerConfig, NetworkConfig
 from services.broker.metrics import broker_registry
+from services.broker.replication.config import ReplicationConfig
 from services.broker.server import BrokerServer
 from tests.integration.broker.broker_process import (
     CLIENT_OPTIONS,
@@ -98,7 +100,8 @@ def test_sigterm_with_busy_clients_exits_zero_quickly(fresh_broker, topic_name):
 
 
 def test_in_process_server_start_stop_and_data_survives(tmp_path, topic_name):
-    config = BrokerConfig(node_id=7, data_dir=tmp_path / "data", port=0)
+    config = BrokerConfig(data_dir=tmp_path / "data", replication=ReplicationConfig(node_id=7),
+                          network=NetworkConfig(listen=Address("127.0.0.1", 0)))
     with BrokerServer(config) as server:
         address = server.bootstrap
         with Admin(address, **CLIENT_OPTIONS) as admin, \
@@ -114,7 +117,9 @@ def test_in_process_server_start_stop_and_data_survives(tmp_path, topic_name):
 
 
 def test_connections_over_the_limit_are_closed(tmp_path):
-    config = BrokerConfig(node_id=1, data_dir=tmp_path / "data", port=0, connections_max=2)
+    config = BrokerConfig(
+        data_dir=tmp_path / "data", replication=ReplicationConfig(node_id=1),
+        network=NetworkConfig(listen=Address("127.0.0.1", 0), connections_max=2))
     with BrokerServer(config) as server:
         held = [create_connection(server.address) for _ in range(2)]
         for sock in held:  # an answer proves the broker counts the connection

@@ -11,12 +11,14 @@ import time
 
 import pytest
 
+from common.address import Address
 from common.kaska import Admin, Producer
 from common.kaska.protocol import Api
 from common.kaska.protocol.frames import encode_request_header
 from common.kaska.protocol.produce import ProducePrefix
 from common.kaska.record_batch import encode_batch
-from services.broker.config import BrokerConfig
+from services.broker.config import BrokerConfig, NetworkConfig
+from services.broker.replication.config import ReplicationConfig
 from services.broker.server import BrokerServer
 from tests.integration.broker.broker_process import CLIENT_OPTIONS
 
@@ -65,8 +67,9 @@ class Trickler(threading.Thread):
 
 
 def test_a_stalled_producer_does_not_stall_the_others_of_its_partition(tmp_path):
-    config = BrokerConfig(node_id=1, data_dir=tmp_path / "data", port=0,
-                          read_timeout_s=READ_TIMEOUT_S)
+    config = BrokerConfig(
+        data_dir=tmp_path / "data", replication=ReplicationConfig(node_id=1),
+        network=NetworkConfig(listen=Address("127.0.0.1", 0), read_timeout_s=READ_TIMEOUT_S))
     with BrokerServer(config) as server:
         with Admin(server.bootstrap, **CLIENT_OPTIONS) as admin:
             admin.create_topic("slow")

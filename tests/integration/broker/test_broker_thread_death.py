@@ -13,7 +13,7 @@ import time
 import pytest
 
 from common.essential_threads import EXIT_ESSENTIAL_THREAD_DIED
-from tests.integration.broker.broker_process import REPO
+from scripts.launcher.local_cluster import REPO, BrokerSpec, broker_argv
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +46,9 @@ def _broker(tmp_path, fault: str) -> subprocess.Popen:
     """The real broker entry point; its loop's FAILING_ROUND-th round writes `marker` and,
     with fault "fail", raises."""
     return subprocess.Popen(
-        [sys.executable, "-c", WRAPPER, str(tmp_path / "marker"), fault, "--node-id", "1",
-         "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        # the broker's flags without its `-m services.broker`: the wrapper runs main()
+        [sys.executable, "-c", WRAPPER, str(tmp_path / "marker"), fault,
+         *broker_argv(BrokerSpec(1, tmp_path / "data"))[2:]],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.integration.broker.broker_process import REPO
+from scripts.launcher.local_cluster import REPO
 
 pytestmark = pytest.mark.integration
 

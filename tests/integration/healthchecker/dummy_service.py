@@ -18,8 +18,9 @@ import threading
 import time
 from pathlib import Path
 
+from common.address import parse_host_ports
 from common.cluster_secret import read_secret_file
-from common.heartbeat import HeartbeatSender, parse_targets
+from common.heartbeat import HeartbeatSender
 
 
 def _busy_forever(_signum, _frame) -> None:
@@ -42,7 +43,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGUSR1, _busy_forever)
     time.sleep(args.start_delay_s)
-    targets = parse_targets(args.targets)
+    targets = parse_host_ports(args.targets)
     sender = HeartbeatSender(args.name, targets=targets, interval_s=args.interval_s,
                              secret=read_secret_file(args.secret_file)).start()
     print(f"{args.name} up", flush=True)

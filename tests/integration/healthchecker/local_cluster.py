@@ -61,7 +61,7 @@ class LocalCluster:
         self.metrics_ports = dict(zip(self.ports, ports[checkers:], strict=False))
         self.timings = {**FAST_TIMINGS, **(timings or {})}
         self.children = []
-        peers = ",".join(f"{i}=127.0.0.1:{port}" for i, port in self.ports.items())
+        peers = ",".join(f"{i}@127.0.0.1:{port}" for i, port in self.ports.items())
         # Checkers and dummies read the cluster secret from a file, as run_local's do.
         self.secret_file = root / "secret"
         self.secret_file.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
+from common.address import Address
+from scripts.launcher.ports import free_ports
 from tests.integration.kafka.kafka_broker import KafkaBroker
-from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster, free_ports
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 
 LOG_TAIL_BYTES = 6000
 _names = itertools.count()
@@ -28,8 +30,7 @@ def pytest_runtest_makereport(item, call):
 def kafka_broker(tmp_path_factory):
     (metrics_port,) = free_ports(1)
     process = KafkaBroker(tmp_path_factory.mktemp("kafka") / "data",
-                          "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
-    process.metrics_port = metrics_port
+                          metrics_listen=Address("127.0.0.1", metrics_port)).start()
     yield process
     process.kill()
 

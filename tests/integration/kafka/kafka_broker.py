@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common.address import Address, parse_host_port
 from tests.integration.broker.broker_process import BrokerProcess
 
 WAIT_S = 60.0
@@ -16,22 +17,12 @@ WAIT_S = 60.0
 class KafkaBroker(BrokerProcess):
     """A one-broker cluster listening for Kafka clients too (any free port, read back)."""
 
-    def __init__(self, data_dir: Path, *extra_args: str) -> None:
-        super().__init__(data_dir, "--kafka-listen", "127.0.0.1:0", *extra_args)
-        self.kafka_port = 0
-
-    def start(self) -> KafkaBroker:
-        super().start()
-        # Printed right after the readiness line, which may have buffered it already (so no
-        # select on the pipe); a broker dying in between ends the pipe: "" below.
-        line = self.proc.stdout.readline().decode().strip()
-        assert line.startswith("kafka listener of broker"), line
-        self.kafka_port = int(line.rsplit(":", 1)[1])
-        return self
+    def __init__(self, data_dir: Path, *extra_args: str, **spec) -> None:
+        super().__init__(data_dir, *extra_args, kafka_listen=Address("127.0.0.1", 0), **spec)
 
     @property
-    def kafka_address(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+    def kafka_port(self) -> int:
+        return self.spec.kafka_listen.port
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S):
@@ -48,9 +39,8 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT
 
 def kafka_request(address: str, request, correlation_id: int = 1, timeout_s: float = 10.0):
     """Send one kafka-python protocol request; its decoded response."""
-    host, port = address.rsplit(":", 1)
     request.with_header(correlation_id=correlation_id, client_id="kaska-test")
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+    with socket.create_connection(parse_host_port(address), timeout=timeout_s) as sock:
         sock.sendall(request.encode(header=True, framed=True))
         size = struct.unpack(">i", recv_exactly(sock, 4))[0]
         frame = recv_exactly(sock, size)

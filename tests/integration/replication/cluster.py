@@ -1,7 +1,8 @@
 """A replicated Kaska cluster of real broker processes on 127.0.0.1, for fault tests.
 
-`BrokerCluster(tmp_path, size=3)` picks every port up front (each broker must be told the
-others'), starts the brokers, and lets a test kill, pause, resume and restart them, ask who
+`BrokerCluster(tmp_path, size=3)` is scripts/launcher/local_cluster.py's LocalCluster (every
+port picked up front, each broker told the others'; kill, pause, resume, restart) with what
+the tests ask of it: who
 leads (METADATA from each live broker, until they agree), and, once every process is gone,
 read each broker's bytes of a partition straight from its data directory.
 
@@ -19,28 +20,20 @@ harness line at every start and signal).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cluster_secret import SECRET_ENV, write_secret_file
 from common.kaska import Admin
 from common.kaska.connection import BrokerConnection
 from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.protocol.metadata import NO_LEADER, MetadataRequest, MetadataResponse
 from common.kaska.retry import RetryPolicy
-from scripts.nemesis.proxy import PeerProxy
+from scripts.launcher.local_cluster import LocalCluster
 from services.broker.replication.identity import derived_cluster_id
 from services.broker.replication.placement import group_directory, group_of
 from services.broker.storage.log import Log
-from tests.integration.broker.broker_process import REPO, BrokerProcess
 from tests.integration.metrics_scrape import scrape
 
 # Fast failover for tests: elections within 0.5-1 s of silence, a cut-off leader steps down
@@ -48,7 +41,6 @@ from tests.integration.metrics_scrape import scrape
 FAST_ELECTIONS = ("--election-timeout-ms-min", "500", "--election-timeout-ms-max", "1000",
                   "--quorum-timeout-ms", "1500")
 LEADER_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
 PROBE_TIMEOUTS = {"connect_timeout_s": 1.0, "request_timeout_s": 2.0}
 READ_ALL_BYTES = 1 << 30
 # What a broker logs when it cuts or truncates its journal or data (recovery, divergence).
@@ -60,26 +52,6 @@ ROLE_LINE = re.compile(r"broker (\d+): (leader|follower|candidate) of epoch (\d+
                        r"\(leader (\w+)\)")
 
 
-def reserve_ports(count: int) -> list[socket.socket]:
-    """Bound (not listening) sockets on distinct free ports; close them right before use, so
-    nothing else created meanwhile (proxies) can take the ports."""
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    return sockets
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = reserve_ports(count)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 @dataclass(frozen=True, slots=True)
 class LeaderView:
     """What one broker says: the leader it knows (NO_LEADER: none) and its epoch."""
@@ -89,215 +61,29 @@ class LeaderView:
     epoch: int
 
 
-class ClusterBroker(BrokerProcess):
-    """One broker of the cluster: BrokerProcess with a node id and peers."""
-
-    def __init__(self, node_id: int, data_dir: Path, port: int, peers: str,
-                 extra_args: tuple[str, ...], metrics_port: int, secret_file: Path) -> None:
-        super().__init__(data_dir, *extra_args, port=port)
-        self.metrics_port = metrics_port
-        self.node_id = node_id
-        self.peers = peers
-        self.secret_file = secret_file
-        self.paused = False
-        self.starts = 0
-
-    def note(self, text: str) -> None:
-        """A harness line in the broker's log, so the log reads as a timeline of the test."""
-        with open(self.log_path, "a") as log:
-            log.write(f"{time.strftime('%H:%M:%S')} ===== harness: {text} =====\n")
-
-    def launch(self) -> None:
-        """Start the process; `wait_ready` reads its readiness line."""
-        command = [sys.executable, "-m", "services.broker", "--node-id", str(self.node_id),
-                   "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
-                   "--peers", self.peers, "--secret-file", str(self.secret_file),
-                   "--metrics-listen", f"127.0.0.1:{self.metrics_port}", *self.extra_args]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        env.pop("KASKA_TOKEN", None)
-        env.pop(SECRET_ENV, None)
-        self.starts += 1
-        self.note(f"start #{self.starts}")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                         stderr=log)
-        self.paused = False
-
-    def wait_ready(self) -> None:
-        line = self._ready_line()
-        port = int(line.rsplit(":", 1)[1])
-        assert port == self.port, f"broker {self.node_id} listens on {port}, not {self.port}"
-
-    def start(self) -> ClusterBroker:
-        self.launch()
-        self.wait_ready()
-        return self
-
-    def signal(self, signum: int) -> None:
-        self.note(f"signal {signal.Signals(signum).name}")
-        self.proc.send_signal(signum)
-
-    def wait_exit(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        try:
-            code = self.proc.wait(timeout_s)
-        finally:
-            self.proc.stdout.close()
-        self.paused = False
-        return code
-
-
-class BrokerCluster:
+class BrokerCluster(LocalCluster):
     def __init__(self, tmp_path: Path, size: int = 3, peer_via_proxy: bool = False,
                  extra_args: tuple[str, ...] = (), kafka: bool = False, groups: int = 1) -> None:
-        """Every broker serves /metrics on its own port (`metrics_ports`); with `kafka` also
-        Kafka's protocol on another (`kafka_ports`), each told the others' (--kafka-peers).
-        `groups`: the replication groups (--replication-groups). One by default: the tests of
-        one group's machinery read its single leader from the role lines and its partitions
-        from the data directory itself; the tests of leadership per partition ask for more."""
+        """scripts/launcher/local_cluster.py's cluster. `groups`: the replication groups
+        (--replication-groups). One by default: the tests of one group's machinery read its
+        single leader from the role lines and its partitions from the data directory itself;
+        the tests of leadership per partition ask for more."""
         self.groups = groups
-        extra_args = ("--replication-groups", str(groups), *extra_args)
-        tmp_path.mkdir(parents=True, exist_ok=True)
-        self.secret = write_secret_file(tmp_path / "cluster_secret")
-        self.ids = list(range(1, size + 1))
+        super().__init__(tmp_path, size, peer_via_proxy=peer_via_proxy, kafka=kafka,
+                         extra_args=("--replication-groups", str(groups), *extra_args))
         # The brokers are given no --cluster-id: they derive this one from the voter ids.
         self.cluster_id = derived_cluster_id(self.ids)
-        self.peer_via_proxy = peer_via_proxy
-        # Each broker's client port and metrics port (and Kafka port).
-        reserved = reserve_ports((3 if kafka else 2) * size)
-        ports = {i: sock.getsockname()[1]
-                 for i, sock in zip(self.ids, reserved[:size], strict=True)}
-        # Held with the brokers' ports until the brokers start: nothing else can take them.
-        self.metrics_ports = {i: sock.getsockname()[1]
-                              for i, sock in zip(self.ids, reserved[size:2 * size], strict=True)}
-        self.kafka_ports = {i: sock.getsockname()[1]
-                            for i, sock in zip(self.ids, reserved[2 * size:], strict=True)
-                            } if kafka else {}
-        self.proxies: dict[tuple[int, int], PeerProxy] = {}
-        if peer_via_proxy:
-            for i in self.ids:
-                for j in self.ids:
-                    if i != j:
-                        self.proxies[(i, j)] = PeerProxy(("127.0.0.1", ports[j]),
-                                                         name=f"{i}->{j}")
-        self.brokers: dict[int, ClusterBroker] = {}
-        for i in self.ids:
-            peers = ",".join(f"{j}@{self._peer_address(i, j, ports)}"
-                             for j in self.ids if j != i)
-            self.brokers[i] = ClusterBroker(i, tmp_path / f"node{i}", ports[i], peers,
-                                            (*extra_args, *self._kafka_args(i)),
-                                            self.metrics_ports[i], tmp_path / "cluster_secret")
-        for sock in reserved:
-            sock.close()
-
-    def _kafka_args(self, i: int) -> tuple[str, ...]:
-        if not self.kafka_ports:
-            return ()
-        peers = ",".join(f"{j}@{self.kafka_address(j)}" for j in self.ids if j != i)
-        return ("--kafka-listen", self.kafka_address(i), "--kafka-peers", peers)
-
-    def kafka_address(self, i: int) -> str:
-        """Broker i's Kafka listener, "127.0.0.1:port" (a cluster made with `kafka=True`)."""
-        return f"127.0.0.1:{self.kafka_ports[i]}"
-
-    def _peer_address(self, i: int, j: int, ports: dict[int, int]) -> str:
-        if self.peer_via_proxy:
-            return self.proxies[(i, j)].address
-        return f"127.0.0.1:{ports[j]}"
-
-    # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> BrokerCluster:
-        """Start every broker at once (each waits for nobody to listen), then wait for all to
-        listen and agree on a leader: a client's first request must not race the election
-        (a client with a short retry budget gave up on NOT_LEADER during it on a busy machine)."""
-        for broker in self.brokers.values():
-            broker.launch()
-        for broker in self.brokers.values():
-            broker.wait_ready()
+        """Start every broker, then wait for all to listen and agree on a leader: a client's
+        first request must not race the election (a client with a short retry budget gave up
+        on NOT_LEADER during it on a busy machine)."""
+        super().start()
         self.leader()
         return self
 
     def __enter__(self) -> BrokerCluster:
         return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Kill whatever still runs and close the proxies (teardown; idempotent)."""
-        for broker in self.brokers.values():
-            if broker.alive():
-                with contextlib.suppress(OSError):
-                    broker.proc.send_signal(signal.SIGCONT)
-            broker.kill()
-        for proxy in self.proxies.values():
-            proxy.close()
-
-    def kill(self, i: int, sig: int = signal.SIGKILL) -> int:
-        """Send `sig` (SIGKILL, SIGTERM, ...) and wait for the process to end; its exit code."""
-        broker = self.brokers[i]
-        broker.signal(sig)
-        if broker.paused and sig != signal.SIGKILL:
-            broker.proc.send_signal(signal.SIGCONT)  # a stopped process handles nothing
-        return broker.wait_exit()
-
-    def pause(self, i: int) -> None:
-        broker = self.brokers[i]
-        broker.signal(signal.SIGSTOP)
-        broker.paused = True
-
-    def resume(self, i: int) -> None:
-        broker = self.brokers[i]
-        broker.signal(signal.SIGCONT)
-        broker.paused = False
-
-    def start_broker(self, i: int) -> None:
-        """Start a broker that is not running, on its own port and data directory."""
-        assert not self.brokers[i].alive(), f"broker {i} is running"
-        self.brokers[i].start()
-
-    def restart(self, i: int) -> None:
-        """SIGTERM (when running), then start again."""
-        if self.brokers[i].alive():
-            code = self.kill(i, signal.SIGTERM)
-            assert code == 0, f"broker {i} exited {code} on SIGTERM: {self.brokers[i].tail()}"
-        self.start_broker(i)
-
-    def stop_all(self) -> dict[int, int]:
-        """SIGTERM every running broker at once (resuming paused ones), wait; exit codes."""
-        running = [i for i in self.ids if self.brokers[i].alive()]
-        for i in running:
-            self.brokers[i].signal(signal.SIGTERM)
-            if self.brokers[i].paused:
-                self.brokers[i].proc.send_signal(signal.SIGCONT)
-        codes = {}
-        for i in running:
-            try:
-                codes[i] = self.brokers[i].wait_exit()
-            except subprocess.TimeoutExpired:
-                self.brokers[i].kill()
-                codes[i] = None
-        return codes
-
-    # -- addresses ---------------------------------------------------------------------------
-
-    def address(self, i: int) -> str:
-        return self.brokers[i].address
-
-    @property
-    def bootstrap(self) -> str:
-        """Every broker's client address, "h1:p1,h2:p2,h3:p3"."""
-        return self.bootstrap_of(self.ids)
-
-    def bootstrap_of(self, ids) -> str:
-        return ",".join(self.address(i) for i in ids)
-
-    def live_ids(self) -> list[int]:
-        """Running and not paused."""
-        return [i for i in self.ids if self.brokers[i].alive() and not self.brokers[i].paused]
-
-    def others(self, i: int) -> list[int]:
-        return [j for j in self.ids if j != i]
 
     # -- who leads ---------------------------------------------------------------------------
 
@@ -457,9 +243,6 @@ class BrokerCluster:
     def error_lines(self) -> dict[int, int]:
         """ERROR-level log lines per broker (reported, not judged)."""
         return {i: len(self.log_lines(i, r" ERROR |Traceback")) for i in self.ids}
-
-    def log_paths(self) -> dict[int, Path]:
-        return {i: broker.log_path for i, broker in self.brokers.items()}
 
     # -- stored data (every process gone) ----------------------------------------------------
 

@@ -30,13 +30,14 @@ import pytest
 from common.flights.session_records import SESSIONS_TOPIC, SessionStarted, encode, session_topics
 from common.kaska import Admin, Consumer, Producer
 from common.kaska.topic_name import OFFSETS_TOPIC
+from scripts.launcher.ports import free_ports
 from services.broker.replication.placement import group_directory
 from services.broker.storage.config import LogConfig
 from services.broker.storage.log import DELETED_DIR, STAGING_DIR
 from spark.service.progress_store import PROGRESS_STORE_NAME, FileProgressStore
 from spark.service.query_service import CLEANUP_STORE_NAME
 from tests.integration.metrics_scrape import scrape
-from tests.integration.replication.cluster import BrokerCluster, free_ports
+from tests.integration.replication.cluster import BrokerCluster
 from tests.integration.run_local_helpers import assert_results_match_reference, generated
 from tests.integration.spark.service_process import ServiceProcess
 

@@ -23,11 +23,12 @@ from common.flights.session_records import (
     session_topics,
 )
 from common.kaska import Admin, Producer
+from scripts.launcher.ports import free_ports
 from services.broker.replication.in_sync import REPLICA_LAG_TIME_MAX_S
 from services.status.app import create_app
 from services.status.config import StatusConfig
 from services.status.poller import Poller
-from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster, free_ports
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 from tests.integration.replication.workload import CLIENT_TIMEOUTS, RIDE_OUT_RETRY
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

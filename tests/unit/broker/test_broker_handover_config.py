@@ -7,6 +7,7 @@ import pytest
 
 from services.broker.__main__ import config_from_args, parse_args
 from services.broker.config import BrokerConfig
+from services.broker.replication.config import ReplicationConfig
 
 
 def test_the_flag_reaches_the_config_and_defaults_to_two_seconds():
@@ -18,4 +19,5 @@ def test_the_flag_reaches_the_config_and_defaults_to_two_seconds():
 
 def test_a_negative_hand_over_bound_is_refused():
     with pytest.raises(ValueError, match="shutdown_handover_ms must be >= 0"):
-        BrokerConfig(node_id=1, data_dir=Path("/nonexistent"), shutdown_handover_ms=-1)
+        BrokerConfig(data_dir=Path("/nonexistent"), replication=ReplicationConfig(node_id=1),
+                     shutdown_handover_ms=-1)

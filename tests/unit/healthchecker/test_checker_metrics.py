@@ -161,7 +161,7 @@ def test_no_leader_known_is_minus_one():
     assert found["healthchecker_leader_id"].samples[0].value == -1
 
 
-ARGS = ["--node-id", "1", "--peers", "1=127.0.0.1:9001", "--listen", "127.0.0.1:9001",
+ARGS = ["--node-id", "1", "--peers", "1@127.0.0.1:9001", "--listen", "127.0.0.1:9001",
         "--secret", "s", "--backend", "process"]
 
 

@@ -95,9 +95,19 @@ def test_probe_errors():
 
 # --- the command line -------------------------------------------------------------------------
 
-REQUIRED = ["--node-id", "1", "--peers", "1=127.0.0.1:9001,2=127.0.0.1:9002",
+REQUIRED = ["--node-id", "1", "--peers", "1@127.0.0.1:9001,2@127.0.0.1:9002",
             "--listen", "127.0.0.1:9001", "--secret", "s", "--backend", "process",
             "--registry", "/tmp/registry"]
+
+
+
+def test_peers_in_the_old_id_equals_syntax_are_read_with_one_warning(capsys):
+    old = list(REQUIRED)
+    old[old.index("--peers") + 1] = "1=127.0.0.1:9001,2=127.0.0.1:9002"
+    args = build_parser().parse_args(old)
+    assert args.peers == build_parser().parse_args(REQUIRED).peers
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and "deprecated" in warnings[0]
 
 
 @pytest.mark.parametrize(
@@ -111,9 +121,9 @@ REQUIRED = ["--node-id", "1", "--peers", "1=127.0.0.1:9001,2=127.0.0.1:9002",
         (["--start-deadline", "spark-*=0"], "--start-deadline: expected a positive"),
         (["--probe", "spark-master"], "--probe: expected NAME=HOST:PORT"),
         (["--log-level", "LOUD"], "--log-level: expected one of"),
-        (["--peers", "1=host"], "--peers: expected HOST:PORT"),
-        (["--peers", "1=h:1,1=h:2"], "peer 1 is listed twice"),
-        (["--listen", "127.0.0.1:99999"], "--listen: port 99999 outside"),
+        (["--peers", "1@host"], "--peers: expected HOST:PORT"),
+        (["--peers", "1@h:1,1@h:2"], "peer 1 is listed twice"),
+        (["--listen", "127.0.0.1:99999"], "--listen: expected HOST:PORT, got '127.0.0.1:99999'"),
         (["--node-id", "one"], "--node-id: expected an integer"),
         (["--name", "x" * 129], "--name: expected 1..128 letters"),
         (["--name", "../etc"], "--name: expected 1..128 letters"),
@@ -142,7 +152,7 @@ def test_every_former_flag_is_still_accepted_and_restart_grace_maps_to_the_start
               "--heartbeat-timeout-s", "3", "--restart-grace-s", "30", "--backoff-base-s", "1",
               "--backoff-max-s", "30", "--stable-after-s", "30", "--probe-interval-s", "1",
               "--probe", "spark-master=spark-master:7077", "--checkpoint-dir", "/tmp/c",
-              "--heartbeat-listen", "0.0.0.0:9001", "--heartbeat-peers", "2=h:9002",
+              "--heartbeat-listen", "0.0.0.0:9001", "--heartbeat-peers", "2@h:9002",
               "--name", "healthchecker-1", "--log-level", "info"]
     config = build_config(build_parser().parse_args(REQUIRED + former), b"s")
     assert config.supervision.start_deadline_s == 30.0

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from common.address import parse_host_port, parse_host_ports
 from common.cluster_secret import SECRET_ENV, ClusterSecretError
 from common.heartbeat import (
     FRAME_BYTES_MAX,
@@ -20,8 +21,6 @@ from common.heartbeat import (
     encode_heartbeat,
     frame_length,
     heartbeat_secret,
-    parse_target,
-    parse_targets,
 )
 from healthchecker.monitor import Probe, parse_probe
 
@@ -98,12 +97,12 @@ def test_malformed_bodies(body):
 
 
 def test_parse_target_and_probe():
-    assert parse_target("broker-1:9092") == ("broker-1", 9092)
-    assert parse_targets(" a:1, b:2,") == [("a", 1), ("b", 2)] and parse_targets("") == []
+    assert parse_host_port("broker-1:9092") == ("broker-1", 9092)
+    assert parse_host_ports(" a:1, b:2,") == (("a", 1), ("b", 2)) and parse_host_ports("") == ()
     assert parse_probe("spark-master=spark:7077") == Probe("spark-master", "spark", 7077)
     for bad in ("nohost", ":80", "host:", "host:x"):
         with pytest.raises(ValueError):
-            parse_target(bad)
+            parse_host_port(bad)
     for bad in ("spark:7077", "=h:1", "s=h", "s=h:p"):
         with pytest.raises(ValueError):
             parse_probe(bad)

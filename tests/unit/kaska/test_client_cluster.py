@@ -2,6 +2,7 @@
 
 import pytest
 
+from common.address import parse_host_port
 from common.kaska import cluster as cluster_module
 from common.kaska.cluster import Cluster, parse_brokers
 from common.kaska.errors import (
@@ -98,7 +99,7 @@ def test_no_retry_hands_back_a_retriable_error_at_once(scripted):
 def test_not_leader_hint_is_followed(scripted, monkeypatch):
     outcomes, log = scripted
     cluster = _cluster()
-    cluster.leaders.follow_hint(("t", 0), "h1:1", cluster_module.parse_address)
+    cluster.leaders.follow_hint(("t", 0), "h1:1", parse_host_port)
     hinted = NotLeaderError("moved")
     hinted.leader = "h2:2"
     outcomes += [hinted, "ok"]

@@ -1,6 +1,6 @@
 """The client's leader table: METADATA fenced by leader epoch, silent brokers shunned."""
 
-from common.kaska.cluster import parse_address
+from common.address import parse_host_port
 from common.kaska.leaders import LeaderTable
 from common.kaska.protocol.metadata import (
     NO_LEADER,
@@ -56,13 +56,13 @@ def test_a_silent_broker_is_not_followed_on_a_hint_nor_on_its_old_epoch():
     table.absorb("t", answer(2, 5))
     table.absorb("t", answer(3, 6))  # the probe heard of the successor
     table.mark_silent(("h2", 2))
-    table.follow_hint(ROUTE, "h2:2", parse_address)  # a follower that has not noticed yet
+    table.follow_hint(ROUTE, "h2:2", parse_host_port)  # a follower that has not noticed yet
     assert table.leader(ROUTE) is None
     table.absorb("t", answer(2, 5))  # the thawed ex-leader's own view
     assert table.leader(ROUTE) is None
     table.absorb("t", answer(2, 7))  # elected again, later
     assert table.leader(ROUTE) == ("h2", 2)
-    table.follow_hint(ROUTE, "h2:2", parse_address)
+    table.follow_hint(ROUTE, "h2:2", parse_host_port)
     assert table.leader(ROUTE) == ("h2", 2)
 
 
@@ -72,10 +72,10 @@ def test_silence_ends_after_its_bound():
     table.absorb("t", answer(2, 5))
     table.mark_silent(("h2", 2))
     assert table.leader(ROUTE) is None
-    table.follow_hint(ROUTE, "h2:2", parse_address)
+    table.follow_hint(ROUTE, "h2:2", parse_host_port)
     assert table.leader(ROUTE) is None
     clock.now = 10.0
-    table.follow_hint(ROUTE, "h2:2", parse_address)
+    table.follow_hint(ROUTE, "h2:2", parse_host_port)
     assert table.leader(ROUTE) == ("h2", 2)
 
 

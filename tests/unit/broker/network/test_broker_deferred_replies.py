@@ -37,8 +37,8 @@ def read_frame(sock: socket.socket) -> tuple[int, int]:
 def test_a_produce_behind_stuck_replies_is_answered_within_the_bound():
     server_side, client_side = socket.socketpair()
     client_side.settimeout(WAIT_S)
-    config = SimpleNamespace(ack_timeout_s=ACK_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S,
-                             token=None)
+    config = SimpleNamespace(ack_timeout_s=ACK_TIMEOUT_S, token=None,
+                             network=SimpleNamespace(read_timeout_s=READ_TIMEOUT_S))
     connection = Connection(server_side, "test", SimpleNamespace(
         config=config, metrics=BrokerCounters()), on_closed=lambda _c: None)
     release = threading.Event()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from services.broker.cluster.replica_manager import ReplicaManager
-from services.broker.config import BrokerConfig
 from services.broker.replication.errors import SyncFailedError
 from services.broker.replication.journal_record import JOURNAL_FILE
 from services.broker.replication.node import (
@@ -266,16 +265,13 @@ def test_acknowledged_produce_was_fsynced_by_the_leader_only_with_entry(log, mon
 
 
 def test_policy_names_parse_and_the_default_is_none(tmp_path):
-    assert BrokerConfig(node_id=1, data_dir=tmp_path).replication_fsync is ReplicationFsync.NONE
-    assert BrokerConfig(node_id=1, data_dir=tmp_path,
-                        replication_fsync="entry").replication_fsync is ReplicationFsync.ENTRY
+    assert ReplicationConfig(node_id=1).fsync is ReplicationFsync.NONE
+    assert ReplicationConfig(node_id=1, fsync="entry").fsync is ReplicationFsync.ENTRY
     assert ReplicationConfig(node_id=1, fsync="none").fsync is ReplicationFsync.NONE
 
 
 @pytest.mark.parametrize("bad", ["always", "", "ENTRY", 1])
 def test_an_unknown_policy_is_a_named_error_listing_the_values(tmp_path, bad):
-    with pytest.raises(ReplicationFsyncError, match="not one of none, entry"):
-        BrokerConfig(node_id=1, data_dir=tmp_path, replication_fsync=bad)
     with pytest.raises(ReplicationFsyncError, match="not one of none, entry"):
         ReplicationConfig(node_id=1, fsync=bad)
 

@@ -42,6 +42,7 @@ from services.broker.network.notifier import DataNotifier
 from services.broker.network.peer_gate import PeerGate, PeerSession
 from services.broker.replication import raft
 from services.broker.replication.committed_topics import CommittedTopics
+from services.broker.replication.config import ReplicationConfig
 from services.broker.replication.wire.replica_fetch import ReplicaFetchRequest
 from services.broker.storage.log import Log
 from tests.unit.broker.replication.test_replication_safety import (
@@ -68,7 +69,8 @@ class Handlers:
         groups = ReplicationGroups([ReplicationGroup(
             0, log, manager.node, CommittedTopics(manager.node.journal), manager)])
         self.ctx = BrokerContext.over(
-            groups, config=BrokerConfig(node_id=1, data_dir=log.data_dir,
+            groups, config=BrokerConfig(data_dir=log.data_dir,
+                                        replication=ReplicationConfig(node_id=1),
                                         ack_timeout_s=manager._ack_timeout_s),
             offsets=SimpleNamespace(committed=lambda _group, _topic, _partition: 7),
             notifier=DataNotifier(), metrics=self.counters, peer_gate=PeerGate(1, [2, 3], None))

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.address import parse_peers
 from common.flights.session_records import SESSIONS_TOPIC
 from common.kaska.errors import BrokerUnavailableError, NotLeaderError, TopicAlreadyExistsError
 from healthchecker.local_registry import LocalServiceRegistry, ServiceSpec
@@ -18,8 +19,8 @@ from scripts.launcher import brokers, console, ports, sample_data
 from scripts.launcher.brokers import (
     BrokerNode,
     bootstrap_list,
-    broker_argv,
     broker_count_error,
+    broker_spec,
     peers_of,
     plan_brokers,
     wait_for_leader,
@@ -29,6 +30,7 @@ from scripts.launcher.chaos import ChaosThread
 from scripts.launcher.config import LaunchConfig
 from scripts.launcher.errors import RunLocalError
 from scripts.launcher.layout import RunLayout
+from scripts.launcher.local_cluster import broker_argv
 from scripts.launcher.log_tail import LogTail
 from scripts.launcher.platform import HEALTHCHECKERS, LocalPlatform, stop_order
 from scripts.launcher.ports import free_ports
@@ -265,7 +267,8 @@ def test_each_of_three_brokers_names_the_other_two_as_peers_never_itself(tmp_pat
                 2: ["1@127.0.0.1:7001", "3@127.0.0.1:7003"],
                 3: ["1@127.0.0.1:7001", "2@127.0.0.1:7002"]}
     for node in nodes:
-        argv = broker_argv(node, nodes, "127.0.0.1:9001,127.0.0.1:9002", tmp_path / "secret")
+        argv = broker_argv(broker_spec(node, nodes, "127.0.0.1:9001,127.0.0.1:9002",
+                                       tmp_path / "secret"))
         assert argv[:2] == ["-m", "services.broker"]
         assert _flag(argv, "--node-id") == str(node.node_id)
         assert _flag(argv, "--listen") == node.address
@@ -275,14 +278,15 @@ def test_each_of_three_brokers_names_the_other_two_as_peers_never_itself(tmp_pat
         assert "--secret" not in argv  # the secret itself never on a command line
         assert argv.count("--peers") == 1
         peers = _flag(argv, "--peers").split(",")
-        assert peers == expected[node.node_id] == peers_of(node, nodes)
+        assert peers == expected[node.node_id]
+        assert parse_peers(_flag(argv, "--peers")) == peers_of(node, nodes)
         assert not any(peer.startswith(f"{node.node_id}@") for peer in peers)
         assert node.address not in _flag(argv, "--peers")
 
 
 def test_a_cluster_of_one_gets_no_peers_flag(tmp_path):
     [node] = plan_brokers([7001], layout_in(tmp_path))
-    argv = broker_argv(node, [node], "127.0.0.1:9001", tmp_path / "secret")
+    argv = broker_argv(broker_spec(node, [node], "127.0.0.1:9001", tmp_path / "secret"))
     assert "--peers" not in argv and _flag(argv, "--node-id") == "1"
 
 
@@ -307,10 +311,10 @@ def test_the_platform_registers_every_broker_and_hands_out_the_whole_bootstrap_l
                                   strict=True):
         spec = platform.registry.spec(node.name)
         assert spec.argv[0] == sys.executable
-        assert list(spec.argv[1:]) == [
-            *broker_argv(node, platform.broker_nodes, platform.heartbeat_targets,
-                         platform.secret_file),
-            "--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        assert list(spec.argv[1:]) == broker_argv(broker_spec(
+            node, platform.broker_nodes, platform.heartbeat_targets, platform.secret_file,
+            metrics_port))
+        assert _flag(spec.argv, "--metrics-listen") == f"127.0.0.1:{metrics_port}"
         assert spec.log_file == str(layout.log_path(node.name))
     status = list(platform.registry.spec("status").argv)
     assert _flag(status, "--broker-metrics") == ",".join(
