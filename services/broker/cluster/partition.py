@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from common.kaska.errors import OffsetOutOfRangeError
 from common.kaska.protocol.delete_records import HIGH_WATERMARK
@@ -29,9 +29,6 @@ from common.kaska.record_batch import BatchHeader
 from services.broker.replication.journal import JournalEntry
 from services.broker.storage.partition import AppendResult, PartitionLog
 from services.broker.storage.segment import FileSlice, copy_slices
-
-if TYPE_CHECKING:  # the replica manager makes partitions of its group
-    from services.broker.cluster.replica_manager import PartitionRole, ReplicaManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +55,47 @@ class FetchedRange:
         return copy_slices(self.slices)
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionRole:
+    """Who leads a partition, as this broker sees it now."""
+
+    is_leader: bool
+    leader_id: int  # NO_LEADER when unknown
+    leader_epoch: int
+    leader_address: str  # "host:port", "" when unknown
+    # This broker leads but holds no lease (raft.holds_lease): it names no leader and
+    # answers nothing as leader until a majority confirms it again (or it steps down).
+    lease_expired: bool = False
+
+
+class PartitionGroup(Protocol):
+    """What a partition asks of the replication group that holds it (implemented by
+    cluster/replica_manager.py's ReplicaManager, which makes the partitions of its group)."""
+
+    def require_leader(self, topic: str, partition: int, *, lease: bool = True,
+                       lease_wait_s: float = 0.0) -> PartitionRole: ...
+
+    def committed_end(self, topic: str, partition: int) -> int: ...
+
+    def journal_batch(self, epoch: int, topic: str, partition: int, header: BatchHeader,
+                      base_offset: int) -> JournalEntry: ...
+
+    def appended(self, topic: str, total_bytes: int, result: AppendResult) -> None: ...
+
+    def batch_entry(self, topic: str, partition: int, base_offset: int
+                    ) -> JournalEntry | None: ...
+
+    def journal_delete_records(self, epoch: int, topic: str, partition: int, offset: int
+                               ) -> JournalEntry: ...
+
+    def await_applied(self, entry: JournalEntry) -> None: ...
+
+    def await_entry(self, entry: JournalEntry, epoch: int, what: str) -> None: ...
+
+
 class Partition:
     def __init__(self, topic: str, number: int, log: PartitionLog,
-                 group: ReplicaManager) -> None:
+                 group: PartitionGroup) -> None:
         self.topic = topic
         self.number = number
         self.log = log

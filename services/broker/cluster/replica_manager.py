@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from common.kaska.errors import (
     InvalidPartitionsError,
@@ -35,7 +34,7 @@ from common.kaska.errors import (
 from common.kaska.protocol.metadata import NO_LEADER, BrokerInfo
 from common.kaska.record_batch import BatchHeader
 from common.kaska.topic_name import is_internal
-from services.broker.cluster.partition import Partition
+from services.broker.cluster.partition import Partition, PartitionRole
 from services.broker.metrics import BrokerCounters
 from services.broker.replication.committed_topics import CommittedTopics, LiveTopic
 from services.broker.replication.journal_record import JournalEntry, TopicId, carrying, closing
@@ -55,15 +54,6 @@ class _IncarnationMovedError(Exception):
     was journaled (another delete or create came first): decide again."""
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRole:
-    is_leader: bool
-    leader_id: int  # NO_LEADER when unknown
-    leader_epoch: int
-    leader_address: str  # "host:port", "" when unknown
-    # This broker leads but holds no lease (raft.holds_lease): it names no leader and
-    # answers nothing as leader until a majority confirms it again (or it steps down).
-    lease_expired: bool = False
 
 
 class ReplicaManager:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from common.kaska.protocol.metadata import BrokerInfo
-from services.broker.cluster.replica_manager import PartitionRole, ReplicaManager
+from services.broker.cluster.partition import PartitionRole
+from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.replication.node import ReplicationNode
 from services.broker.replication.placement import METADATA_GROUP, group_of, partitions_of
