@@ -55,8 +55,8 @@ BLOCK_BYTES_DEFAULT = 1024 * 1024
 HEADER_BYTES_MAX = 1024 * 1024
 # A slice of about this many bytes of CSV text: per-message costs (a produce request, its
 # replication, a sender's round trip, a record in every reader) shrink with the messages
-# (issue 23: 300-row slices made 6,667 messages of 2M rows, 1 MiB slices 715, 4 MiB ~180).
-# Measured side by side at 2M rows (docs/benchmarks.md, stop 39), 4 MiB against 1 MiB: the
+# (300-row slices made 6,667 messages of 2M rows, 1 MiB slices 715, 4 MiB ~180).
+# Measured side by side at 2M rows (docs/benchmarks.md "Ledger"), 4 MiB against 1 MiB: the
 # upload 6.7 -> 5.5 s, the three brokers 6.7 -> 5.3 CPU-s, the client's peak RSS 300 -> 400 MB
 # (up to 4 slices wait per sender).
 SLICE_BYTES_DEFAULT = 4 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""Many clients at once against one client alone, on the embedded default (issue 24).
+"""Many clients at once against one client alone, on the embedded default.
 
     python -m scripts.bench_clients [--clients 8] [--rows 250000] [--seed 1]
         [--invalid-rate 0.01] [--work-dir DIR] [--master local[2]]
@@ -10,7 +10,7 @@ warm service (a first session, not counted, pays the JVM's compilation):
    process to its exit, results saved).
 2. **together**: every client started at once, each on its own data: the aggregate rows/s
    (all rows over first start to last exit), each client's own rows/s, and the slowest over
-   the fastest (1.0: all served alike; issue 24's target is >= 0.5, and aggregate >= alone).
+   the fastest (1.0: all served alike; the target is >= 0.5, and aggregate >= alone).
 Every client's q1.csv ... q4.csv must equal DuckDB's on its own data (result_gate.py), else the
 run fails (exit 1). Prints a table and one JSON line (`"bench": "clients"`).
 """

@@ -1,5 +1,5 @@
 """Start time and memory of a broker whose replication journal holds many entries, before and
-after compaction (issue 20, finding 10; docs/benchmarks.md "Journal compaction").
+after compaction (docs/benchmarks.md "Journal compaction").
 
     python -m scripts.bench_journal_compaction [--entries 1000000] [--repeats 3]
 

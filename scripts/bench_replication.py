@@ -18,7 +18,7 @@ Spread: one producer per partition of a topic of `--spread-partitions` partition
 (acks=all, each on its own connection to its partition's leader), on a lone broker, on three
 brokers with one replication group (one leader for every partition) and on three brokers with a
 group per broker (leaders spread), interleaved `--spread-repeats` times; `spread_groups_vs_single`
-= lone broker round time / spread cluster round time (issue 24's target: >= 0.8), with each
+= lone broker round time / spread cluster round time (the target: >= 0.8), with each
 broker's CPU seconds per round and `..._busiest_broker_mb_per_cpu_s` (payload MB per CPU second
 of the busiest broker: what bounds a cluster whose brokers have machines of their own) and the
 leadership moves logged during the rounds. `--perf DIR` adds one round per cluster, not
@@ -26,7 +26,7 @@ counted, with every broker under Linux perf (scripts/bench/kernel_profile.py): w
 broker's CPU goes, the kernel's share included, which py-spy charges to the calling frame.
 
 Failover: `failovers` times each, interleaved, the cluster's leader is SIGKILLed, frozen
-with SIGSTOP, or stopped with SIGTERM (it hands leadership over first: issue 24), between two
+with SIGSTOP, or stopped with SIGTERM (it hands leadership over first), between two
 small batches (acks=all) of a client with the default settings (30 s request timeout, default
 retries) that knows the bootstrap list; the time from the fault to the next batch acknowledged
 (necessarily by a new leader) is one trial -- the longest stall a produce sees. The killed or

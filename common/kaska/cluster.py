@@ -3,7 +3,7 @@ who leads which partition (`LeaderTable`: METADATA fenced by leader epoch, refre
 NOT_LEADER and unknown-partition answers, NOT_LEADER's leader hint followed at once) and the
 retry loop with exponential backoff.
 
-A frozen leader costs seconds, not the request timeout (issue 21). A SIGSTOPped or cut-off
+A frozen leader costs seconds, not the request timeout. A SIGSTOPped or cut-off
 broker keeps its connections open, so its requests would wait out `request_timeout_s` (30 s)
 while the others elect a new leader within 1-3 s. So an answer that is late by
 `leader_probe_after_s` (a long poll too: a frozen leader looks like one with nothing to send)
@@ -286,7 +286,7 @@ class Cluster:
             address = self.leaders.leader((topic, partition))
             if address is None:
                 # The broker asked knows no leader (an election, or a leader without its
-                # lease, issue 20 finding 9, names none): ask the next one on the retry.
+                # lease names none): ask the next one on the retry.
                 with self._lock:
                     self._last_good = (self._last_good + 1) % len(self._bootstrap)
                 raise UnknownTopicOrPartitionError(f"no leader known for {topic}/{partition}")

@@ -1,5 +1,6 @@
-"""Many clients at once against one alone, on one platform (issue 24's target): the library of
-`python -m scripts.bench_clients` (that module says what is measured and why).
+"""Many clients at once against one alone, on one platform (the target: every client served
+alike, none starved by the others): the library of `python -m scripts.bench_clients` (that
+module says what is measured and why).
 
 Owns one platform (the launcher's: three checkers, three brokers, the query service), the
 clients' generated inputs (one sample per client, seed + i), the runs (a warm-up session, one

@@ -2,8 +2,8 @@
 consumed through Kafka's protocol (confluent-kafka: librdkafka, a fast native client) and
 through Kaska's own (the Python client), against one broker child process or a cluster of
 them (`brokers`, LocalCluster of replication.py; every broker's CPU is measured and summed:
-since stop 36 each topic lands in one of several replication groups, whose leader need not be
-the cluster leader, which until stop 38 was the one broker measured).
+each topic lands in one of several replication groups, whose leader need not be the cluster
+leader, so measuring the cluster leader alone would miss the work).
 
 Each of `repeats` rounds, interleaved: (a) Kafka produce -- N records of B bytes, idempotent,
 acks=all, into a fresh topic, one `produce()` call per record; (b) Kafka consume -- those N

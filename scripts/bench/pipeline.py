@@ -167,7 +167,7 @@ def _session_dirs(directory: Path, client_id: str) -> list[Path]:
 
 def _journal_bytes(directory: Path) -> dict[str, int]:
     """Each broker's replication journal file size (`<broker>/@replication/journal.log`),
-    by broker directory: what compaction keeps bounded over many sessions (issue 24)."""
+    by broker directory: what compaction keeps bounded over many sessions."""
     sizes = {}
     for path in sorted(directory.glob("*/@replication/journal.log")):
         try:

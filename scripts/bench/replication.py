@@ -580,7 +580,7 @@ def settled_leaders(cluster: BenchCluster) -> dict[int, int]:
     return partition_leaders(cluster, FAILOVER_PARTITIONS, spread=spread, topic=TOPIC)
 
 
-# "stop": SIGTERM, a graceful stop: the leader hands leadership over first (issue 24).
+# "stop": SIGTERM, a graceful stop: the leader hands leadership over first.
 FAULTS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGTERM}
 
 

@@ -14,7 +14,7 @@ batches itself (`toArrowBatchRdd`, what `toArrow` runs), the driver fetches them
 a time (`PythonRDD.toLocalIteratorAndServe`, what `toLocalIterator` runs) and formats their
 columns (`spark.rules.result_columns`). For Q2's 114k rows of a 2M-row session, pickled Rows and
 their per-value formatting took 1.0-1.6 s and 1.4-2.7 CPU-s (JVM and driver), the Arrow batches
-0.2-0.44 s and 0.37-0.8 CPU-s (measured side by side, docs/benchmarks.md "Stop 40"). These
+0.2-0.44 s and 0.37-0.8 CPU-s (measured side by side, docs/benchmarks.md "Ledger"). These
 are PySpark's own internal entry points (no public API streams Arrow a partition at a time);
 the pinned pyspark version and the tests hold them.
 

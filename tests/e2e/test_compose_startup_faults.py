@@ -1,4 +1,4 @@
-"""Start-up is a fault window like any other (issue 21).
+"""Start-up is a fault window like any other.
 
 The killer runs from the very first second of `docker-compose up` (a SIGKILL every 3 s, nobody
 spared but the client and the one-shot data generator, which nothing restarts): its first

@@ -1,4 +1,4 @@
-"""Eight clients at once on the embedded default (issue 24): each with its own data (different
+"""Eight clients at once on the embedded default: each with its own data (different
 sizes, malformed rows), started 1 s apart so later ones join sessions under way, one of them
 SIGKILLed mid-upload and resumed by the health checkers. Every client's results are its own and
 exact against the reference of QUERIES.md.

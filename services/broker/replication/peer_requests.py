@@ -16,7 +16,7 @@ that thread has ended (ReplicationNode.stop). A link's own reader thread complet
 (peer_link.py). `send_to_each` (a vote round) makes the links it lacks on short-lived connect
 threads, one per peer: connecting to a frozen peer (the kernel accepts the connection, the
 AUTHENTICATE answer never comes) takes the whole connect timeout, and made one after another
-on the loop thread those waits delayed every other peer's vote (issue 21). A connect thread
+on the loop thread those waits delayed every other peer's vote. A connect thread
 sends its one request on the new link and hands the link over under `_lock` (`_made`); the
 loop thread adopts it on its next use, so a link is only ever used by one thread at a time.
 """

@@ -16,8 +16,9 @@ neither is valid the two stores differ on purpose:
   (the leader tells it the real one), and 0 never shows an offset above a real commit.
 - AppliedStore (a CommitStore of its own name): the index below which every committed entry's
   effects (a DELETE_TOPIC's removal of its incarnation) are done, so a restart applies each
-  committed entry once (issue 20, finding 1). It returns 0 when unreadable, too: applying again
-  from 0 is safe, since a DELETE_TOPIC only removes the incarnation it names (topic ids).
+  committed entry once (a delete applied again by name would remove a newer topic of that name).
+  It returns 0 when unreadable, too: applying again from 0 is safe, since a DELETE_TOPIC only
+  removes the incarnation it names (topic ids).
 
 Invariants: `QuorumStore.save` is durable when it returns (the vote is answered after it).
 `CommitStore` never writes a commit index below the last one it saved or loaded.

@@ -40,13 +40,13 @@ Rules (docs/replication.md has the why):
 - a follower's commit index counts only entries known to match the leader: the prefix the
   leader's answer vouched for plus the entries appended from that answer (Raft Figure 2:
   min(leaderCommit, index of the last NEW entry)), never whatever else its journal holds (a
-  deposed leader's tail that its state machine had not been told of yet, issue 20, finding 5);
+  deposed leader's tail that its state machine had not been told of yet);
 - a follower whose fetch_end lies below the leader's snapshot (the compacted prefix, `start`)
   and does not diverge is answered SNAPSHOT (Raft §7's InstallSnapshot): it installs the
   snapshot and fetches on from its end, where its commit index may move up to;
 - a divergence the follower cannot act on (it lies below its commit index) is reported
   (`StaleDivergence`: logged and counted by the node), never dropped silently;
-- leadership transfer (Raft thesis §3.10; issue 24): a leader told to hand over
+- leadership transfer (Raft thesis §3.10): a leader told to hand over
   (`TransferLeadership`, e.g. on SIGTERM) stops holding its lease at once (it answers and
   takes nothing as leader from then on), keeps replicating, and answers the chosen voter's
   first fetch that holds its whole journal `TIMEOUT_NOW`, stepping down in the same step. The
@@ -55,17 +55,16 @@ Rules (docs/replication.md has the why):
   any such request could exist. A transfer that found no caught-up voter by
   `transfer_deadline_s` is abandoned and the leader serves on (no TIMEOUT_NOW was sent, so no
   transfer vote can exist); once TIMEOUT_NOW is sent it never leads that epoch again;
-- learners (issue 20, finding 8): a broker whose data directory is new (it may have lost its
-  state: voted in an epoch it forgot, held entries a leader counted) fetches like a follower
-  but grants no vote, starts no pre-vote or election, and the leader counts neither its match
-  nor its fetches (commit, check quorum). It becomes a voter (`BecomeVoter`) once it has heard
-  from every other voter and either none of them has history (epoch 0: the cluster is being
-  formed) or its commit index reached a commit of its leader that covers an entry of the
-  leader's own epoch (a leader's commit index before that may lag what was committed) and its
-  epoch is the highest any voter holds (every epoch it could have voted in was some
-  candidate's); it
-  then counts itself voted in that epoch, since it may have been. A leader that sees a peer's
-  broker incarnation change forgets that peer's match.
+- learners (docs/replication.md "Membership and identity"): a broker whose data directory is new
+  (it may have lost its state: voted in an epoch it forgot, held entries a leader counted)
+  fetches like a follower but grants no vote, starts no pre-vote or election, and the leader
+  counts neither its match nor its fetches (commit, check quorum). It becomes a voter
+  (`BecomeVoter`) once it has heard from every other voter and either none of them has history
+  (epoch 0: the cluster is being formed) or its commit index reached a commit of its leader that
+  covers an entry of the leader's own epoch (a leader's commit index before that may lag what
+  was committed) and its epoch is the highest any voter holds (every epoch it could have voted
+  in was some candidate's); it then counts itself voted in that epoch, since it may have been. A
+  leader that sees a peer's broker incarnation change forgets that peer's match.
 
 Indexes are journal entry indexes, dense from 0; `end` is the next index; `commit` is the
 end of the committed prefix.

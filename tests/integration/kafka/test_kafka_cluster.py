@@ -90,7 +90,7 @@ def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name)
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, topic_name, sig):
-    """Killed, or stopped (SIGTERM: it hands leadership over first, issue 24)."""
+    """Killed, or stopped (SIGTERM: it hands leadership over first)."""
     bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
     create_topic(bootstrap, topic_name, 1)
     leader = kafka_cluster.leader_id()

@@ -1,4 +1,4 @@
-"""A frozen leader costs the clients an election, not their request timeout (issue 21).
+"""A frozen leader costs the clients an election, not their request timeout.
 
 Three real brokers; the leader is SIGSTOPped (the kernel keeps accepting its connections, so
 nothing but an answer that never comes tells the client). The clients run with a request

@@ -1,4 +1,4 @@
-"""Deleting a big topic costs the cluster nothing it would notice (issue 21).
+"""Deleting a big topic costs the cluster nothing it would notice.
 
 Three brokers; topic `big` whose partitions each hold an extra multi-GB sparse file on every
 broker (what the 20M-row run's 14 GB topic looked like to `rmtree`), while a producer writes to

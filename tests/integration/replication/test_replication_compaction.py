@@ -1,4 +1,4 @@
-"""Journal compaction with real broker processes (issue 20, finding 10): a follower is
+"""Journal compaction with real broker processes (docs/replication.md "Compaction"): a follower is
 SIGKILLed; while it is down, acks=all writers go on, a topic is created and another deleted,
 and the leader compacts its journal past everything the follower holds. Restarted, the
 follower is answered SNAPSHOT, installs it (its topics the snapshot's, the partition bytes

@@ -179,7 +179,7 @@ def test_leader_fault_rounds_lose_and_double_nothing(make_cluster, fault):
 
 
 def check_handed_over(cluster, old, new, round_: int) -> None:
-    """A SIGTERMed leader hands leadership to a caught-up voter before it stops (issue 24):
+    """A SIGTERMed leader hands leadership to a caught-up voter before it stops:
     it says so in its log, and that voter leads the very next epoch -- no election timeout,
     no other candidate in between. The stopped broker has exited, so its log is complete."""
     handed = cluster.log_lines(old.leader_id, rf"handed leadership of epoch {old.epoch} to "

@@ -1,4 +1,4 @@
-"""Leadership per partition (issue 24): three brokers, three replication groups, real processes.
+"""Leadership per partition: three brokers, three replication groups, real processes.
 
 - Each broker comes to lead one group (its preferred one), so a topic's partitions have three
   leaders. A broker that leads one group and follows the two others is SIGKILLed, or SIGSTOPped,

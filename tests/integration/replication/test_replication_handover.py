@@ -1,4 +1,4 @@
-"""A SIGTERMed leader's hand-over (issue 24) when its target cannot take it: real broker
+"""A SIGTERMed leader's hand-over when its target cannot take it: real broker
 processes, the target frozen with SIGSTOP. The leader gives up once the target stays silent
 (`transfer_silence_s`), stops anyway (exit 0), and the cluster elects a leader once the frozen
 broker is thawed; every acknowledged record is read back exactly once, and the replicas' bytes

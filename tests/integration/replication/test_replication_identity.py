@@ -1,4 +1,4 @@
-"""A follower's data directory wiped under acks=all writers (issue 20, finding 8), on real
+"""A follower's data directory wiped under acks=all writers, on real
 broker processes: SIGKILL, `rm -rf` of its directory, restart. It comes back as a new broker
 incarnation, rejoins as a learner (it may have voted in an epoch it forgot), catches up, and
 becomes a voter again -- then carries the cluster's majority alone with the leader while the

@@ -1,4 +1,4 @@
-"""Issue 20, finding 9: a leader paused (SIGSTOP) long enough for a successor to be elected,
+"""The leader lease: a leader paused (SIGSTOP) long enough for a successor to be elected,
 then resumed (SIGCONT), answers nothing as leader -- real broker processes.
 
 While an acks=all producer (partition 0), an acks=1 producer (partition 1) and a consumer

@@ -1,9 +1,9 @@
 """No stranger is obeyed: forged, replayed, impostor and out-of-range peer frames sent to every
 broker of a real 3-broker cluster are refused and counted, and the cluster keeps taking
 acknowledged writes. Frames signed with the cluster's secret but carrying another cluster id are
-refused too (issue 20, finding 8).
+refused too (a broker must not be steered by a neighbouring cluster sharing the secret).
 
-Issue 20, finding 3: before the peer frames were signed, one forged REPLICA_FETCH (follower=2,
+Why signing matters: before the peer frames were signed, one forged REPLICA_FETCH (follower=2,
 fetch_end = the leader's end) advanced the leader's commit over data only it held, and one VOTE
 of epoch 2**31-1 per broker left the cluster without a leader (the adopted epoch made the next
 pre-vote fail to encode with struct.error, which killed the replication thread).
@@ -135,7 +135,7 @@ def attack(cluster: BrokerCluster, target: int, leader: int,
         (f"fetch claiming follower {peer}, signed by {other}",
          send_frame(cluster, target, Api.REPLICA_FETCH,
                     signed(forged_fetch, secret, other, target, 1, ours))),
-        ("vote signed with the secret, of another cluster (finding 8)",
+        ("vote signed with the secret, of another cluster",
          send_frame(cluster, target, Api.VOTE, signed(
              VoteRequest(peer, 1, 0, 0, pre_vote=True), secret, peer, target, 1,
              OTHER_CLUSTER))),

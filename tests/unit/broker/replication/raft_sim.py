@@ -19,7 +19,7 @@ of `(epoch, payload)` entries:
 - a client append may land in the journal DURING the node's next step (another thread's
   produce, after the node's last look at the journal) and be announced (`LogChanged`) only
   some rounds later, as a produce thread paused before `leader_appended()`; that step may
-  depose the leader (issue 20, finding 5). As node.py, every other step first shows the state
+  depose the leader. As node.py, every other step first shows the state
   machine the whole journal, and fetches are built from the state machine's view;
 - every client append waits for its acknowledgement, checked now and then (a held answer, as
   a pipelined produce in connection.py): acknowledged only once the commit index passes its
@@ -30,22 +30,21 @@ of `(epoch, payload)` entries:
   replacing any older one on disk; a committed DELETE removes only the incarnation it names;
   a truncated CREATE's topic goes; the applied index is persisted after each delete (and now
   and then); a restart reconciles the disk with the journal and applies the committed prefix
-  again with effects only from the persisted applied index (issue 20, findings 1 and 4);
-- a crashed node may restart with its data directory wiped (`Faults.wipe`; issue 20, finding
-  8): journal, epoch, vote, topics and applied index gone, a new broker incarnation on its
-  fetches, and -- as node.py -- a learner until the state machine promotes it. At most one node
-  is without its state at a time (wiped, not yet promoted): losing a majority of directories
-  loses committed entries whatever the protocol. The checks below are unchanged; the
-  vote checker remembers votes across the wipe, so a wiped node that votes again in an epoch
-  it forgot is caught.
-- nodes compact their journal now and then (`Faults.compact`, issue 20 finding 10): the
-  applied prefix becomes the snapshot (`start`, durable); a leader answers a fetch below its
-  start SNAPSHOT (the state machine's rule) with its prefix, and the follower installs it (its
-  whole journal replaced, its topics the prefix's, as node.py). The simulator keeps the
-  compacted entries as ghost state for the checkers, and fails if the node's side ever reads
-  one: an ENTRIES answer or a truncation below the start.
+  again with effects only from the persisted applied index;
+- a crashed node may restart with its data directory wiped (`Faults.wipe`): journal, epoch,
+  vote, topics and applied index gone, a new broker incarnation on its fetches, and -- as
+  node.py -- a learner until the state machine promotes it. At most one node is without its
+  state at a time (wiped, not yet promoted): losing a majority of directories loses committed
+  entries whatever the protocol. The checks below are unchanged; the vote checker remembers
+  votes across the wipe, so a wiped node that votes again in an epoch it forgot is caught.
+- nodes compact their journal now and then (`Faults.compact`): the applied prefix becomes the
+  snapshot (`start`, durable); a leader answers a fetch below its start SNAPSHOT (the state
+  machine's rule) with its prefix, and the follower installs it (its whole journal replaced, its
+  topics the prefix's, as node.py). The simulator keeps the compacted entries as ghost state for
+  the checkers, and fails if the node's side ever reads one: an ENTRIES answer or a truncation
+  below the start.
 
-Leadership transfer (issue 24; `Faults.transfer`): a leader is told now and then to hand over
+Leadership transfer (`Faults.transfer`): a leader is told now and then to hand over
 to a random voter or its best caught-up one, by a random deadline; it answers that voter's
 caught-up fetch TIMEOUT_NOW (dropped, doubled and delayed like any answer) and the voter stands
 with `transfer` vote requests. Every check below holds through it, the lease ones included.
@@ -60,7 +59,7 @@ journal equal to the journal (but for appends it has not heard of yet), an ackno
 naming the committed entry, and the topics on disk: the newest incarnation of every topic not
 deleted after it is on disk, an incarnation whose delete was applied is not, and nothing else.
 
-Leader lease (issue 20, finding 9): a leader's answer carries the time it was made; a
+Leader lease: a leader's answer carries the time it was made; a
 follower's next fetch to the same broker confirms it (`FetchRequest.confirmed_s`) only if the
 follower read that answer and gave up on no request since (node.py: a new connection after
 any failed fetch). After every round: at most one node holds a lease, and a lease holder's

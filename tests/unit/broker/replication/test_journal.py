@@ -242,7 +242,7 @@ def flip_byte(path, position):
 
 @pytest.mark.parametrize("damaged", [0, 2, 3])
 def test_corrupt_crc_before_the_last_record_refuses_to_start(journal, directory, damaged):
-    """Finding 7: a bad CRC with whole records after it is corruption, not a torn tail: the
+    """A bad CRC with whole records after it is corruption, not a torn tail: the
     journal refuses to open, names the position, and leaves the file as it was (record 0
     included: cutting there would empty the journal and reconcile would delete every topic)."""
     fill(journal, [1, 1, 2, 2, 2])

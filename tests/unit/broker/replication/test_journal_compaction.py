@@ -1,6 +1,6 @@
-"""Journal compaction (issue 20, finding 10): the applied prefix becomes a snapshot that keeps
-topic ids, the epoch cache and partition ends; the rewrite is crash-safe at every step; a
-follower installs a leader's snapshot; reconcile starts from it."""
+"""Journal compaction (docs/replication.md "Compaction"): the applied prefix becomes a
+snapshot that keeps topic ids, the epoch cache and partition ends; the rewrite is crash-safe
+at every step; a follower installs a leader's snapshot; reconcile starts from it."""
 
 import os
 

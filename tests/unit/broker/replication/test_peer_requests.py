@@ -1,6 +1,6 @@
 """PeerRequests.send_to_each (a vote round): links it lacks are made on connect threads, so a
 frozen peer (its connect and AUTHENTICATE never finish) delays only its own answer, not the
-other peers' (issue 21); a peer dropped while it connects never gets its link adopted. Fake
+other peers'; a peer dropped while it connects never gets its link adopted. Fake
 links stand in for PeerLink; the threads are real, nothing sleeps a fixed time."""
 
 import threading

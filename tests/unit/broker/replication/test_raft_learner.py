@@ -1,4 +1,4 @@
-"""Learners and broker incarnations (issue 20, finding 8), stepped by hand: a broker whose data
+"""Learners and broker incarnations, stepped by hand: a broker whose data
 directory is new may have voted in an epoch it forgot and held entries a leader counted, so it
 rejoins without a vote until it has caught up; a leader forgets what it knew of a peer that
 comes back as another incarnation. No sockets, no sleeping."""

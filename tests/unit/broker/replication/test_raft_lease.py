@@ -1,4 +1,4 @@
-"""The leader lease of the Raft state machine (issue 20, finding 9), stepped by hand with an
+"""The leader lease of the Raft state machine, stepped by hand with an
 explicit `now`: when a leader may answer reads and take writes, and why no second leader can
 be elected meanwhile. No sockets, no sleeping."""
 

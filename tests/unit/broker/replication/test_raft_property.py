@@ -9,10 +9,10 @@ into partitions, while clients write at whoever leads:
 - no truncation below a node's commit index, nor of a committed entry a node holds;
 - an acknowledgement names the entry committed at its index (index and epoch), though
   answers are held while leaders step down, and appends reach the journal before the state
-  machine hears of them (issue 20, findings 2 and 5);
+  machine hears of them;
 - topics created, deleted and re-created across restarts: the newest incarnation not deleted
-  after it is on disk, a deleted one is not (findings 1 and 4);
-- compaction (issue 20, finding 10): nodes fold their applied prefix into a snapshot at random
+  after it is on disk, a deleted one is not;
+- compaction: nodes fold their applied prefix into a snapshot at random
   points; a lagging, partitioned or restarted follower behind its leader's snapshot catches up
   by installing it, and every check above still holds;
 - liveness: once the network heals and crashes stop, a leader emerges and commits a fresh
@@ -45,20 +45,20 @@ from tests.unit.broker.replication.raft_sim import (
 
 FETCH_CAPS = (1, 3, 16)  # entries per fetch answer: one at a time makes Figure 8 likelier
 ROUNDS = 1500
-# Issue 20's paths need leaders deposed alive (partitions) while answers are held, appends
+# The hard paths need leaders deposed alive (partitions) while answers are held, appends
 # land late, and topics come and go.
-FINDINGS = Faults(partition=0.03, partition_max_s=4.0, crash=0.002, client_append=0.7,
+DEPOSED_LEADERS = Faults(partition=0.03, partition_max_s=4.0, crash=0.002, client_append=0.7,
                   unannounced=0.3, ack_hold=0.3, ack_hold_max_s=8.0, topic_ops=0.2)
-# Brokers come back with their data directory wiped (finding 8), while leaders die and the
+# Brokers come back with their data directory wiped, while leaders die and the
 # network splits: a wiped broker's forgotten vote or copy would matter.
 WIPES = dataclasses.replace(PROFILES["crashy"], wipe=0.5, leader_crash=0.02, partition=0.02)
 # Everything at once: wiped directories while nodes compact and leaders are paused (a wiped
 # node loses its snapshot too; a learner may have to install a leader's).
 WIPES_COMPACTING = dataclasses.replace(WIPES, compact=0.03, leader_pause=0.01)
 # Appends announced late and seldom: stale views last.
-STALE_VIEWS = dataclasses.replace(FINDINGS, announce=0.02, client_append=0.3)
+STALE_VIEWS = dataclasses.replace(DEPOSED_LEADERS, announce=0.02, client_append=0.3)
 # Nodes compact often while followers crash and are cut off: they fall behind snapshots.
-COMPACTING = dataclasses.replace(FINDINGS, compact=0.03, crash=0.006, down_max_s=6.0)
+COMPACTING = dataclasses.replace(DEPOSED_LEADERS, compact=0.03, crash=0.006, down_max_s=6.0)
 
 
 def _play(ids, seed: int, faults: Faults, rounds: int = ROUNDS,
@@ -109,7 +109,7 @@ def _campaign(ids, seeds, profile: str, rounds: int = ROUNDS) -> Stats:
 
 
 def test_compaction_paths_are_played_and_checked():
-    """Finding 10: under COMPACTING, nodes compact, leaders answer SNAPSHOT to followers behind
+    """Under COMPACTING, nodes compact, leaders answer SNAPSHOT to followers behind
     their snapshot, and those followers install it and catch up -- across crashes, restarts,
     partitions and topic churn, with every check passing (and liveness after healing: every
     node commits a fresh entry, so every follower caught up)."""
@@ -126,8 +126,8 @@ def test_compaction_paths_are_played_and_checked():
     assert total.acks >= 500 and total.topic_creates >= 100 and total.restarts >= 10
 
 
-def test_issue_20_paths_are_played_and_checked():
-    """The scenarios of issue 20 really happen under FINDINGS: appends that land during a
+def test_deposed_leader_paths_are_played_and_checked():
+    """The hard scenarios really happen under DEPOSED_LEADERS: appends that land during a
     step and are announced late, leaders deposed alive, held acknowledgements given and
     NOT_LEADER answers, topic deletes and re-creates, across crashes and restarts -- with
     every check passing. (A fetch answered on a stale view, and a committed delete meeting a
@@ -135,8 +135,8 @@ def test_issue_20_paths_are_played_and_checked():
     total = Stats()
     started = time.perf_counter()
     for seed in range(10):
-        total.add(_play((1, 2, 3), seed, FINDINGS).stats)
-    print(_summary("3 nodes, issue 20 paths", total, 10, time.perf_counter() - started))
+        total.add(_play((1, 2, 3), seed, DEPOSED_LEADERS).stats)
+    print(_summary("3 nodes, deposed-leader paths", total, 10, time.perf_counter() - started))
     assert total.unannounced_appends >= 500 and total.step_downs >= 10
     assert total.acks >= 1_000 and total.not_leader_answers >= 50
     assert total.topic_creates >= 200 and total.topic_deletes >= 100
@@ -144,7 +144,7 @@ def test_issue_20_paths_are_played_and_checked():
 
 
 def test_wiped_brokers_rejoin_as_learners_and_nothing_committed_is_lost():
-    """Finding 8: nodes restart with an empty data directory (epoch, vote, journal, topics
+    """Nodes restart with an empty data directory (epoch, vote, journal, topics
     gone); they rejoin as learners, catch up and vote again -- and every check holds: one
     leader per epoch, one vote per voter and epoch (remembered across the wipe), no committed
     entry lost, acknowledgements naming the committed entry. A learner waits for a leader's
@@ -165,7 +165,7 @@ def test_wiped_brokers_rejoin_as_learners_and_nothing_committed_is_lost():
     assert total.committed_entries >= 500 and total.acks >= 100
 
 
-# Leaders SIGSTOPped while the others elect a successor (issue 20, finding 9): thawed, a
+# Leaders SIGSTOPped while the others elect a successor: thawed, a
 # leader must hold no lease beside its successor's, nor a stale one.
 PAUSES = Faults(leader_pause=0.03, leader_pause_max_s=6.0, client_append=0.5)
 
@@ -223,7 +223,7 @@ def test_lease_mutants_are_caught(monkeypatch, mutant):
         _paused_campaign()
 
 
-# Leaders told to hand over (issue 24) while clients write, leaders are paused, nodes crash
+# Leaders told to hand over while clients write, leaders are paused, nodes crash
 # and the network splits: TIMEOUT_NOW answers are lost, doubled and late, targets die or are
 # cut off before they stand, and transfer votes reach voters that still hear from the leader.
 TRANSFERS = Faults(transfer=0.03, transfer_deadline_max_s=6.0, leader_pause=0.005,
@@ -438,7 +438,7 @@ def _truncate_to_own_end_only(monkeypatch):
 
 
 def _stale_view_and_commit_by_journal_end(monkeypatch):
-    """Finding 5's old rules: the state machine steps on a view without the appends it was not
+    """The old rules of commit: the state machine steps on a view without the appends it was not
     told of, and a follower's commit is bounded by its journal end, not the matched end."""
     original = raft._HANDLERS[raft.LogChanged]
 
@@ -479,21 +479,21 @@ MUTANTS = {
                                   SafetyViolation),
     "follower truncates to its own end of the epoch only": (
         _truncate_to_own_end_only, PROFILES["default"], LivenessFailure),
-    "steps on a stale view, follower commit by its journal end (finding 5)": (
+    "steps on a stale view, follower commit by its journal end": (
         _stale_view_and_commit_by_journal_end, STALE_VIEWS, SafetyViolation),
-    "acknowledged by index, not by entry (finding 2)": (
-        lambda mp: mp.setattr(raft_sim.Simulation, "ack_rule", "index"), FINDINGS,
+    "acknowledged by index, not by entry": (
+        lambda mp: mp.setattr(raft_sim.Simulation, "ack_rule", "index"), DEPOSED_LEADERS,
         SafetyViolation),
-    "restart applies deletes again by name (finding 1)": (
-        lambda mp: mp.setattr(raft_sim.Simulation, "apply_rule", "replay"), FINDINGS,
+    "restart applies deletes again by name": (
+        lambda mp: mp.setattr(raft_sim.Simulation, "apply_rule", "replay"), DEPOSED_LEADERS,
         SafetyViolation),
-    "a wiped broker votes at once, as before learners (finding 8)": (
+    "a wiped broker votes at once, as before learners": (
         lambda mp: mp.setattr(raft_sim.Simulation, "wipe_rule", "voter"), WIPES,
         SafetyViolation),
-    "a follower's create keeps an older topic (finding 4)": (
-        lambda mp: mp.setattr(raft_sim.Simulation, "create_rule", "keep"), FINDINGS,
+    "a follower's create keeps an older topic": (
+        lambda mp: mp.setattr(raft_sim.Simulation, "create_rule", "keep"), DEPOSED_LEADERS,
         SafetyViolation),
-    "a leader answers entries below its snapshot (finding 10)": (
+    "a leader answers entries below its snapshot": (
         _entries_below_the_snapshot, COMPACTING, SafetyViolation),
 }
 
@@ -522,9 +522,9 @@ def test_soak():
     started = time.perf_counter()
     seed = 10_000
     runs = 0
-    # Every profile a finding of issue 20 added, beside the generic ones.
+    # Every targeted profile above, beside the generic ones.
     rotation = [PROFILES[name] for name in sorted(PROFILES)] + [
-        FINDINGS, COMPACTING, WIPES, PAUSES, STALE_VIEWS, WIPES_COMPACTING, TRANSFERS,
+        DEPOSED_LEADERS, COMPACTING, WIPES, PAUSES, STALE_VIEWS, WIPES_COMPACTING, TRANSFERS,
         TRANSFERS_AMID_EVERYTHING]
     while total.rounds < budget:
         ids = (1, 2, 3, 4, 5) if seed % 4 == 0 else (1, 2, 3)

@@ -369,7 +369,7 @@ def _compacted(view: LogView, start: int) -> LogView:
 
 
 def test_leader_answers_snapshot_below_its_compacted_prefix():
-    """Finding 10: entries below the snapshot are gone; a follower that needs them is answered
+    """Entries below the snapshot are gone; a follower that needs them is answered
     SNAPSHOT, still checked for divergence first (the epoch cache keeps compacted epochs) and
     counted in match like any fetch."""
     leader = _leader(1, epoch=2, log=_log((1, 4), (2, 2)))  # NOOP of epoch 3 at 6
@@ -483,7 +483,7 @@ def test_follower_applies_entries_and_takes_the_commit_up_to_its_own_end():
 
 
 def test_follower_commit_counts_only_entries_that_match_the_leader():
-    """Finding 5: a journal tail the leader did not vouch for (a deposed leader's entry its
+    """A journal tail the leader did not vouch for (a deposed leader's entry its
     state machine learnt of late) is never counted committed, whatever the leader's commit."""
     node = Node(1, epoch=2, log=_log((1, 2)))
     node(FetchAnswered(2, Outcome.ENTRIES, 2, leader_id=2), at=3.0)

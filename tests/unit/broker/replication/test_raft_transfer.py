@@ -1,4 +1,4 @@
-"""Leadership transfer in the Raft state machine (Raft thesis §3.10; issue 24), stepped by hand
+"""Leadership transfer in the Raft state machine (Raft thesis §3.10), stepped by hand
 with an explicit `now`: a leader told to hand over gives up its lease, answers the chosen
 voter's caught-up fetch TIMEOUT_NOW and steps down; that voter stands at once, and voters grant
 its `transfer` vote even while they still hear from the old leader. No sockets, no sleeping."""

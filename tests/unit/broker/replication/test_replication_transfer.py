@@ -1,4 +1,4 @@
-"""Leadership transfer on the real ReplicationNode, ReplicaManager, Journal and Log (issue 24):
+"""Leadership transfer on the real ReplicationNode, ReplicaManager, Journal and Log:
 the leader's `transfer_leadership` (what a SIGTERM runs before the broker stops), the target's
 TIMEOUT_NOW, and a voter's answer to a transfer vote. The network is played by hand, as in
 test_replication_safety.py: a follower's fetch is `answer_fetch`, a leader's answer is fed to

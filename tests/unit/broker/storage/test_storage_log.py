@@ -157,7 +157,7 @@ def test_retention_runs_over_every_partition(data_dir):
 def test_delete_returns_while_an_append_holds_the_partition_and_the_files_go_after(
         data_dir, monkeypatch):
     # A produce still receiving its body holds the partition lock (the close waits for it) and
-    # a big topic takes seconds to unlink: neither may hold up the caller (issue 21: the caller
+    # a big topic takes seconds to unlink: neither may hold up the caller (the caller
     # is a follower's fetch on the leader, or the replication loop).
     unlink_may_go = threading.Event()
     real_rmtree = shutil.rmtree

@@ -69,7 +69,7 @@ def test_health_checkers_start_after_the_servers_and_before_the_clients():
     for name in checkers:
         depends_on = services[name]["depends_on"]
         assert set(depends_on) == servers
-        # An order, never a gate on health: a fault at start-up must not abort `up` (issue 21).
+        # An order, never a gate on health: a fault at start-up must not abort `up`.
         assert {c["condition"] for c in depends_on.values()} == {"service_started"}
         assert probed <= set(depends_on)
         assert "/var/run/docker.sock:/var/run/docker.sock" in services[name]["volumes"]
@@ -212,7 +212,7 @@ def test_the_cluster_secret_travels_in_the_environment_never_on_a_command_line()
 
 
 def test_every_long_running_service_counts_an_early_sigterm_as_a_clean_stop():
-    # A SIGTERM before the service's own handler (issue 21: the status service exited 143
+    # A SIGTERM before the service's own handler (the status service once exited 143
     # when `down` came in its first ~0.3 s) ends it with 143, which tini -e 143 maps to 0.
     services = _services(render(DeploymentShape(spark_workers=2, clients=2)))
     for name, service in services.items():
