@@ -1,6 +1,6 @@
 """The files a finished session leaves in its results directory.
 
-    q1.csv ... q4.csv   exactly QUERIES.md's formats (common/flights/result_csv.py): header,
+    q1.csv ... q4.csv   exactly docs/queries.md's formats (common/flights/result_csv.py): header,
                         then the rows in row-number order as the query service numbered them
     summary.json        what happened, for machines and people (see `Summary`)
     report.html         one page: the summary, Q4's average and maximum fare per route, and

@@ -1,10 +1,10 @@
-"""Q1-Q4 of QUERIES.md computed by DuckDB in one process: the reference for inputs too large
+"""Q1-Q4 of docs/queries.md computed by DuckDB in one process: the reference for inputs too large
 for oracle/reference.py, and the pipeline benchmark's baseline (`python -m scripts.bench_duckdb`,
 scripts/bench_duckdb.py: its flags and output). DuckDB is a dev/bench extra, not a runtime
 dependency: only this module of the oracle imports it.
 
 `duckdb_queries` is the whole computation. Every input column is read as text and every rule
-of QUERIES.md is written in SQL, with the decisions oracle/reference.py takes where the
+of docs/queries.md is written in SQL, with the decisions oracle/reference.py takes where the
 contract leaves them open (and the query service shares):
 - numbers are plain decimal literals (`NUMBER_REGEX`), then DuckDB's cast to DOUBLE;
 - `travelDuration` is `P[nD][T[nH][nM][nS]]`, at least one component, each of at most 9
@@ -48,7 +48,7 @@ DURATION_REGEX = rf"P(?:{_N}D)?(?:T(?:{_N}H)?(?:{_N}M)?(?:{_N}S)?)?"
 
 
 class BenchInputError(ValueError):
-    """An input of the benchmark cannot be used as QUERIES.md describes."""
+    """An input of the benchmark cannot be used as docs/queries.md describes."""
 
 
 class MissingInputFileError(BenchInputError):
@@ -67,7 +67,7 @@ class ArgumentError(BenchInputError):
 class DuckdbRun:
     """One load + Q1-Q4: the result rows, the counts and where the time went."""
 
-    results: dict[str, list[tuple]]  # q1..q4 -> rows in QUERIES.md column order
+    results: dict[str, list[tuple]]  # q1..q4 -> rows in docs/queries.md column order
     rows: int
     valid_rows: int
     invalid_counts: dict[str, int]  # every kind of INVALID_KINDS, zeros included
@@ -148,7 +148,7 @@ def _create_from_csv(con, table: str, path: Path, delimiter: str, names: tuple[s
 
 
 def load(con, flights_csv: Path, airports_csv: Path) -> None:
-    """Tables `flights` and `airports_raw`: the columns QUERIES.md uses, as text."""
+    """Tables `flights` and `airports_raw`: the columns docs/queries.md uses, as text."""
     _create_from_csv(con, "flights", flights_csv, ",", FLIGHT_COLUMNS)
     _create_from_csv(con, "airports_raw", airports_csv, ";", AIRPORT_COLUMNS, null="\\N")
 
@@ -321,11 +321,11 @@ def write_results(results: dict[str, list[tuple]], out_dir: Path) -> None:
 
 def duckdb_queries(flights_csv: Path, airports_csv: Path, threads: int = DEFAULT_THREADS,
                    out_dir: Path | None = None) -> DuckdbRun:
-    """Load both files into a fresh in-memory DuckDB and compute Q1-Q4 (QUERIES.md)."""
+    """Load both files into a fresh in-memory DuckDB and compute Q1-Q4 (docs/queries.md)."""
     if threads < 1:
         raise ArgumentError(f"threads must be >= 1, got {threads}")
     flights_csv, airports_csv = Path(flights_csv), Path(airports_csv)
-    # Row order carries no meaning (QUERIES.md): DuckDB need not keep it while loading.
+    # Row order carries no meaning (docs/queries.md): DuckDB need not keep it while loading.
     config = {"threads": threads, "preserve_insertion_order": False}
     with duckdb.connect(":memory:", config=config) as con:
         started = time.perf_counter()

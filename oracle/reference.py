@@ -1,4 +1,4 @@
-"""A plain-Python reading of QUERIES.md (/work/shared/QUERIES.md): the yardstick Spark meets.
+"""A plain-Python reading of docs/queries.md: the yardstick Spark meets.
 
 Written from the contract's text, row by row, with the csv module and math: no Spark, no
 pandas, nothing of the query service. Where the contract is silent it takes the decisions
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# QUERIES.md "Inputs": the columns read, found by header name.
+# docs/queries.md "Inputs": the columns read, found by header name.
 FLIGHT_COLUMNS = ("legId", "startingAirport", "destinationAirport", "travelDuration",
                   "totalFare", "totalTravelDistance", "segmentsArrivalAirportCode")
 AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE = "Airport Code", "Latitude", "Longitude"

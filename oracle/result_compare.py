@@ -1,4 +1,4 @@
-"""QUERIES.md's equality of query results: multisets of rows, numbers within 1e-9 relative.
+"""docs/queries.md's equality of query results: multisets of rows, numbers within 1e-9 relative.
 
 The one rule shared by the tests (`assert_same_results`, `assert_all_results`), the session
 check (oracle/session_check.py, for chaos-verify and the e2e tests) and the pipeline benchmark's
@@ -28,7 +28,7 @@ from itertools import zip_longest
 
 from common.flights.result_csv import QUERY_HEADERS, ResultShapeError
 
-# QUERIES.md "Queries": the output columns, and which of them hold numbers.
+# docs/queries.md "Queries": the output columns, and which of them hold numbers.
 QUERY_COLUMNS: dict[str, tuple[str, ...]] = QUERY_HEADERS
 NUMERIC_COLUMNS = frozenset({"totalFare", "totalDistance", "avgFare", "maxFare"})
 RELATIVE_TOLERANCE = 1e-9
@@ -53,7 +53,7 @@ class ResultValueError(ValueError):
 
 
 class ResultsDifferError(AssertionError):
-    """Two sets of query results are not equal as QUERIES.md defines it; the message lists the
+    """Two sets of query results are not equal as docs/queries.md defines it; the message lists the
     first `problems_shown_max` differences."""
 
 

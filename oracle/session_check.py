@@ -1,5 +1,5 @@
 """One client session judged against the reference: its input with lines the client's reader
-must reject, and every result file checked against oracle/reference.py (QUERIES.md read
+must reject, and every result file checked against oracle/reference.py (docs/queries.md read
 independently of the Spark code) or oracle/duckdb_queries.py.
 
 Used by `python -m scripts.chaos_verify` (scripts/verify/session_data.py generates the data and
@@ -35,7 +35,7 @@ class SessionData:
         return self
 
 
-# The reference computations of QUERIES.md: the plain-Python one (oracle/reference.py, holds
+# The reference computations of docs/queries.md: the plain-Python one (oracle/reference.py, holds
 # every valid row in memory: fine up to a few million rows) and DuckDB's
 # (oracle/duckdb_queries.py, held to the Python one by tests/unit/oracle/test_duckdb_queries.py),
 # for the full dataset's sizes.
@@ -47,7 +47,8 @@ class UnknownReferenceError(ValueError):
 
 
 def reference_of(flights: Path, airports: Path, reference: str = "python") -> ReferenceResults:
-    """The results QUERIES.md gives for these files, computed by `reference` (of REFERENCES)."""
+    """The results docs/queries.md gives for these files, computed by `reference` (one of
+    REFERENCES)."""
     if reference not in REFERENCES:
         raise UnknownReferenceError(f"reference must be one of {REFERENCES}, got {reference!r}")
     if reference == "python":

@@ -1,4 +1,4 @@
-"""Q1-Q4 of QUERIES.md computed by DuckDB in one process: the pipeline benchmark's baseline.
+"""Q1-Q4 of docs/queries.md computed by DuckDB in one process: the pipeline benchmark's baseline.
 
     python -m scripts.bench_duckdb --data-dir DIR [--threads 2] [--out DIR] [--repeats K]
 
@@ -7,7 +7,7 @@ in-memory database) and prints one JSON line: the median seconds (load, queries,
 row counts, the result rows per query and the invalid rows per kind. With --out, every run
 also writes q1.csv ... q4.csv there (common/flights/result_csv.py's format).
 
-The computation, and the decisions it makes where QUERIES.md leaves them open:
+The computation, and the decisions it makes where docs/queries.md leaves them open:
 oracle/duckdb_queries.py.
 """
 

@@ -21,7 +21,7 @@ On one machine, one after the other (so each has the machine to itself):
    collected and formatted, as the service does): its start and its first queries, timed apart.
 3. **duckdb**: `scripts.bench_duckdb` loads both files and computes Q1-Q4 in one process.
 The correctness gate (scripts/bench/result_gate.py): every session's q1.csv ... q4.csv must
-equal DuckDB's results as multisets of rows (numbers within QUERIES.md's 1e-9 relative), and
+equal DuckDB's results as multisets of rows (numbers within docs/queries.md's 1e-9 relative), and
 spark-csv's counts must agree; any difference fails the run (BenchError, exit status 1). With
 `--skip-duckdb` the sessions are compared with one another only, and the output says so.
 

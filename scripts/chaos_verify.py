@@ -14,7 +14,7 @@ on the same data, or with `--own-data` on data of its own, every one judged), th
 injects a fault every `--interval-s` (a pause with probability `--pause-ratio`) until the
 session ends (at most
 `--chaos-duration-s`), then it waits up to `--heal-wait-s` for the last faults to heal, checks
-q1.csv ... q4.csv against the reference computation of QUERIES.md (oracle/reference.py,
+q1.csv ... q4.csv against the reference computation of docs/queries.md (oracle/reference.py,
 not the Spark code) and matches every fault with its heal (heal.py: kill -> running again =
 the next start of that service; -> serving again = the first heartbeat of the new instance,
 or the first answered probe of a Spark daemon, in any health checker's log).
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--data-seed", type=int, default=DATA_SEED_DEFAULT)
     add("--invalid-rate", type=float, default=INVALID_RATE_DEFAULT)
     add("--reference", choices=REFERENCES, default="python",
-        help="what computes QUERIES.md to judge the results: the plain-Python reference "
+        help="what computes docs/queries.md to judge the results: the plain-Python reference "
              "(holds the rows in memory), or DuckDB (the full dataset's sizes)")
     add("--work-dir", type=Path, default=WORK_DIR_DEFAULT,
         help="data and one results directory per round")

@@ -6,8 +6,7 @@
 writes DIR/itineraries.csv (27 columns, RFC-4180) and DIR/airports.csv (Opendatahub layout),
 then prints one line with the rows written and the rate. The same seed and arguments give the
 same bytes. Rows are drawn in fixed-size chunks, each from its own seeded generator, so memory
-stays flat at any N; see scripts/datagen/ for the model and /work/shared/QUERIES.md for the
-layouts.
+stays flat at any N; see scripts/datagen/ for the model and docs/queries.md for the layouts.
 """
 
 import argparse

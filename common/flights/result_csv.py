@@ -1,4 +1,4 @@
-"""The text of q1.csv ... q4.csv (QUERIES.md "Queries"): header rows and CSV lines.
+"""The text of q1.csv ... q4.csv (docs/queries.md "Queries"): header rows and CSV lines.
 
 Result values travel already formatted as text (ResultRows in common/flights/session_records.py), so
 writing a file is: the query's header line, then one line per row. Lines are comma-separated,

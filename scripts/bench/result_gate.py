@@ -1,11 +1,11 @@
 """The pipeline benchmark's correctness gate: every session's q1.csv ... q4.csv against
 DuckDB's Q1-Q4, each query compared as a multiset of rows (result_compare.py: row order carries
-no meaning, numbers equal within QUERIES.md's 1e-9 relative tolerance, other fields as exact
+no meaning, numbers equal within docs/queries.md's 1e-9 relative tolerance, other fields as exact
 text).
 
 Why: a faster pipeline is only worth measuring while it computes the same answer; equal row
 counts (what the bench checked before) hide a changed fare, a wrong stopover list or one row
-swapped for another. DuckDB is the reference because it computes QUERIES.md independently of
+swapped for another. DuckDB is the reference because it computes docs/queries.md independently of
 the pipeline's Spark code (tests/unit/scripts/bench/test_bench_duckdb.py holds it to the plain
 Python reference). Without DuckDB (`--skip-duckdb`) the sessions are compared with the first
 one only: that still catches a session that differs from another, not a bug they share.

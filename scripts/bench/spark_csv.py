@@ -3,7 +3,7 @@
 query rules' tests hold the service's own to. The query service never runs it: a session job
 reads rows whose query fields the `kaska` source's workers derived (spark/rules/).
 
-Readers. Both frames hold every CSV column as a string column named by its header (QUERIES.md
+Readers. Both frames hold every CSV column as a string column named by its header (docs/queries.md
 "Inputs"):
 - flights: the Kaggle `itineraries.csv` layout, `,`-separated, RFC-4180 quoting (a field may be
   quoted, a quote inside a quoted field is doubled), one record per line;
@@ -206,7 +206,7 @@ def _coordinates_as(coordinates: DataFrame, prefix: str) -> DataFrame:
 
 
 def invalid_kind(fare: Column, duration_ok: Column) -> Column:
-    """The first validity rule of QUERIES.md that the row fails, or null for a valid row.
+    """The first validity rule of docs/queries.md that the row fails, or null for a valid row.
 
     `fare` is `parse_number(totalFare)`, `duration_ok` whether travelDuration matches
     DURATION_REGEX (never null); the other rules read the row's columns.

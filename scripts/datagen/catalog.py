@@ -1,7 +1,7 @@
 """Reference data of the synthetic flight market, calibrated on the real Kaggle samples.
 
 Shares, equipment mixes, fare-basis codes and rates were read off the two real samples
-(itineraries_1000_a.csv, itineraries_999_b.csv, 1,999 rows) and QUERIES.md. Values that the
+(itineraries_1000_a.csv, itineraries_999_b.csv, 1,999 rows) and docs/queries.md. Values that the
 samples cannot show (airline names with commas, 5-segment itineraries) are marked as synthetic.
 """
 
@@ -24,7 +24,7 @@ ALTERNATE_ROW_RATE = 0.02
 # Main airports of one city: the real data has no itinerary between them.
 SAME_CITY_AIRPORTS: tuple[frozenset[str], ...] = (frozenset({"JFK", "LGA", "EWR"}),)
 
-# Segments per itinerary: 1 ~28 %, 2 ~64 %, 3 ~7.5 %, 4+ ~0.3 % (QUERIES.md: about 5,800 rows
+# Segments per itinerary: 1 ~28 %, 2 ~64 %, 3 ~7.5 %, 4+ ~0.3 % (docs/queries.md: about 5,800 rows
 # with three or more stopovers in the 2M sample). 5 segments is synthetic, to exercise the tail.
 SEGMENT_COUNT_PROBABILITIES: dict[int, float] = {
     1: 0.28, 2: 0.6425, 3: 0.0745, 4: 0.0025, 5: 0.0005,

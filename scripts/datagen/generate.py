@@ -6,7 +6,7 @@ Invariants: the same seed and arguments give the same bytes (CHUNK_ROWS is part 
 identity); rows are drawn in fixed-size chunks, each from its own seeded generator, so memory
 stays flat at any N; each file is written under a temporary name and renamed when whole, so a
 failed run leaves no file behind. The model: the other modules of
-scripts/datagen/; the layouts: QUERIES.md.
+scripts/datagen/; the layouts: docs/queries.md.
 Threads: `generate` draws chunks on a pool of WORKER_THREADS (numpy and pyarrow release the
 GIL), at most CHUNKS_IN_FLIGHT_MAX in memory, and writes them in order on the caller's thread.
 """

@@ -1,4 +1,4 @@
-"""Malformed rows: each kind breaks exactly one validity rule of QUERIES.md ("Valid rows").
+"""Malformed rows: each kind breaks exactly one validity rule of docs/queries.md ("Valid rows").
 
 A row gets at most one kind. Every replacement value below is invalid under the contract
 (legId non-empty; airports three letters A-Z; travelDuration parses; totalFare a finite

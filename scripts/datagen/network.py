@@ -26,7 +26,7 @@ TIME_AXIS_DAYS = _SEARCH_SPAN.days + catalog.DAYS_AHEAD_MAX + 8
 
 
 def haversine_miles(lat1, lon1, lat2, lon2):
-    """Great-circle distance in miles (QUERIES.md: Earth radius 3958.8 miles); numpy-aware."""
+    """Great-circle distance in miles (docs/queries.md: Earth radius 3958.8 miles); numpy-aware."""
     phi1, phi2 = np.radians(lat1), np.radians(lat2)
     d_phi = phi2 - phi1
     d_lambda = np.radians(np.asarray(lon2) - np.asarray(lon1))

@@ -1,5 +1,5 @@
 """One client session's input and its reference: generated data (scripts/datagen) with lines
-the client's reader must reject in the middle of the flights, and the results QUERIES.md gives
+the client's reader must reject in the middle of the flights, and the results docs/queries.md gives
 for the data without them (oracle/session_check.py judges a session against them).
 
 Shared by `python -m scripts.chaos_verify` and the e2e tests (tests/e2e/conftest.py).

@@ -4,8 +4,8 @@ The client writes SessionStarted once its airports are acknowledged, with their 
 the driver reads [log start, end) of every partition (a few hundred KB: 7,886 airports in the
 real file) and applies spark.rules.query_frames.prepare_airports' rules in pyarrow: an airport is
 known when its code is non-empty and both coordinates are plain decimal literals
-(spark.rules.flight_fields.parse_number, QUERIES.md's number rule) that are finite; a code listed
-twice keeps its smallest (latitude, longitude). A header whose first name kept a byte-order
+(spark.rules.flight_fields.parse_number, docs/queries.md's number rule) that are finite; a code
+listed twice keeps its smallest (latitude, longitude). A header whose first name kept a byte-order
 mark is read as the name without it.
 
 Thread-safety: `read_airports` opens its own connection; call from any thread.

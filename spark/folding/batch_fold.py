@@ -13,7 +13,7 @@ partial depends on another range, so a micro-batch's fold is their sum:
   finish, spark/folding/finish.py, after grouping);
 - `q1`, `q2`: the rows, sorted by every column so that a micro-batch run again yields them in
   the same order (the result writer's row numbers and sequence numbers depend on it);
-- `q3`: per route, the Q3_ROWS_PER_ROUTE_MAX shortest Q1 rows (QUERIES.md's order, then
+- `q3`: per route, the Q3_ROWS_PER_ROUTE_MAX shortest Q1 rows (docs/queries.md's order, then
   stopovers and travelDuration as spark.rules.query_frames.shortest_per_route breaks the last
   ties): the top 2 of a union is the top 2 of the parts' top 2s.
 

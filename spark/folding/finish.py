@@ -1,7 +1,7 @@
 """A session's finish: Q3 and Q4 from its folded state, once every row is folded.
 
 - Q3: the Q3_ROWS_PER_ROUTE_MAX shortest Q1 rows per route are the state's candidates already.
-- Q4: `mean` = the average fare of every valid row, computed as QUERIES.md's reference does:
+- Q4: `mean` = the average fare of every valid row, computed as docs/queries.md's reference does:
   the correctly rounded sum of every fare (what `math.fsum` gives over the rows; here exact,
   in integers, over the distinct fares times their counts) divided by the count. Then, per
   route, over the fares strictly above it: the average and the maximum. Exactness of the

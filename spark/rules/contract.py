@@ -1,10 +1,10 @@
-"""The names and numbers of QUERIES.md the query service's rules share: the input columns read,
+"""The names and numbers of docs/queries.md the query service's rules share: the input columns read,
 the validity rules' names, the queries' thresholds and output columns, the regexes (Java's,
 as Spark runs them; spark/rules/flight_fields.py has their RE2 forms), and the columns of the
 prepared rows the queries read (spark/rules/flight_fields.py derives them on the workers,
 spark/rules/query_frames.py aggregates them).
 
-The decisions QUERIES.md leaves open are listed in spark/rules/query_frames.py's docstring.
+The decisions docs/queries.md leaves open are listed in spark/rules/query_frames.py's docstring.
 Constants only; no imports of Spark.
 """
 
@@ -26,7 +26,7 @@ AIRPORT_COLUMNS = (AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE)
 # The airports file starts with a byte-order mark; a reader other than ours may keep it.
 BYTE_ORDER_MARK = "\ufeff"
 
-# Validity rules in QUERIES.md order; a row counts under the first one it fails.
+# Validity rules in docs/queries.md order; a row counts under the first one it fails.
 INVALID_KINDS = ("empty_leg_id", "bad_airport_code", "bad_duration", "bad_fare", "empty_segments")
 
 EARTH_RADIUS_MILES = 3958.8

@@ -7,7 +7,7 @@ a fare and two booleans for most rows and only filters, ranks and aggregates.
                arrowTransformArgument coordinates.to_json()>
     results = compute_all_derived(flights)
 
-The rules are spark/rules/query_frames.py's (QUERIES.md): the airports are prepared by its
+The rules are spark/rules/query_frames.py's (docs/queries.md): the airports are prepared by its
 `prepare_airports`, Q3 ranks with its `shortest_per_route` and Q4 compares with its
 `rows_above_mean`; what the workers derived is checked against the plain-Python reference by
 every query suite (both paths) and row by row by a property test.

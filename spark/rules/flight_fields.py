@@ -16,7 +16,7 @@ Spark then caches these narrow columns and computes the queries from them
 (`spark.rules.derived_queries`): a long, a double and two booleans for most rows, not seven
 strings.
 
-The rules are those of spark/rules/query_frames.py (QUERIES.md, and the decisions its module
+The rules are those of spark/rules/query_frames.py (docs/queries.md, and the decisions its module
 doc lists), with the names and numbers of spark/rules/contract.py,
 written for RE2 and Arrow's casts; tests run every query suite through both paths and compare
 them with the plain-Python reference:

@@ -1,4 +1,4 @@
-"""The Spark SQL half of Q1-Q4's rules (QUERIES.md) that a session job runs: the airports
+"""The Spark SQL half of Q1-Q4's rules (docs/queries.md) that a session job runs: the airports
 prepared, the rows counted, Q3's ranking, Q4's threshold and grouping, and the results' frames.
 spark/rules/derived_queries.py builds Q1-Q4 from these over rows whose query fields the
 `kaska` source's Python workers derived (spark/rules/flight_fields.py); the same rules parsed
@@ -12,7 +12,7 @@ Input frames (whatever their origin: the CSV files, or the `kaska` source's Arro
 Null and "" are the same thing here: Spark's CSV reader turns an empty field into null.
 The prepared rows the queries read have the columns spark/rules/contract.py names.
 
-Decisions QUERIES.md leaves open (the oracle, oracle/reference.py, makes the same ones):
+Decisions docs/queries.md leaves open (the oracle, oracle/reference.py, makes the same ones):
 - numbers (`totalFare`, `totalTravelDistance`, coordinates) are plain decimal literals
   (`NUMBER_REGEX`); Spark's cast alone would also take "1.5d", " 1.5 " or "Infinity";
 - `travelDuration` is `P[nD][T[nH][nM][nS]]` with at least one component, each of at most

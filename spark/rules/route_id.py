@@ -3,7 +3,7 @@ every valid row instead of two airport strings.
 
 Why: Q4 groups ~all valid rows by route and Q3 ranks within a route; a long per row is the
 narrowest key the JVM can cache and hash, and only the few hundred result rows ever need the
-text back. Valid rows only: both airports of a valid row are three letters A-Z (QUERIES.md),
+text back. Valid rows only: both airports of a valid row are three letters A-Z (docs/queries.md),
 so `route_id = code(origin) * 26**3 + code(destination)` with `code("XYZ") = (X-65)*26**2 +
 (Y-65)*26 + (Z-65)` is exact and the same in every worker, with no dictionary to share.
 
@@ -26,7 +26,7 @@ _FIRST_LETTER = ord("A")
 
 
 def is_airport_code(code: str) -> bool:
-    """QUERIES.md's rule: three letters A-Z (`spark.rules.contract.AIRPORT_CODE_REGEX`)."""
+    """docs/queries.md's rule: three letters A-Z (`spark.rules.contract.AIRPORT_CODE_REGEX`)."""
     return len(code) == CODE_LETTERS and code.isascii() and code.isalpha() and code.isupper()
 
 

@@ -7,7 +7,7 @@ session's airports), computes the queries (`spark.rules.derived_queries`), and s
 rows, sorted by Spark, through a `QueryResultWriter` (a slice at a time: the driver never holds
 a whole result), the four queries at once.
 
-QueryDone.invalid carries the run's invalid-row counts by kind (QUERIES.md "Valid rows", every
+QueryDone.invalid carries the run's invalid-row counts by kind (docs/queries.md "Valid rows", every
 kind, zeros included) for every query, and for q2 also `unknown_airport`: the valid rows Q2
 skipped because their origin or destination is not in the airports file.
 

@@ -57,7 +57,7 @@ def summary_of(results_dir: Path) -> dict:
 
 
 def assert_results_match_reference(results_dir: Path, flights: Path, airports: Path) -> None:
-    """q1.csv ... q4.csv equal the plain-Python reference of QUERIES.md row for row."""
+    """q1.csv ... q4.csv equal the plain-Python reference of docs/queries.md row for row."""
     reference = compute_files(flights, airports)
     for query, expected in reference.by_query().items():
         with open(results_dir / f"{query}.csv", newline="") as file:

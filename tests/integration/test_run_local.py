@@ -1,6 +1,6 @@
 """`run_local` end to end: three brokers (one replicated cluster), query service (Spark
 local[2]), three health checkers and the clients as local processes; results compared with the
-reference of QUERIES.md."""
+reference of docs/queries.md."""
 
 import time
 

@@ -1,7 +1,7 @@
 """Eight clients at once on the embedded default: each with its own data (different
 sizes, malformed rows), started 1 s apart so later ones join sessions under way, one of them
 SIGKILLed mid-upload and resumed by the health checkers. Every client's results are its own and
-exact against the reference of QUERIES.md.
+exact against the reference of docs/queries.md.
 
 The scenario is checked before the outcome: the clients' upload pace is capped, so the first
 client is still uploading when the others start on any machine, and the victim is killed once

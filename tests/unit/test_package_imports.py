@@ -1,6 +1,6 @@
 """The dependency rules of DESIGN §8 that the layout alone does not enforce: no product module
 imports the test tree, `common` imports no other package of the project, and the oracle
-(QUERIES.md computed independently) imports `common` only, never the query service's code."""
+(docs/queries.md computed independently) imports `common` only, never the query service's code."""
 
 from __future__ import annotations
 

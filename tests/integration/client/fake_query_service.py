@@ -1,5 +1,5 @@
 """A stand-in for the query service in client tests: follows `sessions`, answers each ended
-session from the rows its topics really hold, with the plain-Python reference of QUERIES.md.
+session from the rows its topics really hold, with the plain-Python reference of docs/queries.md.
 
 For each SessionEnded it reads every partition of `airports.<cid>` and `flights.<cid>` up to
 the announced end offsets, computes Q1-Q4 with oracle/reference.py, formats them with

@@ -8,7 +8,7 @@ SIGKILLed under them (real broker processes, default election settings):
 - a real client session (`python -m client`) answered by the fake query service of
   tests/integration/client: the leader dies while the flights file uploads; the upload goes on
   on the two others while it is down, the session completes, every batch is stored exactly once
-  where its message id puts it, the results equal the reference of QUERIES.md, and once
+  where its message id puts it, the results equal the reference of docs/queries.md, and once
   every broker has stopped, all three hold the same bytes of the session's data.
 """
 

@@ -1,4 +1,4 @@
-"""The files of a finished session: q*.csv exactly as QUERIES.md, summary.json, report.html."""
+"""The files of a finished session: q*.csv exactly as docs/queries.md, summary.json, report.html."""
 
 import json
 import xml.etree.ElementTree as ET

@@ -2,7 +2,7 @@
 
 Two inputs: a generated dataset with malformed rows of every kind the generator makes, and a
 hand-written pair of files holding the edge cases of the CSV layouts and of each rule of
-QUERIES.md (quoting, line breaks inside quoted fields, short and long rows, number and
+docs/queries.md (quoting, line breaks inside quoted fields, short and long rows, number and
 duration syntax, unknown and duplicate airports, the airports file's BOM, `\\N` and CRLF).
 Results are compared as multisets with oracle/result_compare.py (1e-9 relative on numbers).
 """

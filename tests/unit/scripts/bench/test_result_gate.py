@@ -17,7 +17,7 @@ from scripts.bench.result_gate import (
     gate,
 )
 
-# As DuckDB returns them: Python values in QUERIES.md's column order. legId "a" is there twice
+# As DuckDB returns them: Python values in docs/queries.md's column order. legId "a" is there twice
 # with different fares (legId is not unique).
 REFERENCE = {
     "q1": [("a", "ATL-BOS", 100.0, "X||Y||Z"), ("a", "ATL-BOS", 200.5, "X||Y||Z"),
@@ -56,7 +56,7 @@ def test_reordered_rows_pass(tmp_path):
 
 
 def test_float_formats_the_contract_allows_pass():
-    # QUERIES.md: enough digits to round-trip, compared within 1e-9 relative.
+    # docs/queries.md: enough digits to round-trip, compared within 1e-9 relative.
     texts = {
         "q1": [["a", "ATL-BOS", "1e2", "X||Y||Z"], ["a", "ATL-BOS", "200.50", "X||Y||Z"],
                ["b", "BOS-ATL", "1.5000000001", "P||Q||R"]],

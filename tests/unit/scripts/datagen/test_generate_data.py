@@ -1,6 +1,6 @@
 """The flight-data generator: layouts, determinism, realism rates, consistency, invalid rows.
 
-Rates are checked on one 50,000-row file against the real-data figures of QUERIES.md, with
+Rates are checked on one 50,000-row file against the real-data figures of docs/queries.md, with
 tolerances of several standard errors so that a seed change cannot flip a test.
 """
 
@@ -378,7 +378,7 @@ def test_airline_codes_equipment_and_cabins_are_consistent(records):
 
 
 def _invalid_kind(row: list[str]) -> str | None:
-    """Which validity rule of QUERIES.md a raw row breaks (None: a valid row)."""
+    """Which validity rule of docs/queries.md a raw row breaks (None: a valid row)."""
     if len(row) < len(FLIGHT_HEADER):
         return "short_row"
     r = dict(zip(FLIGHT_HEADER, row, strict=True))

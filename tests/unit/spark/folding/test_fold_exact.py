@@ -1,6 +1,6 @@
-"""spark/folding's pure parts against the plain-Python reference of QUERIES.md: a session's rows
-folded micro-batch by micro-batch (in any cut, with compaction and a recovery from the fold
-files in between) finish with the reference's Q1-Q4 and counts."""
+"""spark/folding's pure parts against the plain-Python reference of docs/queries.md: a
+session's rows folded micro-batch by micro-batch (in any cut, with compaction and a recovery
+from the fold files in between) finish with the reference's Q1-Q4 and counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Q1-Q4 on hand-written tiny frames: one row or group of rows per rule of QUERIES.md.
+"""Q1-Q4 on hand-written tiny frames: one row or group of rows per rule of docs/queries.md.
 
 Each row's legId names what it exercises; the expectations below follow from the rules and
 from the airport coordinates (real ones, from the Opendatahub file), with wide margins.
