@@ -5,7 +5,6 @@ starts), that session's results are exact, and a SIGTERM afterwards stops the se
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -21,10 +20,10 @@ from tests.integration.spark.test_query_service import (
     done_queries,
     wait_until,
 )
+from tests.real_samples import REAL_SAMPLES_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REAL = Path("/work/shared/data/real")
 PASSES = 1000  # more than can run before the session comes: it must end them
 PASSES_BEFORE_SESSION = 2  # idle passes seen done before the session starts
 PASS_LINE = "warmed up in"
@@ -42,7 +41,8 @@ def test_a_session_ends_the_idle_passes_and_its_results_stay_exact(broker, servi
                "idle warm-up passes", service)
     assert not service.log_lines("idle warm-up:"), "the passes ended before any session"
 
-    flights, airports = REAL / "itineraries_1000_a.csv", REAL / "airports-codepublic.csv"
+    flights = REAL_SAMPLES_DIR / "itineraries_1000_a.csv"
+    airports = REAL_SAMPLES_DIR / "airports-codepublic.csv"
     session = produce_session(broker.address, flights, airports, **CLIENT_OPTIONS)
     topic = results_topic(session.client_id)
     wait_until(lambda: len(done_queries(topic_records(broker.address, topic))) >= len(QUERIES),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -28,12 +27,12 @@ from spark.service.query_service import CONSUMER_GROUP
 from spark.service.session_job import UNKNOWN_AIRPORT
 from tests.integration.broker.broker_process import CLIENT_OPTIONS, BrokerProcess
 from tests.integration.spark.service_process import ServiceProcess, topic_records
+from tests.real_samples import REAL_SAMPLES_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GENERATED_ROWS = 20_000
 INVALID_RATE = 0.02
-REAL = Path("/work/shared/data/real")
 RESULTS_WAIT_S = 420.0
 # Q2's slices (the longest result; the four queries are written at once, each by its own
 # producer): beyond the broker's dedup window of 5 batches per producer.
@@ -105,8 +104,8 @@ def test_killed_mid_write_and_restarted_results_are_exactly_once(tmp_path, broke
     assert service.log_lines("skipping malformed record at sessions/0@0")
 
     # A second session, ended while no service runs: both are answered after the restart.
-    second = produce_session(broker.address, REAL / "itineraries_1000_a.csv",
-                             REAL / "airports-codepublic.csv", **CLIENT_OPTIONS)
+    second = produce_session(broker.address, REAL_SAMPLES_DIR / "itineraries_1000_a.csv",
+                             REAL_SAMPLES_DIR / "airports-codepublic.csv", **CLIENT_OPTIONS)
     restarted = services("--fold", "batch", "--result-rows-per-slice", "25")
     for session in (first, second):
         wait_until(lambda s=session: len(done_queries(topic_records(
@@ -119,8 +118,8 @@ def test_killed_mid_write_and_restarted_results_are_exactly_once(tmp_path, broke
                   if first.client_id in line]
     assert "(0 batches dropped" not in rewrite, rewrite
     check_results(topic_records(broker.address, results_topic(second.client_id)),
-                  reference.compute_files(REAL / "itineraries_1000_a.csv",
-                                          REAL / "airports-codepublic.csv"))
+                  reference.compute_files(REAL_SAMPLES_DIR / "itineraries_1000_a.csv",
+                                          REAL_SAMPLES_DIR / "airports-codepublic.csv"))
     with Consumer(broker.address, CONSUMER_GROUP, **CLIENT_OPTIONS) as consumer:
         sessions_end = consumer.end_offset(SESSIONS_TOPIC)
         wait_until(lambda: consumer.committed(SESSIONS_TOPIC) == sessions_end,

@@ -16,8 +16,7 @@ from client.csv_reader import (
     rows_per_slice,
 )
 from common.flights.arrow_rows import ROW_ID
-
-REAL = Path("/work/shared/data/real")
+from tests.real_samples import REAL_SAMPLES_DIR
 
 
 def write(tmp_path: Path, data: bytes, name: str = "f.csv") -> Path:
@@ -125,11 +124,13 @@ def test_header_only_file_has_no_slices(tmp_path):
 
 
 def test_real_samples_read_whole():
-    flights = CsvSliceReader(REAL / "itineraries_1000_a.csv", FLIGHTS_DIALECT, batch_rows=300)
+    flights = CsvSliceReader(REAL_SAMPLES_DIR / "itineraries_1000_a.csv", FLIGHTS_DIALECT,
+                             batch_rows=300)
     rows = all_rows(flights)
     assert len(rows) == 1000 and flights.rejected.total == 0
     assert len(flights.columns) == 27 and rows[0]["legId"] == "98685953630e772a098941b71906592b"
-    airports = CsvSliceReader(REAL / "airports-codepublic.csv", AIRPORTS_DIALECT, batch_rows=300)
+    airports = CsvSliceReader(REAL_SAMPLES_DIR / "airports-codepublic.csv", AIRPORTS_DIALECT,
+                              batch_rows=300)
     codes = [row["Airport Code"] for row in all_rows(airports)]
     assert airports.columns[0] == "Airport Code" and codes[0] == "YCB"
 

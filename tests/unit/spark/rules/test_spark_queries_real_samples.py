@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from oracle import reference
 from oracle.result_compare import assert_all_results
 from scripts.bench.spark_csv import read_airports_csv, read_flights_csv
+from tests.real_samples import REAL_SAMPLES_DIR
 from tests.unit.spark.rules.spark_test_frames import collected, compute
 
-REAL_DATA = Path("/work/shared/data/real")
-AIRPORTS_FILE = REAL_DATA / "airports-codepublic.csv"
+AIRPORTS_FILE = REAL_SAMPLES_DIR / "airports-codepublic.csv"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +20,7 @@ def airports(spark):
 
 @pytest.mark.parametrize("sample", ["itineraries_1000_a.csv", "itineraries_999_b.csv"])
 def test_real_sample_equals_reference(spark, airports, sample, query_path):
-    flights_file = REAL_DATA / sample
+    flights_file = REAL_SAMPLES_DIR / sample
     expected = reference.compute_files(flights_file, AIRPORTS_FILE)
     results = compute(query_path, spark, read_flights_csv(spark, str(flights_file)), airports)
     try:
