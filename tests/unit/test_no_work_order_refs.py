@@ -1,6 +1,6 @@
-"""No tracked text file cites a work order by number ("issue 21", "finding 8", "stop 40"): such
-a number means nothing to a reader of this repository. A comment says why instead, or points
-at a docs section."""
+"""No tracked text file cites a work order (an issue, a finding, a stop) by its number: such a
+number means nothing to a reader of this repository. A comment says why instead, or points at
+a docs section."""
 
 import re
 import subprocess
