@@ -5,10 +5,17 @@ DIR/q1.csv ... q4.csv, DIR/summary.json and DIR/report.html. `--client-id` resum
 session (its checkpoint lives in `--state-dir`, default DIR/state). Result rows and progress go
 to stdout, logs to stderr.
 
+Before the session starts (before a session id, a topic or a broker connection), both files
+are checked: a file that is missing, not a regular file, unreadable, empty, without the
+columns the queries read (docs/queries.md "Inputs") or whose first block holds no readable row
+is refused with one line on stderr naming it (client/input_check.py). Malformed rows inside a
+file that passes are counted and reported, not refused.
+
 Exit status: 0 when the session completed; 1 when it failed; 3 when SIGTERM/SIGINT stopped it
 first (its progress is checkpointed: run again with the same --client-id to continue); 2 for
-bad arguments. With `--heartbeat-targets`, it heartbeats the health checkers while it runs and
-says goodbye on any deliberate exit, so only a killed client is restarted.
+bad arguments or a refused input file. With `--heartbeat-targets`, it heartbeats the health
+checkers while it runs and says goodbye on any deliberate exit, so only a killed client is
+restarted.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import uuid
 from pathlib import Path
 
 from client.csv_reader import SLICE_BYTES_DEFAULT, SLICE_ROWS_MAX
+from client.input_check import InputFileError, check_input_files
 from client.progress import make_progress
 from client.report import STATUS_COMPLETED, STATUS_INTERRUPTED
 from client.runner import (
@@ -139,6 +147,11 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_input_files(args.flights, args.airports)
+    except InputFileError as error:
+        print(f"client: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     configure_logging(args.log_level)
     if logging.getLogger().level == logging.INFO:
         # The library logs every retry; common.kaska.patience already says when the broker is away.

@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,11 +67,18 @@ SAMPLE_CHARS_MAX = 200
 
 
 class CsvReaderError(Exception):
-    """Base of the reader's errors: the file as a whole cannot be read."""
+    """Base of the reader's errors: the file as a whole cannot be read. `problem` says why
+    without naming the file (client.input_check names it its own way)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
 
 
 class MalformedHeaderError(CsvReaderError):
-    """A header row that is missing, not UTF-8, too long, has an empty or a repeated name."""
+    """A header row that is missing, not UTF-8, too long, not one CSV row, has an empty or a
+    repeated name, or that pyarrow splits differently."""
 
 
 class CsvParseError(CsvReaderError):
@@ -122,17 +130,20 @@ def read_header(path: Path, dialect: CsvDialect) -> list[str]:
     with open(path, "rb") as file:
         first = file.readline(HEADER_BYTES_MAX + 1)
     if len(first) > HEADER_BYTES_MAX:
-        raise MalformedHeaderError(f"{path}: header longer than {HEADER_BYTES_MAX} bytes")
+        raise MalformedHeaderError(path, f"header longer than {HEADER_BYTES_MAX} bytes")
     try:
         text = first.removeprefix(BYTE_ORDER_MARK).decode("utf-8")
     except UnicodeDecodeError as error:
-        raise MalformedHeaderError(f"{path}: header is not UTF-8: {error}") from error
-    rows = list(csv.reader([text.rstrip("\r\n")], delimiter=dialect.delimiter))
+        raise MalformedHeaderError(path, f"header is not UTF-8: {error}") from error
+    try:
+        rows = list(csv.reader([text.rstrip("\r\n")], delimiter=dialect.delimiter))
+    except csv.Error as error:  # a carriage return inside the line
+        raise MalformedHeaderError(path, f"header is not one CSV row: {error}") from error
     names = rows[0] if rows else []
     if not names or any(not name for name in names):
-        raise MalformedHeaderError(f"{path}: empty header or empty column name in {names!r}")
+        raise MalformedHeaderError(path, f"empty header or empty column name in {names!r}")
     if len(set(names)) != len(names) or ROW_ID in names:
-        raise MalformedHeaderError(f"{path}: repeated or reserved column name in {names!r}")
+        raise MalformedHeaderError(path, f"repeated or reserved column name in {names!r}")
     return names
 
 
@@ -201,28 +212,51 @@ class CsvSliceReader:
         if pending_rows:
             yield pa.concat_batches(pending)
 
+    def first_block_rows(self) -> int:
+        """How many rows of the file's first block the reader accepts, its refused rows
+        counted in `rejected` (counts restart): a look at the data bounded by one block (and
+        pyarrow's read-ahead), for client.input_check before an upload. Raises what `slices`
+        raises when that block cannot be parsed."""
+        self.rejected = RejectedRows(self.rejected.samples_max)
+        with self._arrow_reader() as reader:
+            block = self._next_block(reader)
+        if block is None or not block.num_rows:
+            return 0
+        return self._utf8_rows(block).num_rows
+
     def _decoded_blocks(self) -> Iterator[pa.RecordBatch]:
-        with pa.input_stream(self.path) as stream:
-            reader = pa_csv.open_csv(
-                stream,
-                read_options=pa_csv.ReadOptions(use_threads=False, block_size=self.block_bytes),
-                parse_options=pa_csv.ParseOptions(
-                    delimiter=self.dialect.delimiter,
-                    newlines_in_values=self.dialect.newlines_in_values,
-                    invalid_row_handler=self._on_invalid_row,
-                ),
-                convert_options=pa_csv.ConvertOptions(
-                    column_types={name: pa.binary() for name in self.columns},
-                    strings_can_be_null=False,
-                    quoted_strings_can_be_null=False,
-                ),
-            )
-            self._check_schema(reader.schema)
+        with self._arrow_reader() as reader:
             while (block := self._next_block(reader)) is not None:
                 self.bytes_parsed = min(self.file_bytes, self.bytes_parsed + self.block_bytes)
                 if block.num_rows:
                     yield self._utf8_rows(block)
             self.bytes_parsed = self.file_bytes
+
+    @contextmanager
+    def _arrow_reader(self) -> Iterator[pa_csv.CSVStreamingReader]:
+        """pyarrow's streaming reader of the file, every header column as binary, its schema
+        checked against our header."""
+        with pa.input_stream(self.path) as stream:
+            try:  # pyarrow parses the first block here already, for the schema
+                reader = pa_csv.open_csv(
+                    stream,
+                    read_options=pa_csv.ReadOptions(use_threads=False,
+                                                    block_size=self.block_bytes),
+                    parse_options=pa_csv.ParseOptions(
+                        delimiter=self.dialect.delimiter,
+                        newlines_in_values=self.dialect.newlines_in_values,
+                        invalid_row_handler=self._on_invalid_row,
+                    ),
+                    convert_options=pa_csv.ConvertOptions(
+                        column_types={name: pa.binary() for name in self.columns},
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                    ),
+                )
+            except pa.ArrowInvalid as error:
+                raise CsvParseError(self.path, f"cannot parse the first block: {error}") from error
+            self._check_schema(reader.schema)
+            yield reader
 
     def _next_block(self, reader) -> pa.RecordBatch | None:
         try:
@@ -231,7 +265,7 @@ class CsvSliceReader:
             return None
         except pa.ArrowInvalid as error:
             raise CsvParseError(
-                f"{self.path}: cannot parse past byte ~{self.bytes_parsed + self.block_bytes:,} "
+                self.path, f"cannot parse past byte ~{self.bytes_parsed + self.block_bytes:,} "
                 f"(after {self.rows_accepted:,} rows): {error}") from error
 
     def _check_schema(self, schema: pa.Schema) -> None:
@@ -239,7 +273,7 @@ class CsvSliceReader:
         # pyarrow splits differently) would shift every column, so it is refused.
         if schema.names != self.columns or any(t != pa.binary() for t in schema.types):
             raise MalformedHeaderError(
-                f"{self.path}: header {self.columns!r} read by pyarrow as {schema.names!r}")
+                self.path, f"header {self.columns!r} read by pyarrow as {schema.names!r}")
 
     def _on_invalid_row(self, row) -> str:
         self.rejected.add(WRONG_FIELD_COUNT, row.number, row.text)

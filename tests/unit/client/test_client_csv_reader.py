@@ -89,11 +89,28 @@ def test_an_open_quote_across_blocks_is_a_named_parse_error(tmp_path):
 
 
 @pytest.mark.parametrize("data", [b"\xff,b\n1,2\n", b"a,,c\n1,2,3\n", b"a,b,a\n1,2,3\n", b"",
-                                  b"\n1,2\n", b"row_id,x\n1,2\n"])
+                                  b"\n1,2\n", b"row_id,x\n1,2\n", b"a\rb,c\n1,2\n"])
 def test_bad_headers_are_refused(tmp_path, data):
     path = write(tmp_path, data)
-    with pytest.raises(MalformedHeaderError):
+    with pytest.raises(MalformedHeaderError) as caught:
         CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
+    assert str(caught.value) == f"{path}: {caught.value.problem}"
+
+
+def test_a_first_block_pyarrow_cannot_parse_is_a_named_parse_error(tmp_path):
+    path = write(tmp_path, b"a,b")  # a header without a line end: pyarrow sees no row
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10)
+    with pytest.raises(CsvParseError, match="cannot parse the first block"):
+        list(reader.slices())
+
+
+def test_first_block_rows_reads_one_block_and_counts_its_rejects(tmp_path):
+    lines = [b"a,b,c", b"1,2"] + [f"{i},b{i},c{i}".encode() for i in range(3000)]
+    path = write(tmp_path, b"\n".join(lines) + b"\n")
+    reader = CsvSliceReader(path, FLIGHTS_DIALECT, batch_rows=10, block_bytes=4096)
+    accepted = reader.first_block_rows()
+    assert 0 < accepted < 3000
+    assert reader.rejected.counts[WRONG_FIELD_COUNT] == 1
 
 
 def test_slices_hold_batch_rows_across_block_boundaries(tmp_path):
