@@ -34,11 +34,11 @@ from client.csv_reader import (
     CsvReaderError,
     CsvSliceReader,
 )
+from common.flights.input_columns import AIRPORT_COLUMNS, FLIGHT_COLUMNS
 
 # docs/queries.md "Inputs": the columns the queries read; the others are uploaded untouched.
-FLIGHTS_REQUIRED_COLUMNS = ("legId", "startingAirport", "destinationAirport", "travelDuration",
-                            "totalFare", "totalTravelDistance", "segmentsArrivalAirportCode")
-AIRPORTS_REQUIRED_COLUMNS = ("Airport Code", "Latitude", "Longitude")
+FLIGHTS_REQUIRED_COLUMNS = FLIGHT_COLUMNS
+AIRPORTS_REQUIRED_COLUMNS = AIRPORT_COLUMNS
 HEADER_SHOWN_CHARS_MAX = 160  # of the header quoted in a missing-columns message
 
 

@@ -10,19 +10,15 @@ Constants only; no imports of Spark.
 
 from __future__ import annotations
 
+from common.flights.input_columns import (  # noqa: F401 (the rules' names for them)
+    AIRPORT_CODE,
+    AIRPORT_COLUMNS,
+    AIRPORT_LATITUDE,
+    AIRPORT_LONGITUDE,
+    FLIGHT_COLUMNS,
+)
 from common.flights.result_csv import QUERY_HEADERS
 
-FLIGHT_COLUMNS = (
-    "legId",
-    "startingAirport",
-    "destinationAirport",
-    "travelDuration",
-    "totalFare",
-    "totalTravelDistance",
-    "segmentsArrivalAirportCode",
-)
-AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE = "Airport Code", "Latitude", "Longitude"
-AIRPORT_COLUMNS = (AIRPORT_CODE, AIRPORT_LATITUDE, AIRPORT_LONGITUDE)
 # The airports file starts with a byte-order mark; a reader other than ours may keep it.
 BYTE_ORDER_MARK = "\ufeff"
 

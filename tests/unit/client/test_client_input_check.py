@@ -16,6 +16,7 @@ from client.input_check import (
     check_input_file,
     check_input_files,
 )
+from tests.real_samples import REAL_SAMPLES_DIR
 from tests.unit.client.input_samples import (
     AIRPORTS_TEXT,
     FLIGHTS_HEADER,
@@ -23,7 +24,7 @@ from tests.unit.client.input_samples import (
     FLIGHTS_TEXT,
 )
 
-REAL = Path("/work/shared/data/real")
+REAL = REAL_SAMPLES_DIR
 
 
 def write(tmp_path: Path, data: bytes | str, name: str = "f.csv") -> Path:
