@@ -25,7 +25,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   segment's base, or where DELETE_RECORDS moved it), `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
 - storage: `kaska_storage_full` (1 during a full-disk episode),
-  `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
+  `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py),
+  `kaska_disk_free_bytes` (statvfs of the data directory at scrape time; absent when unreadable);
 - replication, each labelled with its replication `group` (replication/placement.py):
   `kaska_replication_role{group,role}` (1 for the current role), `_epoch`, `_leader_id`
   (-1: none known), `_lease_held` (1 while it leads with its leader lease), `_commit_index`,
@@ -302,6 +303,10 @@ class BrokerCollector(Collector):
                                   value=space.refusals)
         yield CounterMetricFamily("kaska_storage_full_episodes", "Full-disk episodes.",
                                   value=space.episodes)
+        free_bytes = space.free_bytes()
+        if free_bytes is not None:
+            yield GaugeMetricFamily("kaska_disk_free_bytes", "Bytes still free for the broker on "
+                                    "its data directory's file system.", value=free_bytes)
 
     # -- partitions ----------------------------------------------------------------------------
 

@@ -117,6 +117,9 @@ class QueryService:
         # Touched each turn of run()'s loop (and each try while the broker is away): the
         # service's /healthz (common/liveness.py). None until run() starts (Spark warms up).
         self.session_loop_progress: Liveness | None = None
+        # Sessions picked up and not finished, as of the loop's last turn: one int the metrics
+        # scrape may read from its thread (SessionProgress itself is the loop's alone).
+        self.sessions_pending = 0
         self._workers = SessionWorkers(settings, spark, self.stop_requested, self.metrics,
                                        self._count,
                                        job=None if fold is None else
@@ -142,7 +145,8 @@ class QueryService:
             self._assign(consumer, store, cleanup_store)
             while not self.stop_requested.is_set():
                 self.session_loop_progress.touch()
-                full = self._progress.pending() >= self.settings.sessions_pending_max or (
+                self.sessions_pending = self._progress.pending()
+                full = self.sessions_pending >= self.settings.sessions_pending_max or (
                     self._cleanup is not None and self._cleanup.full())
                 self.absorb_finished(store, wait_s=POLL_TIMEOUT_S if full else 0.0)
                 if admin is not None:

@@ -231,7 +231,7 @@ def query_service() -> SimpleNamespace:
     counts = {"sessions_done": 1, "sessions_given_up": 0, "records_skipped": 2,
               "records_malformed": 1, "sessions_started": 2, "sessions_picked_up": 1,
               "sessions_acked": 1, "sessions_cleaned": 1, "session_topics_deleted": 3}
-    return SimpleNamespace(counts=counts, metrics=metrics)
+    return SimpleNamespace(counts=counts, metrics=metrics, sessions_pending=2)
 
 
 def fake_query_service_registry(service: SimpleNamespace | None = None) -> CollectorRegistry:

@@ -21,6 +21,7 @@ from services.broker.metrics import BrokerCounters, api_label, records_in_slices
 from services.broker.network.connection import Connection
 from services.broker.replication.raft import Role
 from services.broker.request_durations import RequestDurations
+from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.errors import StorageFullError
 from tests.unit.metrics_fakes import (
     NOW_S,
@@ -295,3 +296,13 @@ def test_consumer_lag_family_skips_partitions_led_elsewhere():
     assert {(s.labels["group"], s.labels["partition"]): s.value for s in family.samples} == {
         ("g", "0"): 7, ("h", "0"): 0}
     assert sorted(asked) == [("t", 0), ("t", 1)]  # one lookup per partition
+
+
+def test_disk_free_bytes_is_read_from_the_data_directory(tmp_path):
+    partitions = FakePartitionTable({})
+    partitions.space = DiskSpace(tmp_path)
+    found = families(fake_broker_registry(partitions=partitions))
+    (sample,) = found["kaska_disk_free_bytes"].samples
+    assert found["kaska_disk_free_bytes"].type == "gauge" and sample.value > 0
+    # an unreadable data directory (the fakes' default) exports no value rather than a wrong one
+    assert "kaska_disk_free_bytes" not in families(fake_broker_registry())
