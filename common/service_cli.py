@@ -2,9 +2,9 @@
 
 Owns: the flags the services (broker, query service, health checker, status page, client)
 spell alike -- `--heartbeat-targets`, `--heartbeat-interval-s`, `--log-level`,
-`--metrics-listen` -- with their argparse types; `configure_logging`; `handle_stop_signals`
-(SIGTERM and SIGINT ask for a graceful stop); `start_heartbeats` (the heartbeat sender a
-service runs beside itself when it has targets).
+`--metrics-listen`, `--healthz-stale-s` -- with their argparse types; `configure_logging`;
+`handle_stop_signals` (SIGTERM and SIGINT ask for a graceful stop); `start_heartbeats` (the
+heartbeat sender a service runs beside itself when it has targets).
 
 Invariants: a flag has the same name, default and meaning in every service (Compose and
 scripts/ pass them alike); a bad value is an argparse error naming the flag (exit 2), never a
@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from common.address import parse_host_ports
 from common.heartbeat import HeartbeatSender
+from common.liveness import HEALTHZ_STALE_FLAG, STALE_AFTER_S_DEFAULT
 from common.metrics_http import metrics_listen_arg
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -90,8 +91,17 @@ def add_log_level_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_metrics_listen_flag(parser: argparse.ArgumentParser) -> None:
+    """`--metrics-listen` and the `--healthz-stale-s` of the /healthz it serves too."""
     parser.add_argument("--metrics-listen", type=metrics_listen_arg, default=None,
-                        help="HOST:PORT to serve Prometheus /metrics on (absent: off)")
+                        help="HOST:PORT to serve Prometheus /metrics and /healthz on "
+                             "(absent: off)")
+    add_healthz_stale_flag(parser)
+
+
+def add_healthz_stale_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(HEALTHZ_STALE_FLAG, type=positive_s, default=STALE_AFTER_S_DEFAULT,
+                        help="/healthz answers 503 once the service's main loop has shown no "
+                             f"progress for this many seconds (default {STALE_AFTER_S_DEFAULT:g})")
 
 
 # --- start-up ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from common import address
 from common.address import parse_host_port
 from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.essential_threads import exit_on_essential_thread_death
+from common.liveness import HealthCheck
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
     add_heartbeat_flags,
@@ -294,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_essential_thread_death(("election", "supervision", "restarter", "heartbeat-server"),
                                    stopping=node.stop_requested)
     try:
-        metrics = MetricsEndpoint.start_optional(args.metrics_listen,
-                                                 lambda: healthchecker_registry(node))
+        metrics = MetricsEndpoint.start_optional(
+            args.metrics_listen, lambda: healthchecker_registry(node),
+            HealthCheck.of(node.election_progress, node.supervision_progress,
+                           stale_after_s=args.healthz_stale_s))
     except MetricsBindError as error:
         parser.error(f"{type(error).__name__}: {error}")
     status = None

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from common.checkpoint import CheckpointError, CheckpointStore, NoValidCheckpointError
 from common.heartbeat import HeartbeatSender
+from common.liveness import Liveness
 from healthchecker import bully, supervision
 from healthchecker.errors import HealthCheckerConfigError, require_positive_s
 from healthchecker.journal import KIND_RESTART, KIND_RESTARTED, KIND_ROLE, EventJournal
@@ -160,6 +161,10 @@ class HealthCheckerNode:
             threading.Thread(target=self._supervision_loop, name="supervision", daemon=True),
             threading.Thread(target=self._restarter_loop, name="restarter", daemon=True),
         ]
+        # This node's own loops, touched each turn, for its /healthz (common/liveness.py). Not
+        # the restarter's: one restart may rightly take longer than the staleness bound.
+        self.election_progress = Liveness("election loop", clock)
+        self.supervision_progress = Liveness("supervision loop", clock)
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> HealthCheckerNode:
@@ -230,6 +235,7 @@ class HealthCheckerNode:
 
     def _election_loop(self) -> None:
         while not self._stop.is_set():
+            self.election_progress.touch()
             deadline = bully.next_timer_at(self.election_state)
             wait_s = RECEIVE_TIMEOUT_S_MAX if deadline is None else deadline - self.clock()
             wait_s = min(max(wait_s, RECEIVE_TIMEOUT_S_MIN), RECEIVE_TIMEOUT_S_MAX)
@@ -251,6 +257,7 @@ class HealthCheckerNode:
     def _supervision_loop(self) -> None:
         next_share_at = self.clock()
         while not self._stop.is_set():
+            self.supervision_progress.touch()
             try:
                 item = self._events.get(timeout=self.config.supervise_interval_s)
             except queue.Empty:

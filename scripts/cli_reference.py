@@ -59,6 +59,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("Running and deploying", "scripts.generate_data"),
     EntryPoint("Running and deploying", "scripts.compose_generator"),
     EntryPoint("Running and deploying", "scripts.compose_follow"),
+    EntryPoint("Running and deploying", "common.probe"),
     EntryPoint("Faults and verification", "scripts.killer"),
     EntryPoint("Faults and verification", "scripts.chaos_verify"),
     EntryPoint("Faults and verification", "scripts.nemesis"),

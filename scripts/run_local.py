@@ -13,7 +13,9 @@
    as their bootstrap list. Before the query service starts, every broker must have printed
    its "listening" line and the cluster must have a leader (it must take a topic creation).
    Then the live status page (services/status, on `--status-port` or a free port; its URL is
-   printed), supervised like the rest. Logs: DIR/run/logs/<name>.log.
+   printed), supervised like the rest. Logs: DIR/run/logs/<name>.log. With
+   `--prometheus-targets FILE`, once the query service is up, every /metrics endpoint is
+   written to FILE for a local Prometheus (file_sd JSON, one group per process).
 2. Without --flights/--airports it generates a sample (`--rows`, default 200k, with malformed
    rows) in DIR/sample (reused when present with the same parameters); with `--clients K > 1`
    each client gets its own sample (seed + i), so each session's results are its own;
@@ -113,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="after the sessions, keep the platform up until SIGINT or SIGTERM")
     add("--timeout-s", type=float, default=TIMEOUT_S_DEFAULT)
     add("--stop-timeout-s", type=float, default=STOP_TIMEOUT_S_DEFAULT)
+    add("--prometheus-targets", type=Path, default=None, metavar="FILE",
+        help="once the platform listens, write its /metrics endpoints (brokers, health "
+             "checkers, query service) to FILE as Prometheus file_sd JSON, for a local "
+             "Prometheus' file_sd_configs (scripts/launcher/prometheus_targets.py)")
     return parser
 
 

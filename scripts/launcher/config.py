@@ -62,3 +62,4 @@ class LaunchConfig:
     keep_running: bool = False
     timeout_s: float = TIMEOUT_S_DEFAULT
     stop_timeout_s: float = STOP_TIMEOUT_S_DEFAULT
+    prometheus_targets: Path | None = None  # write the scrape targets here (file_sd JSON)

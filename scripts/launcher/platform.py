@@ -40,6 +40,7 @@ from scripts.launcher.layout import (
 )
 from scripts.launcher.local_cluster import broker_argv
 from scripts.launcher.ports import free_ports
+from scripts.launcher.prometheus_targets import BROKER_JOB, CHECKER_JOB, SERVICE_JOB
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHCHECKERS = 3
@@ -196,6 +197,16 @@ class LocalPlatform:
         pid = self.spawn(STATUS_NAME)
         console.say(f"  started {STATUS_NAME:<16} pid {pid:<7} the live status page: "
                     f"{self.status_url}")
+
+    def scrape_targets(self) -> list[tuple[str, str, int]]:
+        """(job, name, /metrics port) of every process that serves /metrics
+        (launcher/prometheus_targets.py): the checkers, the brokers, the query service."""
+        checkers = [(CHECKER_JOB, checker_name(node_id), port)
+                    for node_id, port in enumerate(self.checker_metrics_ports, start=1)]
+        brokers = [(BROKER_JOB, node.name, port)
+                   for node, port in zip(self.broker_nodes, self.broker_metrics_ports,
+                                         strict=True)]
+        return [*checkers, *brokers, (SERVICE_JOB, SERVICE_NAME, self.service_metrics_port)]
 
     # -- readiness -------------------------------------------------------------------------
 

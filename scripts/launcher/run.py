@@ -24,6 +24,7 @@ from scripts.launcher.keeper import start_keeper
 from scripts.launcher.layout import RunLayout
 from scripts.launcher.log_tail import LogTail
 from scripts.launcher.platform import LocalPlatform, start_platform
+from scripts.launcher.prometheus_targets import target_groups, write_targets_file
 from scripts.launcher.report import print_report
 from scripts.launcher.sessions import ClientSettings, client_argv, plan_clients, wait_for_sessions
 
@@ -46,6 +47,9 @@ def run(config: LaunchConfig, interrupted: threading.Event) -> int:
         runs = plan_clients(config)  # generates samples while Spark starts
         ready_s = platform.wait_for_service(config.timeout_s)
         say(f"  query service ready after {ready_s:.1f} s")
+        if config.prometheus_targets is not None:
+            write_targets_file(config.prometheus_targets, target_groups(platform.scrape_targets()))
+            say(f"  Prometheus scrape targets (file_sd) in {config.prometheus_targets}")
         if config.chaos_interval_s:
             chaos = _start_chaos(config, layout)
         sessions_started = time.monotonic()

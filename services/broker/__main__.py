@@ -3,6 +3,10 @@
 Prints `kaska broker <id> listening on <host>:<port>` on stdout once it serves (port 0 picks a
 free port; tests read the line), then, with `--kafka-listen`, `kafka listener of broker <id> on
 <host>:<port>`. SIGTERM or SIGINT stop it gracefully, exit code 0.
+
+With `--metrics-listen`, `/healthz` on that port answers 200 while every replication loop goes
+round (503 and why once one has not for `--healthz-stale-s`); `python -m common.probe` asks it,
+or, without a metrics port, `python -m common.probe kaska HOST:PORT` asks the broker itself.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from common.cluster_secret import SECRET_ENV, ClusterSecretError, load_secret
 from common.config_flags import add_flags, flag_values
 from common.essential_threads import exit_on_essential_thread_death
 from common.heartbeat import HeartbeatSender
+from common.liveness import HealthCheck
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
     add_heartbeat_flags,
@@ -63,6 +68,14 @@ def companions_from_args(args: argparse.Namespace,
 FLAG_GROUPS = (("identity and cluster", ReplicationConfig), ("Kaska listener", NetworkConfig),
                ("storage", LogConfig), ("data and lifecycle", BrokerConfig),
                ("replication groups", PlacementConfig), ("Kafka listener", KafkaListenerConfig))
+
+
+def broker_health(server: BrokerServer, stale_after_s: float) -> HealthCheck:
+    """/healthz: every replication group's loop went round within `stale_after_s` (the loop
+    that replicates, elects and applies: a broker whose loop hangs serves stale reads and no
+    writes, though its sockets still accept)."""
+    return HealthCheck(lambda: [node.liveness for _, node in server.groups.replication_nodes()],
+                       stale_after_s)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -132,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         metrics = MetricsEndpoint.start_optional(args.metrics_listen,
-                                                 lambda: broker_registry(server))
+                                                 lambda: broker_registry(server),
+                                                 broker_health(server, args.healthz_stale_s))
     except MetricsBindError as exc:
         server.stop()
         print(f"python -m services.broker: error: {exc}", file=sys.stderr)

@@ -15,6 +15,9 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   were dropped as duplicates not counted, internal topics not counted); out:
   `kaska_fetched_bytes_total{api}` and `kaska_fetched_records_total{api}` (record batches sent
   by FETCH to consumers and by REPLICA_FETCH to followers); `kaska_connections`;
+  latency: `kaska_request_duration_seconds{listener,api}` (histogram, request_durations.py);
+- consumers: `kaska_consumergroup_lag{group,topic,partition}` (high watermark minus committed
+  offset, on the partition's leader only: consumer_lag.py);
 - listeners: `kaska_listener_connections{listener}` (open now: kaska, kafka) and
   `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, network/acceptor.py:
   `full` at `--connections-max`, `stopping` during shutdown);
@@ -22,7 +25,8 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   segment's base, or where DELETE_RECORDS moved it), `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
 - storage: `kaska_storage_full` (1 during a full-disk episode),
-  `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py);
+  `kaska_storage_refused_writes_total`, `kaska_storage_full_episodes_total` (disk_space.py),
+  `kaska_disk_free_bytes` (statvfs of the data directory at scrape time; absent when unreadable);
 - replication, each labelled with its replication `group` (replication/placement.py):
   `kaska_replication_role{group,role}` (1 for the current role), `_epoch`, `_leader_id`
   (-1: none known), `_lease_held` (1 while it leads with its leader lease), `_commit_index`,
@@ -66,9 +70,11 @@ from prometheus_client.registry import Collector
 
 from common.kaska.errors import KaskaError, UnknownTopicOrPartitionError
 from common.kaska.protocol.frames import Api
+from services.broker.consumer_lag import consumer_lag_family
 from services.broker.replication.in_sync import REPLICA_LAG_TIME_MAX_S, in_sync_replicas
 from services.broker.replication.placement import group_of
 from services.broker.replication.raft import Role, holds_lease
+from services.broker.request_durations import KAFKA_LISTENER, KASKA_LISTENER, RequestDurations
 
 NO_LEADER_ID = -1
 UNKNOWN_API = "unknown"  # an api number the broker does not serve: one label, not 65536
@@ -127,12 +133,16 @@ class BrokerCounters:
         self._records_out: Counter[str] = Counter()
         self._lease_refusals = 0
         self._kafka_requests: Counter[tuple[str, str]] = Counter()
+        self.durations = RequestDurations()  # its own lock: observed beside the counts
 
-    def answered(self, api: int, error: KaskaError | None, reply=None) -> None:
+    def answered(self, api: int, error: KaskaError | None, reply=None,
+                 took_s: float | None = None) -> None:
         """One request answered: with `error`, or with `reply` (a
         services.broker.network.reply.Reply that went out whole; its slices are record
-        batches)."""
+        batches), `took_s` after its header was read (None: not timed)."""
         name = api_label(api)
+        if took_s is not None:
+            self.durations.observe(KASKA_LISTENER, name, took_s)
         key = (name, "0", "none") if error is None else (
             name, str(error.code), type(error).__name__)
         sent_bytes = sum(piece.nbytes for piece in reply.slices) if reply is not None else 0
@@ -143,9 +153,12 @@ class BrokerCounters:
                 self._bytes_out[name] += sent_bytes
                 self._records_out[name] += sent_records
 
-    def kafka_answered(self, api: str, outcome: str) -> None:
+    def kafka_answered(self, api: str, outcome: str, took_s: float | None = None) -> None:
         """One request of the Kafka listener answered (kafka/requests.py): `outcome` is ok,
-        unsupported_version, invalid_request, a refusal's KaskaError class, or internal_error."""
+        unsupported_version, invalid_request, a refusal's KaskaError class, or internal_error;
+        its answer was ready `took_s` after the request was read (None: not timed)."""
+        if took_s is not None:
+            self.durations.observe(KAFKA_LISTENER, api, took_s)
         with self._lock:
             self._kafka_requests[(api, outcome)] += 1
 
@@ -182,10 +195,13 @@ class BrokerCollector(Collector):
                  connections: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.monotonic,
                  peer_refusals=None,
-                 listeners: Callable[[], Iterable] = tuple) -> None:
+                 listeners: Callable[[], Iterable] = tuple,
+                 offsets=None) -> None:
         """`peer_refusals`: the PeerRefusals of network/peer_gate.py (absent: none counted);
         `listeners`: the acceptors (network/acceptor.py: `name`, `connection_count`,
-        `refusals()`)."""
+        `refusals()`); `offsets`: the CommittedOffsets (cluster/committed_offsets.py: its
+        `all_committed()`) that consumer lag is read from (absent: no lag reported)."""
+        self._offsets = offsets
         self._counters = counters
         self._listeners = listeners
         self._peer_refusals = peer_refusals
@@ -200,6 +216,19 @@ class BrokerCollector(Collector):
         yield from self._storage()
         yield from self._replication()
         yield self._peer_frames()
+        if self._offsets is not None:
+            yield consumer_lag_family(self._offsets.all_committed(),
+                                      self._leader_high_watermark)
+
+    def _leader_high_watermark(self, topic: str, partition: int) -> int | None:
+        """The partition's high watermark where this broker leads it (with its lease), else
+        None (consumer_lag.py)."""
+        if not self._groups.role(topic, partition).is_leader:
+            return None
+        try:
+            return self._partition_table.get(topic, partition).high_watermark()
+        except UnknownTopicOrPartitionError:
+            return None  # deleted, or a commit naming a partition the topic does not have
 
     def _peer_frames(self) -> Metric:
         refused = CounterMetricFamily(
@@ -244,6 +273,7 @@ class BrokerCollector(Collector):
             records_out.add_metric([api], counts.records_out.get(api, 0))
         yield bytes_out
         yield records_out
+        yield self._counters.durations.family()
         yield GaugeMetricFamily("kaska_connections", "Client and peer connections open.",
                                 value=self._connections())
         yield from self._listener_families()
@@ -273,6 +303,10 @@ class BrokerCollector(Collector):
                                   value=space.refusals)
         yield CounterMetricFamily("kaska_storage_full_episodes", "Full-disk episodes.",
                                   value=space.episodes)
+        free_bytes = space.free_bytes()
+        if free_bytes is not None:
+            yield GaugeMetricFamily("kaska_disk_free_bytes", "Bytes still free for the broker on "
+                                    "its data directory's file system.", value=free_bytes)
 
     # -- partitions ----------------------------------------------------------------------------
 
@@ -485,5 +519,6 @@ def broker_registry(server) -> CollectorRegistry:
     registry.register(BrokerCollector(server.metrics, server.context.partitions, server.groups,
                                       connections=lambda: server.connection_count,
                                       peer_refusals=server.peer_refusals,
-                                      listeners=lambda: server.acceptors))
+                                      listeners=lambda: server.acceptors,
+                                      offsets=server.offsets))
     return registry

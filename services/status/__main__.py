@@ -30,6 +30,7 @@ from common.address import Address, parse_host_port
 from common.cluster_secret import SECRET_ENV as CLUSTER_SECRET_ENV
 from common.cluster_secret import ClusterSecretError, load_secret
 from common.service_cli import (
+    add_healthz_stale_flag,
     add_heartbeat_flags,
     add_log_level_flag,
     configure_logging,
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a link shown on the page (e.g. 'Spark master=http://127.0.0.1:8080/')")
     add("--name", default=SERVICE_NAME, help="heartbeat name (default status)")
     add_heartbeat_flags(parser, targets_help="health checkers' heartbeat HOST:PORT[,...]")
+    add_healthz_stale_flag(parser)
     add_log_level_flag(parser)
     return parser
 
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     poller = Poller(config)
     host, port = args.listen
     server = uvicorn.Server(uvicorn.Config(
-        create_app(lambda: poller.document), host=host, port=port, log_level="warning",
+        create_app(lambda: poller.document, [poller.progress], args.healthz_stale_s),
+        host=host, port=port, log_level="warning",
         access_log=False, timeout_graceful_shutdown=3))
     # uvicorn handles SIGTERM and SIGINT while it serves, then re-raises the signal to the
     # handler it found: with Python's default that ends the process by the signal (exit 143

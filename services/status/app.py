@@ -1,5 +1,6 @@
 """The web app (Starlette, served by uvicorn): `/` the self-refreshing HTML page, `/api/status`
-the same document as JSON (model.py), `/healthz` whether a first poll has completed.
+the same document as JSON (model.py), `/healthz`: 200 `ok` once a first poll has completed
+while the poller's loop goes round (503 and why otherwise: common/liveness.py).
 
 The app only renders the poller's latest document: a slow or dead service never slows a page
 view, and any number of viewers cost one poll per interval.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -18,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from common.liveness import STALE_AFTER_S_DEFAULT, HealthCheck, Liveness
 from services.status.plot import sparkline_svg
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
@@ -49,9 +51,14 @@ def templates() -> Jinja2Templates:
     return found
 
 
-def create_app(document: Callable[[], dict | None]) -> Starlette:
-    """`document()`: the latest status document, None before the first poll."""
+def create_app(document: Callable[[], dict | None],
+               loops: Iterable[Liveness] = (),
+               stale_after_s: float = STALE_AFTER_S_DEFAULT) -> Starlette:
+    """`document()`: the latest status document, None before the first poll; `loops`: the
+    poller's progress, for /healthz."""
     pages = templates()
+    health = HealthCheck(lambda: loops, stale_after_s,
+                         ready=lambda: None if document() is not None else NOT_READY)
 
     async def page(request: Request) -> Response:
         doc = document()
@@ -71,8 +78,9 @@ def create_app(document: Callable[[], dict | None]) -> Starlette:
         return JSONResponse(doc)
 
     async def healthz(request: Request) -> Response:
-        ready = document() is not None
-        return PlainTextResponse("ok" if ready else NOT_READY, status_code=200 if ready else 503)
+        problem = health.problem()
+        return PlainTextResponse("ok" if problem is None else problem,
+                                 status_code=200 if problem is None else 503)
 
     return Starlette(routes=[Route("/", page), Route("/api/status", api),
                              Route("/healthz", healthz)])

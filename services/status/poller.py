@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from common.kaska.errors import KaskaError
+from common.liveness import Liveness
 from services.status import model
 from services.status.brokers import (
     BrokerReport,
@@ -77,6 +78,7 @@ class Poller:
         self._observed: list[TimelineEvent] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-poller", daemon=True)
+        self.progress = Liveness("status poller loop")  # touched each poll: the page's /healthz
         self.document: dict | None = None  # the latest; None until the first poll ends
         self.polls = 0
 
@@ -94,6 +96,7 @@ class Poller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self.progress.touch()
             started = time.monotonic()
             self.poll_once()
             elapsed_s = time.monotonic() - started

@@ -62,6 +62,7 @@ from pathlib import Path
 from common.cluster_secret import ClusterSecretError
 from common.essential_threads import exit_on_essential_thread_death
 from common.heartbeat import HeartbeatConfigError, heartbeat_secret
+from common.liveness import HealthCheck
 from common.metrics_http import MetricsBindError, MetricsEndpoint
 from common.service_cli import (
     add_heartbeat_flags,
@@ -180,6 +181,7 @@ def parse_args(argv: list[str] | None = None) -> ServiceSettings:
         driver_memory=args.driver_memory, rows_per_slice=args.result_rows_per_slice,
         result_slice_pause_s=args.result_slice_pause_s,
         read_retry_deadline_s=args.read_retry_deadline_s, metrics_listen=args.metrics_listen,
+        healthz_stale_s=args.healthz_stale_s,
         finished_session_retention_s=retention_s, ui_port=args.ui_port,
         warm_up_rows=max(0, args.warm_up_rows), warm_up_settle_s=args.warm_up_settle_s,
         warm_up_idle_passes=max(0, args.warm_up_idle_passes), fold=args.fold,
@@ -203,6 +205,22 @@ def service_fold(spark, settings: ServiceSettings, stop: threading.Event) -> Ser
                        fold_wait_s_max=settings.fold_wait_s_max)
 
 
+def query_service_health(service: QueryService, stale_after_s: float) -> HealthCheck:
+    """/healthz: the session loop went round within `stale_after_s`; 503 before it starts
+    (Spark still starting or warming up: no session would be served yet)."""
+
+    def loops():
+        progress = service.session_loop_progress
+        return () if progress is None else (progress,)
+
+    def ready() -> str | None:
+        if service.session_loop_progress is None:
+            return "session loop not started yet (Spark starting or warming up)"
+        return None
+
+    return HealthCheck(loops, stale_after_s, ready)
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     stop_requested = threading.Event()
@@ -223,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     fold = service_fold(spark, settings, stop_requested)
     service = QueryService(settings, spark, stop_requested, fold=fold)
     try:
-        metrics = MetricsEndpoint.start_optional(settings.metrics_listen,
-                                                 lambda: query_service_registry(service))
+        metrics = MetricsEndpoint.start_optional(
+            settings.metrics_listen, lambda: query_service_registry(service),
+            query_service_health(service, settings.healthz_stale_s))
     except MetricsBindError as error:
         log.error("%s: %s", type(error).__name__, error)
         stop_spark_quietly(spark.stop, "stopping Spark")

@@ -14,7 +14,9 @@ Metric families (`query_service_` prefix):
   gone is not counted);
 - `query_service_job_seconds{outcome}` (histogram): one attempt of a session job, done, failed
   (retried or given up) or interrupted (a stop);
-- `query_service_jobs_running`;
+- `query_service_jobs_running`; `query_service_sessions_pending` (picked up, not finished: the
+  backlog; what is not even read yet is `kaska_consumergroup_lag{group="query-service"}` on
+  the brokers, where the service commits its position there);
 - `query_service_input_rows_total`, `query_service_result_rows_total{query}`: of done jobs (a
   job redone after a crash counts again: these are rows computed, not rows stored).
 Counts restart from zero with the process, as Prometheus counters may.
@@ -124,6 +126,11 @@ class QueryServiceCollector(Collector):
         completed.add_metric(["done"], counts.get("sessions_done", 0))
         completed.add_metric(["given_up"], counts.get("sessions_given_up", 0))
         yield completed
+        yield GaugeMetricFamily(
+            "query_service_sessions_pending", "Sessions picked up whose job has not finished "
+            "(running, or waiting for a session worker): the service's backlog. It stops "
+            "reading `sessions` while --sessions-pending-max are pending.",
+            value=self._service.sessions_pending)
         yield from self._jobs(self._service.metrics)
 
     @staticmethod

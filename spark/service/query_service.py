@@ -50,6 +50,7 @@ from common.kaska.patience import BrokerRefusedError, StoppedWhileWaitingError, 
 from common.kaska.range_reader import RangeReader
 from common.kaska.retry import RetryPolicy
 from common.kaska.topic_name import validate_topic_name
+from common.liveness import Liveness
 from spark.folding.fold_store import SessionKeyCollisionError
 from spark.folding.service_fold import SessionNotRecoverableError
 from spark.service.acks_ahead import AcksAhead, read_acks_ahead
@@ -113,6 +114,12 @@ class QueryService:
         self._cleanup_committed: dict[int, int] = {}
         # The streaming fold (spark/folding/service_fold.py), or None: a batch job per session.
         self._fold = fold
+        # Touched each turn of run()'s loop (and each try while the broker is away): the
+        # service's /healthz (common/liveness.py). None until run() starts (Spark warms up).
+        self.session_loop_progress: Liveness | None = None
+        # Sessions picked up and not finished, as of the loop's last turn: one int the metrics
+        # scrape may read from its thread (SessionProgress itself is the loop's alone).
+        self.sessions_pending = 0
         self._workers = SessionWorkers(settings, spark, self.stop_requested, self.metrics,
                                        self._count,
                                        job=None if fold is None else
@@ -122,6 +129,7 @@ class QueryService:
 
     def run(self) -> None:
         """Serve until `request_stop`; unfinished sessions stay uncommitted."""
+        self.session_loop_progress = Liveness("session loop", self._clock)
         consumer = Consumer(self.settings.brokers, CONSUMER_GROUP, token=self.settings.token)
         cleanup_consumer = admin = None
         try:
@@ -136,7 +144,9 @@ class QueryService:
             self.start_workers()
             self._assign(consumer, store, cleanup_store)
             while not self.stop_requested.is_set():
-                full = self._progress.pending() >= self.settings.sessions_pending_max or (
+                self.session_loop_progress.touch()
+                self.sessions_pending = self._progress.pending()
+                full = self.sessions_pending >= self.settings.sessions_pending_max or (
                     self._cleanup is not None and self._cleanup.full())
                 self.absorb_finished(store, wait_s=POLL_TIMEOUT_S if full else 0.0)
                 if admin is not None:
@@ -221,9 +231,14 @@ class QueryService:
     def _until_broker_answers(self, call):
         """`call()`, retried with backoff while the broker is unreachable (until stopped); a
         non-retriable error is raised as it came."""
+        def touched_call():
+            if self.session_loop_progress is not None:
+                self.session_loop_progress.touch()  # waiting for the broker is progress too
+            return call()
+
         try:
-            return persist(call, "broker", self.stop_requested, stall_timeout_s=math.inf,
-                           backoff=BROKER_BACKOFF)
+            return persist(touched_call, "broker", self.stop_requested,
+                           stall_timeout_s=math.inf, backoff=BROKER_BACKOFF)
         except StoppedWhileWaitingError as stopped:
             raise ServiceStopping() from stopped
         except BrokerRefusedError as refused:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.liveness import STALE_AFTER_S_DEFAULT
 from spark.service.result_writer import RESULT_ROWS_PER_SLICE_DEFAULT
 from spark.service.warm_up import SAMPLE_ROWS_DEFAULT as WARM_UP_ROWS_DEFAULT
 
@@ -42,6 +43,7 @@ class ServiceSettings:
     result_slice_pause_s: float = 0.0
     read_retry_deadline_s: float = 60.0
     metrics_listen: tuple[str, int] | None = None  # Prometheus /metrics; None: off
+    healthz_stale_s: float = STALE_AFTER_S_DEFAULT  # /healthz: 503 once the loop stalls this long
     warm_up_rows: int = WARM_UP_ROWS_DEFAULT  # 0: serve cold
     # >= 0: warm up beside serving, this long after the first executor (0 s included);
     # None: before serving.

@@ -82,8 +82,8 @@ class FakePartitionTable:
         return {name: len(parts) for name, parts in self.partitions.items()}
 
     def get(self, name: str, partition: int) -> SimpleNamespace:
-        if name in self.vanished:
-            raise UnknownTopicOrPartitionError(name)
+        if name in self.vanished or partition >= len(self.partitions.get(name, ())):
+            raise UnknownTopicOrPartitionError(f"{name}/{partition}")
         return SimpleNamespace(log=self.partitions[name][partition],
                                high_watermark=lambda: self.high_watermarks[(name, partition)])
 
@@ -100,6 +100,25 @@ class FakeReplicationGroups:
 
     def replication_nodes(self) -> list[tuple[int, SimpleNamespace]]:
         return [(0, self.node)]
+
+    def role(self, topic: str, partition: int) -> SimpleNamespace:
+        """This broker leads every partition while it leads the one group."""
+        return SimpleNamespace(is_leader=self.node.state.role is Role.LEADER)
+
+
+@dataclass
+class FakeCommittedOffsets:
+    """As cluster/committed_offsets.py: all_committed()."""
+
+    commits: dict[tuple[str, str, int], int]
+
+    def all_committed(self) -> dict[tuple[str, str, int], int]:
+        return dict(self.commits)
+
+
+# Lag: flights.c1/0 has high watermark 12, flights.c1/1 has 0; `gone` vanished.
+FAKE_COMMITS = {("spark", "flights.c1", 0): 5, ("spark", "flights.c1", 1): 0,
+                ("ahead", "flights.c1", 0): 20, ("old", "gone", 0): 1}
 
 
 class FakeReply:
@@ -121,11 +140,12 @@ def fake_broker_registry(state: RaftState | None = None,
     counters = BrokerCounters()
     counters.appended(1000, 10)
     counters.appended(500, 5)
-    counters.answered(Api.PRODUCE, None, FakeReply([], 0))
+    counters.answered(Api.PRODUCE, None, FakeReply([], 0), took_s=0.004)
     counters.answered(Api.PRODUCE, NotLeaderError("moved"))
     counters.answered(Api.FETCH, None, FakeReply([600, 900], 15))
     counters.answered(Api.REPLICA_FETCH, None, FakeReply([1500], 15))
     counters.answered(999, NotLeaderError("no such api"))
+    counters.kafka_answered("Produce", "ok", took_s=0.02)
     partitions = partitions or FakePartitionTable(
         {"flights.c1": [FakePartitionLog(0, 15, 1516), FakePartitionLog(0, 0, 16)],
          "gone": [FakePartitionLog(0, 3, 99)]}, vanished={"gone"},
@@ -137,7 +157,8 @@ def fake_broker_registry(state: RaftState | None = None,
                  SimpleNamespace(name="kafka", connection_count=1,
                                  refusals=lambda: {"full": 0, "stopping": 0})]
     registry.register(BrokerCollector(counters, partitions, groups, connections=lambda: 4,
-                                      clock=lambda: NOW_S, listeners=lambda: listeners))
+                                      clock=lambda: NOW_S, listeners=lambda: listeners,
+                                      offsets=FakeCommittedOffsets(FAKE_COMMITS)))
     return registry
 
 
@@ -210,7 +231,7 @@ def query_service() -> SimpleNamespace:
     counts = {"sessions_done": 1, "sessions_given_up": 0, "records_skipped": 2,
               "records_malformed": 1, "sessions_started": 2, "sessions_picked_up": 1,
               "sessions_acked": 1, "sessions_cleaned": 1, "session_topics_deleted": 3}
-    return SimpleNamespace(counts=counts, metrics=metrics)
+    return SimpleNamespace(counts=counts, metrics=metrics, sessions_pending=2)
 
 
 def fake_query_service_registry(service: SimpleNamespace | None = None) -> CollectorRegistry:

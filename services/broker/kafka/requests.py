@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 
 from common.kaska.errors import KaskaError
 from services.broker.kafka import api_versions
@@ -48,13 +49,16 @@ DECODE_ERRORS = (struct.error, ValueError, IndexError, UnicodeDecodeError, EOFEr
 def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | Deferred | None:
     """The whole response frame (size included) for one request frame (size excluded), or a
     Deferred that returns it once ready (a Produce waiting for its acks), or None (acks=0)."""
+    # Timed from here to the answer ready (a Produce's acks included): each `_count` observes
+    # kaska_request_duration_seconds{listener="kafka"} (request_durations.py).
+    started_s = time.perf_counter()
     fixed = parse_fixed_header(frame)
     log.debug("kafka api %d v%d from %s", fixed.api_key, fixed.api_version, peer)
     spec = API_SPECS.get(fixed.api_key)
     if not api_versions.supports(fixed.api_key, fixed.api_version):
         log.info("kafka request from %s: api %d version %d not supported", peer, fixed.api_key,
                  fixed.api_version)
-        _count(kctx, fixed, "unsupported_version")
+        _count(kctx, fixed, started_s, "unsupported_version")
         if fixed.api_key == api_versions.API_VERSIONS:
             return encode_response(fixed.correlation_id, api_versions.unsupported_answer(),
                                    flexible_header=False)
@@ -64,50 +68,50 @@ def answer(kctx: KafkaContext, frame: bytes, peer: str = "") -> bytes | Deferred
     except DECODE_ERRORS as exc:
         log.info("kafka request from %s: api %d v%d does not parse: %r", peer, fixed.api_key,
                  fixed.api_version, exc)
-        _count(kctx, fixed, "invalid_request")
+        _count(kctx, fixed, started_s, "invalid_request")
         return encode_error_only(fixed.correlation_id, INVALID_REQUEST)
-    return _handle(kctx, spec, request, fixed, peer)
+    return _handle(kctx, spec, request, fixed, peer, started_s)
 
 
-def _count(kctx: KafkaContext, fixed: FixedHeader, outcome: str) -> None:
+def _count(kctx: KafkaContext, fixed: FixedHeader, started_s: float, outcome: str) -> None:
     spec = API_SPECS.get(fixed.api_key)
     api = spec.request_class.__name__.removesuffix("Request") if spec else "unknown"
-    kctx.broker.metrics.kafka_answered(api, outcome)
+    kctx.broker.metrics.kafka_answered(api, outcome, time.perf_counter() - started_s)
 
 
 def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
-            peer: str) -> bytes | Deferred | None:
+            peer: str, started_s: float) -> bytes | Deferred | None:
     try:
         response = spec.handle(kctx, request)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
-        _count(kctx, fixed, type(error).__name__)
+        _count(kctx, fixed, started_s, type(error).__name__)
         return encode_error_only(fixed.correlation_id, kafka_code(error))
     except Exception:
         # A handler bug: this request gets an error, the connection lives on.
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
-        _count(kctx, fixed, "internal_error")
+        _count(kctx, fixed, started_s, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
     if isinstance(response, DeferredResponse):
-        return Deferred(lambda: _encode(kctx, spec, response.wait, fixed, peer))
-    return _encode(kctx, spec, lambda: response, fixed, peer)
+        return Deferred(lambda: _encode(kctx, spec, response.wait, fixed, peer, started_s))
+    return _encode(kctx, spec, lambda: response, fixed, peer, started_s)
 
 
 def _encode(kctx: KafkaContext, spec, response_of, fixed: FixedHeader,
-            peer: str) -> bytes | None:
+            peer: str, started_s: float) -> bytes | None:
     """The answer frame of `response_of()` (which may wait, and may raise like a handler)."""
     try:
         response = response_of()
         body = None if response is None else response.encode(version=fixed.api_version)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
-        _count(kctx, fixed, type(error).__name__)
+        _count(kctx, fixed, started_s, type(error).__name__)
         return encode_error_only(fixed.correlation_id, kafka_code(error))
     except Exception:
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
-        _count(kctx, fixed, "internal_error")
+        _count(kctx, fixed, started_s, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
-    _count(kctx, fixed, "ok")
+    _count(kctx, fixed, started_s, "ok")
     if body is None:
         return None  # acks=0: no answer
     flexible = (spec.request_class.flexible_version_q(fixed.api_version)

@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from common.kaska.errors import (
@@ -97,31 +98,33 @@ class Connection(ConnectionLoop):
         except InvalidRequestError as exc:
             log.info("closing %s: %s", self.peer, exc)
             return False
+        started_s = time.perf_counter()  # kaska_request_duration_seconds (request_durations.py)
         config = self._ctx.config
         if header.body_bytes > config.network.frame_bytes_max:
             self._send_error(header.api, header.correlation_id, FrameTooLargeError(
                 f"frame of {header.length} bytes over frame_bytes_max "
-                f"{config.network.frame_bytes_max}"))
+                f"{config.network.frame_bytes_max}"), started_s)
             return False
         if not self._authenticated and header.api != Api.AUTHENTICATE:
             self._send_error(header.api, header.correlation_id,
-                             AuthenticationError("authenticate first: this broker needs a token"))
+                             AuthenticationError("authenticate first: this broker needs a token"),
+                             started_s)
             return False
         body = RequestBody(self._sock, header.body_bytes, timeout_s=config.network.read_timeout_s,
                            session=self._peer_session, buffer=self._receive_buffer,
                            version=header.version)
         reply, error = self._dispatch(header, body)
         if isinstance(error, FrameTooLargeError):
-            self._send_error(header.api, header.correlation_id, error)
+            self._send_error(header.api, header.correlation_id, error, started_s)
             return False
         body.drain()
         if error is not None:
-            self._send_error(header.api, header.correlation_id, error)
+            self._send_error(header.api, header.correlation_id, error, started_s)
             return self._authenticated
         if isinstance(reply, DeferredReply):
-            self._defer(header.api, header.correlation_id, reply)
+            self._defer(header.api, header.correlation_id, reply, started_s)
             return True
-        self._send_reply(header.api, header.correlation_id, reply)
+        self._send_reply(header.api, header.correlation_id, reply, started_s)
         if header.api == Api.AUTHENTICATE:
             self._authenticated = True
         return True
@@ -147,7 +150,8 @@ class Connection(ConnectionLoop):
 
     # -- deferred replies --------------------------------------------------------------------
 
-    def _defer(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
+    def _defer(self, api: int, correlation_id: int, deferred: DeferredReply,
+               started_s: float) -> None:
         config = self._ctx.config
         # Never an unbounded hold of an appended produce (it would be answered late or never,
         # though replicated): the replies ahead of it are each done within their ack wait and
@@ -156,21 +160,22 @@ class Connection(ConnectionLoop):
         if not self._wait_deferred(lambda pending: pending < DEFERRED_REPLIES_MAX, bound_s):
             self._send_error(api, correlation_id, NotEnoughReplicasError(
                 f"{DEFERRED_REPLIES_MAX} earlier answers still pending after {bound_s:.0f} s; "
-                "retry"))
+                "retry"), started_s)
             return
         with self._deferred_done:
             self._deferred_pending += 1
-        threading.Thread(target=self._complete, args=(api, correlation_id, deferred),
+        threading.Thread(target=self._complete, args=(api, correlation_id, deferred, started_s),
                          daemon=True, name=f"kaska-reply-{self.peer}").start()
 
-    def _complete(self, api: int, correlation_id: int, deferred: DeferredReply) -> None:
+    def _complete(self, api: int, correlation_id: int, deferred: DeferredReply,
+                  started_s: float) -> None:
         try:
             try:
                 reply = deferred.wait()
             except KaskaError as error:
-                self._send_error(api, correlation_id, error)
+                self._send_error(api, correlation_id, error, started_s)
             else:
-                self._send_reply(api, correlation_id, reply)
+                self._send_reply(api, correlation_id, reply, started_s)
         except OSError as exc:  # the client left; the connection thread sees it too
             log.debug("deferred reply to %s not sent: %r", self.peer, exc)
         finally:
@@ -185,20 +190,23 @@ class Connection(ConnectionLoop):
 
     # -- sending -----------------------------------------------------------------------------
 
-    # Both count the answer once it went out whole (metrics: requests, bytes and records out).
+    # Both count the answer once it went out whole (metrics: requests, bytes and records out,
+    # and the seconds since `started_s`, when the request's header was read).
 
-    def _send_error(self, api: int, correlation_id: int, error: KaskaError) -> None:
+    def _send_error(self, api: int, correlation_id: int, error: KaskaError,
+                    started_s: float) -> None:
         log.debug("answering %s to %s: %s", type(error).__name__, self.peer, error)
         body = ErrorBody.from_error(error).encode()
         code = error.code & WIRE_CODE_MASK
         with self._send_lock:
             self._sock.sendall(encode_response_header(correlation_id, code, len(body)) + body)
-        self._ctx.metrics.answered(api, error)
+        self._ctx.metrics.answered(api, error, took_s=time.perf_counter() - started_s)
 
-    def _send_reply(self, api: int, correlation_id: int, reply: Reply) -> None:
+    def _send_reply(self, api: int, correlation_id: int, reply: Reply,
+                    started_s: float) -> None:
         with self._send_lock:
             self._send_reply_locked(correlation_id, reply)
-        self._ctx.metrics.answered(api, None, reply)
+        self._ctx.metrics.answered(api, None, reply, took_s=time.perf_counter() - started_s)
 
     def _send_reply_locked(self, correlation_id: int, reply: Reply) -> None:
         head = encode_response_header(correlation_id, 0, reply.nbytes) + reply.body

@@ -87,6 +87,7 @@ from pathlib import Path
 
 from common.kaska.errors import KaskaError
 from common.kaska.protocol.metadata import NO_LEADER
+from common.liveness import Liveness
 from common.periodic import PeriodicThread
 from services.broker.replication import raft
 from services.broker.replication.bootstrap import open_replication_state
@@ -208,6 +209,8 @@ class ReplicationNode(LeaderAnswers, FollowerFetching):
         thread_name = f"kaska-replication-{config.node_id}" + (
             f"-g{config.group}" if config.group else "")
         self._thread = threading.Thread(target=self._run, daemon=True, name=thread_name)
+        # Touched each round: the broker's /healthz says 503 once a round hangs (a deadlock).
+        self.liveness = Liveness(f"replication loop {thread_name}", clock)
         # Saving is a lower bound only: after a failed save (OSError) a restart starts from an
         # older commit, and the next interval tries again.
         self._commit_saver = PeriodicThread(
@@ -507,6 +510,7 @@ class ReplicationNode(LeaderAnswers, FollowerFetching):
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self.liveness.touch()
             try:
                 self._one_round()
             except StorageFullError:

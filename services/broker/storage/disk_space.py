@@ -149,7 +149,7 @@ class DiskSpace:
         return f"storage full on {self.directory}" if self._full else ""
 
     def _end_if_freed(self) -> None:
-        free_bytes = self._free_bytes()
+        free_bytes = self.free_bytes()
         if free_bytes is None or free_bytes < self.free_bytes_resume:
             return
         with self._lock:
@@ -160,7 +160,9 @@ class DiskSpace:
         log.warning("storage on %s has room again (%d bytes free); produce resumes (%d writes "
                     "refused in all)", self.directory, free_bytes, refusals)
 
-    def _free_bytes(self) -> int | None:
+    def free_bytes(self) -> int | None:
+        """Bytes an unprivileged writer may still use on the data directory's file system
+        (None when it cannot be read). Also read by the metrics scrape."""
         try:
             stats = os.statvfs(self.directory)
         except OSError as exc:  # the directory went away (a test, a closed log): say nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -12,10 +13,15 @@ from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
+from common.kaska.protocol.frames import Api, encode_request_header
 from common.kaska.record_batch import encode_batch
 from services.broker.__main__ import parse_args
-from services.broker.metrics import api_label, records_in_slices
+from services.broker.consumer_lag import consumer_lag_family
+from services.broker.metrics import BrokerCounters, api_label, records_in_slices
+from services.broker.network.connection import Connection
 from services.broker.replication.raft import Role
+from services.broker.request_durations import RequestDurations
+from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.errors import StorageFullError
 from tests.unit.metrics_fakes import (
     NOW_S,
@@ -204,3 +210,99 @@ def test_stalled_followers_are_a_counter_per_group():
     assert stalled.type == "counter"
     assert sample_values(stalled) == {
         ("kaska_replication_followers_stalled_total", (("group", "0"),)): 10}
+
+
+def test_request_durations_are_a_histogram_per_listener_and_api():
+    found = families(fake_broker_registry())
+    family = found["kaska_request_duration_seconds"]
+    assert family.type == "histogram"
+    values = sample_values(family)
+    produce = (("api", "produce"), ("listener", "kaska"))
+    assert values[("kaska_request_duration_seconds_count", produce)] == 1
+    assert values[("kaska_request_duration_seconds_sum", produce)] == pytest.approx(0.004)
+    assert values[("kaska_request_duration_seconds_bucket", (*produce[:1], ("le", "0.0025"),
+                                                             produce[1]))] == 0
+    assert values[("kaska_request_duration_seconds_bucket", (*produce[:1], ("le", "0.005"),
+                                                             produce[1]))] == 1
+    kafka = (("api", "Produce"), ("listener", "kafka"))
+    assert values[("kaska_request_duration_seconds_count", kafka)] == 1
+    # answers counted without a duration (none given) are not in the histogram
+    assert ("kaska_request_duration_seconds_count",
+            (("api", "fetch"), ("listener", "kaska"))) not in values
+
+
+def test_request_duration_buckets_include_their_bound():
+    durations = RequestDurations(buckets_s=(0.01, 1.0))
+    for seconds in (0.0, 0.01, 0.5, 1.0, 30.0):
+        durations.observe("kaska", "metadata", seconds)
+    values = {(s.name, s.labels.get("le")): s.value for s in durations.family().samples}
+    assert values == {("kaska_request_duration_seconds_bucket", "0.01"): 2,
+                      ("kaska_request_duration_seconds_bucket", "1.0"): 4,
+                      ("kaska_request_duration_seconds_bucket", "+Inf"): 5,
+                      ("kaska_request_duration_seconds_count", None): 5,
+                      ("kaska_request_duration_seconds_sum", None): pytest.approx(31.51)}
+
+
+def test_a_request_answered_by_the_kaska_connection_is_observed_under_its_api():
+    """One real request through Connection._serve_frame on the test's thread: the duration is
+    observed before the frame's handling returns (no waiting)."""
+    server_side, client_side = socket.socketpair()
+    counters = BrokerCounters()
+    config = SimpleNamespace(ack_timeout_s=1.0, token=None, network=SimpleNamespace(
+        read_timeout_s=1.0, frame_bytes_max=1 << 20))
+    connection = Connection(server_side, "test", SimpleNamespace(
+        config=config, metrics=counters), on_closed=lambda _c: None)
+    try:
+        # A version MESSAGE_LENGTH does not have: answered UnsupportedVersion, still timed.
+        header = encode_request_header(Api.MESSAGE_LENGTH, 7, 0, version=9)
+        assert connection._serve_frame(header)
+    finally:
+        server_side.close()
+        client_side.close()
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for s in counters.durations.family().samples}
+    labels = (("api", "message_length"), ("listener", "kaska"))
+    assert values[("kaska_request_duration_seconds_count", labels)] == 1
+    assert 0 < values[("kaska_request_duration_seconds_sum", labels)] < 1.0
+
+
+def test_consumer_lag_is_reported_by_the_leader_from_the_committed_offsets():
+    found = families(fake_broker_registry())
+    family = found["kaska_consumergroup_lag"]
+    assert family.type == "gauge"
+    lag = {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+    assert lag == {
+        (("group", "spark"), ("partition", "0"), ("topic", "flights.c1")): 7,  # 12 - 5
+        (("group", "spark"), ("partition", "1"), ("topic", "flights.c1")): 0,
+        (("group", "ahead"), ("partition", "0"), ("topic", "flights.c1")): 0,  # never < 0
+    }  # `gone` was deleted: its commit reports nothing
+
+
+def test_a_follower_reports_no_consumer_lag():
+    follower = replace(leader_state(), role=Role.FOLLOWER, leader_id=2)
+    found = families(fake_broker_registry(follower))
+    assert not found["kaska_consumergroup_lag"].samples
+
+
+def test_consumer_lag_family_skips_partitions_led_elsewhere():
+    commits = {("g", "t", 0): 3, ("g", "t", 1): 3, ("h", "t", 0): 10}
+    asked = []
+
+    def high_watermark(topic, partition):
+        asked.append((topic, partition))
+        return 10 if partition == 0 else None
+
+    family = consumer_lag_family(commits, high_watermark)
+    assert {(s.labels["group"], s.labels["partition"]): s.value for s in family.samples} == {
+        ("g", "0"): 7, ("h", "0"): 0}
+    assert sorted(asked) == [("t", 0), ("t", 1)]  # one lookup per partition
+
+
+def test_disk_free_bytes_is_read_from_the_data_directory(tmp_path):
+    partitions = FakePartitionTable({})
+    partitions.space = DiskSpace(tmp_path)
+    found = families(fake_broker_registry(partitions=partitions))
+    (sample,) = found["kaska_disk_free_bytes"].samples
+    assert found["kaska_disk_free_bytes"].type == "gauge" and sample.value > 0
+    # an unreadable data directory (the fakes' default) exports no value rather than a wrong one
+    assert "kaska_disk_free_bytes" not in families(fake_broker_registry())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+from common.liveness import Liveness
 from services.status.__main__ import build_config, build_parser
 from services.status.app import create_app, format_age
 from services.status.config import StatusConfigError
@@ -19,6 +20,19 @@ def test_before_the_first_poll_both_say_not_ready():
     assert client.get("/").status_code == 503
     assert client.get("/api/status").status_code == 503
     assert client.get("/healthz").status_code == 503
+
+
+def test_healthz_is_ok_while_the_poller_goes_round_and_says_why_once_it_stalls():
+    clock = [50.0]
+    poller_progress = Liveness("status poller loop", lambda: clock[0])
+    doc = document()
+    client = TestClient(create_app(lambda: doc, [poller_progress], stale_after_s=5.0))
+    assert (client.get("/healthz").status_code, client.get("/healthz").text) == (200, "ok")
+    clock[0] += 6.0
+    answer = client.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.text == "status poller loop made no progress for 6.0 s (stale after 5 s)"
+    assert client.get("/api/status").status_code == 200  # the page still shows the last poll
 
 
 def test_the_page_and_the_json_show_the_same_document():

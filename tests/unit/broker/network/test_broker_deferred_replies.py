@@ -49,10 +49,12 @@ def test_a_produce_behind_stuck_replies_is_answered_within_the_bound():
 
     try:
         for correlation_id in range(DEFERRED_REPLIES_MAX):
-            connection._defer(Api.PRODUCE, correlation_id, DeferredReply(stuck))
+            connection._defer(Api.PRODUCE, correlation_id, DeferredReply(stuck),
+                              time.perf_counter())
         assert connection._deferred_pending == DEFERRED_REPLIES_MAX  # every slot taken
         started = time.monotonic()
-        connection._defer(Api.PRODUCE, 99, DeferredReply(lambda: Reply(b"")))
+        connection._defer(Api.PRODUCE, 99, DeferredReply(lambda: Reply(b"")),
+                          time.perf_counter())
         held_s = time.monotonic() - started
         assert ACK_TIMEOUT_S + READ_TIMEOUT_S - 0.05 <= held_s < WAIT_S / 2
         assert read_frame(client_side) == (99, NotEnoughReplicasError.code)

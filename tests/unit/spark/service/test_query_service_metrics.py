@@ -105,6 +105,9 @@ def test_collector_families():
         ("query_service_sessions_cleaned_total", ()): 1}
     assert sample_values(found["query_service_sessions_acked"]) == {
         ("query_service_sessions_acked_total", ()): 1}
+    assert found["query_service_sessions_pending"].type == "gauge"
+    assert sample_values(found["query_service_sessions_pending"]) == {
+        ("query_service_sessions_pending", ()): 2}
 
 
 def test_metrics_listen_flag():
