@@ -75,7 +75,7 @@ def test_every_service_logs_bounded_and_every_long_running_one_is_probed_with_a_
         else:
             assert test[:4] == ["CMD", "python", "-m", "common.probe"], (name, test)
             assert test[-2:] == ["--timeout-s", "3"], (name, test)
-        assert check["timeout"] == "5s" and check["retries"] == 3, name
+        assert check["timeout"] == "10s" and check["retries"] == 3, name
     assert services["broker-2"]["healthcheck"]["test"][4] == "http://127.0.0.1:9100/healthz"
     assert services["spark-worker-1"]["healthcheck"]["test"][4] == "http://127.0.0.1:8081/"
 
