@@ -60,7 +60,9 @@ demo: $(STAMP)
 # --- Docker Compose deployment (compose/docker-compose-dev.yaml, rendered from the template by
 # `python -m scripts.compose_generator`). One client session per `make docker-compose-up`: its
 # results land in RESULTS_DIR/client-<i>/; the deployment keeps running until
-# `make docker-compose-down`. `make chaos` SIGKILLs random containers of it meanwhile.
+# `make docker-compose-down` (which keeps its named volumes: `make docker-compose-clean` wipes
+# them). Prometheus, its alerts and every service's metrics: http://127.0.0.1:9090/.
+# `make chaos` SIGKILLs random containers of it meanwhile.
 COMPOSE_PROJECT ?= flights-optimizer
 COMPOSE_FILE_DEV ?= compose/docker-compose-dev.yaml
 RESULTS_DIR ?= results
@@ -76,7 +78,7 @@ COMPOSE_ENV := COMPOSE_PROJECT_NAME=$(COMPOSE_PROJECT) \
 	FLIGHTS_DATA_DIR=$(abspath $(DATA_DIR)) FLIGHTS_RESULTS_DIR=$(abspath $(RESULTS_DIR)) \
 	FLIGHTS_UID=$$(id -u) FLIGHTS_GID=$$(id -g) \
 	FLIGHTS_CLUSTER_SECRET=$$(cat $(CLUSTER_SECRET_FILE))
-.PHONY: docker-compose-up docker-compose-down docker-compose-logs chaos
+.PHONY: docker-compose-up docker-compose-down docker-compose-clean docker-compose-logs chaos
 
 $(CLUSTER_SECRET_FILE):
 	@mkdir -p $(dir $@)
@@ -93,8 +95,14 @@ docker-compose-up: docker-image data $(CLUSTER_SECRET_FILE)
 	$(PY) -m scripts.compose_follow --project $(COMPOSE_PROJECT) --started-at $$started_at
 	@echo "results: $(RESULTS_DIR)/client-*/ ; the deployment keeps running (make docker-compose-logs, make chaos, make docker-compose-down)"
 
-#: stop the deployment and remove its volumes
+#: stop the deployment; its named volumes (brokers' logs, checkpoints, Prometheus) are kept
 docker-compose-down: $(CLUSTER_SECRET_FILE)
+	$(COMPOSE_ENV) $(COMPOSE) down --remove-orphans
+	@echo "the deployment's volumes are kept (its data is there at the next up); make docker-compose-clean wipes them"
+
+#: stop the deployment and DELETE its named volumes: every topic, checkpoint and metric it kept
+docker-compose-clean: $(CLUSTER_SECRET_FILE)
+	@echo "deleting the volumes of Compose project $(COMPOSE_PROJECT): brokers' logs, checkpoints, Prometheus data"
 	$(COMPOSE_ENV) $(COMPOSE) down --volumes --remove-orphans
 
 #: follow every service's log

@@ -15,7 +15,7 @@ set -euo pipefail
 TAG="${1:-flights-optimizer-base:bookworm}"
 UPSTREAM_IMAGE="${UPSTREAM_IMAGE:-python:3.11-slim-bookworm}"
 SUITE="bookworm"
-PACKAGES="python3,python3-venv,openjdk-17-jre-headless,tini,procps,ca-certificates"
+PACKAGES="python3,python3-venv,openjdk-17-jre-headless,tini,procps,ca-certificates,prometheus"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RECIPE_LABEL="org.flights-optimizer.base-recipe"
 # The label ties the image to what it was built from: changing the package list rebuilds it.

@@ -16,13 +16,14 @@ failures, so an even N (one more broker, no more tolerance) is refused, as are N
 N > `BROKERS_MAX`.
 
 Published on the host (everything else stays inside the Compose network): the live status page
-(`services/status`), the Spark master's web UI, the query service's driver UI and each broker's
+(`services/status`), the Spark master's web UI, the query service's driver UI, Prometheus
+(compose/prometheus/: it scrapes every service and holds the alert rules) and each broker's
 Kafka listener (docs/kafka.md), bound to `--publish-host` (default 127.0.0.1: this machine only)
-on `--status-port` (8000), `--spark-master-ui-port` (8080), `--spark-driver-ui-port` (4040) and
-`--kafka-port-base` + i - 1 for broker-i (19092, 19093, ...). These are the defaults of the
-variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT, FLIGHTS_SPARK_MASTER_UI_PORT,
-FLIGHTS_SPARK_DRIVER_UI_PORT and FLIGHTS_KAFKA_PORT_<i>, so one rendering can also run beside
-another deployment.
+on `--status-port` (8000), `--spark-master-ui-port` (8080), `--spark-driver-ui-port` (4040),
+`--prometheus-port` (9090) and `--kafka-port-base` + i - 1 for broker-i (19092, 19093, ...).
+These are the defaults of the variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT,
+FLIGHTS_SPARK_MASTER_UI_PORT, FLIGHTS_SPARK_DRIVER_UI_PORT, FLIGHTS_PROMETHEUS_PORT and
+FLIGHTS_KAFKA_PORT_<i>, so one rendering can also run beside another deployment.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("status_port", "the status page"),
                        ("spark_master_ui_port", "the Spark master's web UI"),
                        ("spark_driver_ui_port", "the query service's Spark UI"),
+                       ("prometheus_port", "Prometheus's UI and HTTP API"),
                        ("kafka_port_base", "broker-1's Kafka listener (broker-i: + i - 1)")):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             default=getattr(defaults, name),
@@ -84,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         shape = shape_from_args(args, interactive=sys.stdin.isatty()).check()
         published = PublishedPorts(args.publish_host, args.status_port,
                                    args.spark_master_ui_port, args.spark_driver_ui_port,
-                                   args.kafka_port_base).check()
+                                   args.kafka_port_base, args.prometheus_port).check()
         out = write(shape, args.out, published)
     except (DeploymentShapeError, PublishedPortsError, EOFError) as error:
         parser.error(str(error) or "no answer")
     print(f"wrote {out}: {shape.brokers} broker(s), {shape.healthcheckers} health checkers, "
           f"{shape.spark_workers} Spark worker(s), {shape.clients} client(s), {shape.rows} rows; "
-          f"status page on http://{published.browse_host}:{published.status_port}/, Kafka "
+          f"status page on http://{published.browse_host}:{published.status_port}/, Prometheus "
+          f"on http://{published.browse_host}:{published.prometheus_port}/, Kafka "
           f"bootstrap {published.browse_host}:{published.kafka_port(1)}")
     return 0
 

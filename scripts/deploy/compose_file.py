@@ -54,6 +54,7 @@ PORTS = {
     "status": 8000,  # the status page
     "spark_driver_ui": 4040,  # the query service's Spark UI
     "kafka": 19092,  # each broker's Kafka listener (docs/kafka.md), published for host clients
+    "prometheus": 9090,  # Prometheus's UI and HTTP API (compose/prometheus/)
 }
 PORT_MIN, PORT_MAX = 1, 65535
 # One core each: the reference machine has two. The executor takes the worker's whole memory.
@@ -73,6 +74,16 @@ JVM_START_DEADLINE_S = 240
 # first 45 s against 6.8-8.3 with the JVM's defaults (measured side by side in the image), for
 # the same 4-6 s to answer -- on a 2-core machine that also runs the executors and the driver.
 SPARK_DAEMON_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Every container's json-file log is rotated at LOG_MAX_SIZE and keeps LOG_MAX_FILES files:
+# at most 50 MB of logs a container, however long the deployment runs.
+LOG_MAX_SIZE = "10m"
+LOG_MAX_FILES = 5
+# Prometheus (compose/prometheus/): how often it scrapes every target and evaluates its rules
+# (alerts.yml's `for:` durations are a few of these), and how long it keeps samples.
+PROMETHEUS_SCRAPE_INTERVAL_S = 5
+PROMETHEUS_RETENTION = "7d"
+# Where the project image holds the rules (.dockerignore lets compose/prometheus/ in).
+PROMETHEUS_RULES_IN_IMAGE = "/app/compose/prometheus/alerts.yml"
 
 
 class DeploymentShapeError(ValueError):
@@ -85,15 +96,17 @@ class PublishedPortsError(ValueError):
 
 @dataclass(frozen=True)
 class PublishedPorts:
-    """Where the host reaches the status page, the Spark UIs and the brokers' Kafka listeners
-    (module doc). Broker i's Kafka port is `kafka_port(i)`: host and container must agree on it,
-    because the broker advertises it in Kafka's Metadata and clients connect where it says."""
+    """Where the host reaches the status page, the Spark UIs, Prometheus and the brokers' Kafka
+    listeners (module doc). Broker i's Kafka port is `kafka_port(i)`: host and container must
+    agree on it, because the broker advertises it in Kafka's Metadata and clients connect where
+    it says."""
 
     host: str = "127.0.0.1"
     status_port: int = 8000
     spark_master_ui_port: int = 8080
     spark_driver_ui_port: int = 4040
     kafka_port_base: int = 19092  # broker i: kafka_port_base + i - 1
+    prometheus_port: int = 9090
 
     def kafka_port(self, broker: int) -> int:
         return self.kafka_port_base + broker - 1
@@ -106,7 +119,7 @@ class PublishedPorts:
                                       f"{self.host!r}") from error
         kafka_ports = tuple(self.kafka_port(i) for i in range(1, BROKERS_MAX + 1))
         ports = (self.status_port, self.spark_master_ui_port, self.spark_driver_ui_port,
-                 *kafka_ports)
+                 self.prometheus_port, *kafka_ports)
         for port in ports:
             if not PORT_MIN <= port <= PORT_MAX:
                 raise PublishedPortsError(f"host ports must lie in [{PORT_MIN}, {PORT_MAX}], "
@@ -116,7 +129,7 @@ class PublishedPorts:
                 f"the published host ports must differ (the Kafka ports take "
                 f"{kafka_ports[0]}..{kafka_ports[-1]}, one per possible broker), got status "
                 f"{self.status_port}, Spark UIs {self.spark_master_ui_port} and "
-                f"{self.spark_driver_ui_port}")
+                f"{self.spark_driver_ui_port}, Prometheus {self.prometheus_port}")
         return self
 
     @property
@@ -185,6 +198,11 @@ def render(shape: DeploymentShape, environment: jinja2.Environment | None = None
         spark_worker_timeout_s=SPARK_WORKER_TIMEOUT_S,
         jvm_start_deadline_s=JVM_START_DEADLINE_S,
         spark_daemon_jvm_opts=SPARK_DAEMON_JVM_OPTS,
+        log_max_size=LOG_MAX_SIZE,
+        log_max_files=LOG_MAX_FILES,
+        prometheus_scrape_interval_s=PROMETHEUS_SCRAPE_INTERVAL_S,
+        prometheus_retention=PROMETHEUS_RETENTION,
+        prometheus_rules=PROMETHEUS_RULES_IN_IMAGE,
     )
 
 

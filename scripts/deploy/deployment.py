@@ -11,9 +11,9 @@ SIGKILLs containers, with the `docker` SDK.
 
 Each deployment gets a unique project name (COMPOSE_PROJECT_NAME, which also fills the
 flights.project label and the health checkers' --project), its own data and results
-directories, its own named volumes, removed by `down`, and its own free host ports for what
-the Compose file publishes (the status page, the Spark UIs), so it runs beside a deployment of
-`make docker-compose-up`.
+directories, its own named volumes, removed by `down` (kept by `down_keeping_volumes`), and its
+own free host ports for what the Compose file publishes (the status page, the Spark UIs,
+Prometheus, the Kafka listeners), so it runs beside a deployment of `make docker-compose-up`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ def rendered_brokers(compose_file: Path) -> list[int]:
     return _rendered_numbers(compose_file, "broker")
 
 
+def rendered_checkers(compose_file: Path) -> list[str]:
+    """The health-checker services a rendering holds (`healthchecker-<i>:`), in number order."""
+    return [f"healthchecker-{number}"
+            for number in _rendered_numbers(compose_file, "healthchecker")]
+
+
 def rendered_clients(compose_file: Path) -> list[str]:
     """The client services a rendering holds (`client-<i>:`), in number order."""
     return [f"client-{number}" for number in _rendered_numbers(compose_file, "client")]
@@ -95,10 +101,11 @@ class ComposeDeployment:
         self.cluster_secret = secrets.token_hex(32)
         self.docker = docker.from_env()
         self.brokers = rendered_brokers(compose_file)
-        status, master_ui, driver_ui, *kafka = free_ports(3 + len(self.brokers))
+        status, master_ui, driver_ui, prometheus, *kafka = free_ports(4 + len(self.brokers))
         self.published_ports = {"FLIGHTS_STATUS_PORT": status,
                                 "FLIGHTS_SPARK_MASTER_UI_PORT": master_ui,
                                 "FLIGHTS_SPARK_DRIVER_UI_PORT": driver_ui,
+                                "FLIGHTS_PROMETHEUS_PORT": prometheus,
                                 **{f"FLIGHTS_KAFKA_PORT_{broker}": port
                                    for broker, port in zip(self.brokers, kafka, strict=True)}}
 
@@ -106,6 +113,11 @@ class ComposeDeployment:
     def status_url(self) -> str:
         """The live status page, as published on this host."""
         return f"http://127.0.0.1:{self.published_ports['FLIGHTS_STATUS_PORT']}/"
+
+    @property
+    def prometheus_url(self) -> str:
+        """The deployment's Prometheus (UI and HTTP API), as published on this host."""
+        return f"http://127.0.0.1:{self.published_ports['FLIGHTS_PROMETHEUS_PORT']}/"
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -139,12 +151,19 @@ class ComposeDeployment:
                                   f"{output[-4000:]}")
         return output
 
-    def up(self) -> str:
+    def up(self, *services: str) -> str:
+        """Every service, or only `services` (without what they depend on: a test that needs
+        a few of them starts no JVM)."""
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        return self.compose("up", "-d")
+        return self.compose("up", "-d", *(("--no-deps", *services) if services else ()))
 
     def down(self) -> str:
+        """Stop and remove everything, named volumes included (a test leaves nothing behind)."""
         return self.compose("down", "--volumes", "--remove-orphans")
+
+    def down_keeping_volumes(self) -> str:
+        """What `make docker-compose-down` does: the next `up` finds the named volumes' data."""
+        return self.compose("down", "--remove-orphans")
 
     # --- containers -------------------------------------------------------------------------
     def containers(self) -> dict[str, Container]:

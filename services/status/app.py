@@ -1,6 +1,7 @@
 """The web app (Starlette, served by uvicorn): `/` the self-refreshing HTML page, `/api/status`
 the same document as JSON (model.py), `/healthz`: 200 `ok` once a first poll has completed
-while the poller's loop goes round (503 and why otherwise: common/liveness.py).
+while the poller's loop goes round (503 and why otherwise: common/liveness.py), `/metrics` the
+page's own process (CPU, memory, open files) for the deployment's Prometheus.
 
 The app only renders the poller's latest document: a slow or dead service never slows a page
 view, and any number of viewers cost one poll per interval.
@@ -13,6 +14,14 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -82,5 +91,18 @@ def create_app(document: Callable[[], dict | None],
         return PlainTextResponse("ok" if problem is None else problem,
                                  status_code=200 if problem is None else 503)
 
+    registry = process_registry()
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
     return Starlette(routes=[Route("/", page), Route("/api/status", api),
-                             Route("/healthz", healthz)])
+                             Route("/healthz", healthz), Route("/metrics", metrics)])
+
+
+def process_registry() -> CollectorRegistry:
+    """The page's own registry (never the library's global one): its process's collectors."""
+    registry = CollectorRegistry()
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry

@@ -49,8 +49,8 @@ class GroupCountMismatchError(ValueError):
             f"{path}: this data directory was written with {written} replication group(s); "
             f"the broker is configured with {configured}. Partitions are placed by the group "
             f"count, so it cannot change under existing data: start with "
-            f"--replication-groups {written}, or empty the directory (docker-compose down "
-            "--volumes) to start afresh")
+            f"--replication-groups {written}, or empty the directory (`make "
+            "docker-compose-clean` deletes the Compose deployment's volumes) to start afresh")
         self.path = path
         self.written = written
         self.configured = configured

@@ -55,6 +55,14 @@ def test_the_page_and_the_json_show_the_same_document():
     assert client.get("/healthz").text == "ok"
 
 
+def test_metrics_answer_before_the_first_poll_for_prometheus_to_tell_the_page_is_up():
+    client = TestClient(create_app(lambda: None))
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert "python_info{" in metrics.text
+
+
 def test_the_sessions_table_shows_each_sessions_folding_progress():
     html = TestClient(create_app(lambda: document())).get("/").text
     rows = {cid: html.split(f'data-client="{cid}"')[1].split("</tr>")[0]

@@ -45,7 +45,8 @@ def test_counts_give_that_many_services_each_wired_to_every_health_checker():
     probes = [a for a in services["healthchecker-4"]["command"] if a.startswith("--probe=")]
     # HTTP on the web UIs: a paused JVM still completes TCP handshakes on its RPC port.
     assert probes == ["--probe=spark-master=http://spark-master:8080/"] + [
-        f"--probe=spark-worker-{i}=http://spark-worker-{i}:8081/" for i in range(1, 5)]
+        f"--probe=spark-worker-{i}=http://spark-worker-{i}:8081/" for i in range(1, 5)] + [
+        "--probe=prometheus=http://prometheus:9090/-/healthy"]
     assert not any("restart-grace" in a for a in services["healthchecker-4"]["command"])
 
 
@@ -57,6 +58,51 @@ def test_every_service_is_labelled_and_none_has_a_restart_policy():
         assert labels["flights.project"] == "${COMPOSE_PROJECT_NAME:-flights-optimizer}"
         assert labels["flights.supervised"] == ("false" if name == "datagen" else "true")
         assert "restart" not in service, name
+
+
+def test_every_service_logs_bounded_and_every_long_running_one_is_probed_with_a_deadline():
+    services = _services(render(DeploymentShape(clients=2)))
+    for name, service in services.items():
+        assert service["logging"] == {"driver": "json-file",
+                                      "options": {"max-size": "10m", "max-file": "5"}}, name
+        if name == "datagen":
+            assert "healthcheck" not in service  # one-shot
+            continue
+        check = service["healthcheck"]
+        test = check["test"]
+        if name.startswith("client-"):
+            assert test[0] == "CMD-SHELL" and "/proc/" in test[1], test
+        else:
+            assert test[:4] == ["CMD", "python", "-m", "common.probe"], (name, test)
+            assert test[-2:] == ["--timeout-s", "3"], (name, test)
+        assert check["timeout"] == "10s" and check["retries"] == 3, name
+    assert services["broker-2"]["healthcheck"]["test"][4] == "http://127.0.0.1:9100/healthz"
+    assert services["spark-worker-1"]["healthcheck"]["test"][4] == "http://127.0.0.1:8081/"
+
+
+def test_prometheus_scrapes_every_service_of_the_rendering_and_loads_the_rules():
+    services = _services(render(DeploymentShape(brokers=5, healthcheckers=2, spark_workers=3)))
+    prometheus = services["prometheus"]
+    config = yaml.safe_load(prometheus["environment"]["PROMETHEUS_CONFIG"])
+    jobs = {job["job_name"]: (job["metrics_path"], job["static_configs"][0]["targets"])
+            for job in config["scrape_configs"]}
+    assert jobs["broker"] == ("/metrics", [f"broker-{i}:9100" for i in range(1, 6)])
+    assert jobs["healthchecker"] == ("/metrics", ["healthchecker-1:9100", "healthchecker-2:9100"])
+    assert jobs["query-service"] == ("/metrics", ["query-service:9100"])
+    assert jobs["status"] == ("/metrics", ["status:8000"])
+    assert jobs["spark-master"] == ("/metrics/master/prometheus", ["spark-master:8080"])
+    assert jobs["spark-worker"] == ("/metrics/prometheus",
+                                    [f"spark-worker-{i}:8081" for i in range(1, 4)])
+    assert config["rule_files"] == ["/app/compose/prometheus/alerts.yml"]
+    assert prometheus["ports"] == [
+        "${FLIGHTS_PUBLISH_HOST:-127.0.0.1}:${FLIGHTS_PROMETHEUS_PORT:-9090}:9090"]
+    assert "prometheus-data:/var/lib/flights" in prometheus["volumes"]
+    link = ("--link=Prometheus (metrics, alerts)="
+            "http://127.0.0.1:${FLIGHTS_PROMETHEUS_PORT:-9090}/alerts")
+    assert link in services["status"]["command"]
+    for daemon in ("spark-master", "spark-worker-1"):
+        assert "sink.prometheusServlet.class" in services[daemon]["environment"][
+            "SPARK_DAEMON_JAVA_OPTS"]
 
 
 def test_health_checkers_start_after_the_servers_and_before_the_clients():
