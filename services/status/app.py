@@ -1,7 +1,8 @@
 """The web app (Starlette, served by uvicorn): `/` the self-refreshing HTML page, `/api/status`
 the same document as JSON (model.py), `/healthz`: 200 `ok` once a first poll has completed
 while the poller's loop goes round (503 and why otherwise: common/liveness.py), `/metrics` the
-page's own process (CPU, memory, open files) for the deployment's Prometheus.
+page's own process (CPU, memory, open files) and each session's fold backlog
+(session_metrics.py) for the deployment's Prometheus.
 
 The app only renders the poller's latest document: a slow or dead service never slows a page
 view, and any number of viewers cost one poll per interval.
@@ -30,6 +31,7 @@ from starlette.templating import Jinja2Templates
 
 from common.liveness import STALE_AFTER_S_DEFAULT, HealthCheck, Liveness
 from services.status.plot import sparkline_svg
+from services.status.session_metrics import SessionBacklogCollector
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 NOT_READY = "collecting the first status, retry in a second"
@@ -92,6 +94,7 @@ def create_app(document: Callable[[], dict | None],
                                  status_code=200 if problem is None else 503)
 
     registry = process_registry()
+    registry.register(SessionBacklogCollector(document))
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -107,3 +107,14 @@ def test_the_command_line_builds_a_checked_config():
         build_config(args, b"s")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--brokers", "b:1", "--checkers", "no-port"])
+
+
+def test_metrics_carry_each_sessions_fold_backlog_from_the_latest_document():
+    doc = document()
+    backlogs = {row["client_id"]: row["backlog_records"] for row in doc["sessions"]}
+    assert backlogs[CID] == 8 and None in backlogs.values()  # a session without offsets read
+    text = TestClient(create_app(lambda: doc)).get("/metrics").text
+    samples = [line for line in text.splitlines()
+               if line.startswith("flights_session_backlog_records{")]
+    assert f'flights_session_backlog_records{{client_id="{CID}"}} 8.0' in samples
+    assert len(samples) == sum(b is not None for b in backlogs.values())
