@@ -175,6 +175,30 @@ def test_uncommitted_batch_is_never_recovered(tmp_path):
     reopened.close()
 
 
+def test_a_filled_batch_never_stamped_after_committed_ones_is_cut(tmp_path, caplog):
+    """Three committed batches, then a fourth filled and validated (its offset field poisoned)
+    but never committed: it passes its CRC (which does not cover the base offset), so only the
+    base offset check tells recovery it is a torn tail. The next append takes its place."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    unstamped = batch(b"x", b"y", b"z")
+    region = segment.reserve(len(unstamped))
+    region[:] = unstamped
+    del region
+    segment.validate_reservation()
+    segment._reservation = None  # simulate the crash: neither commit nor discard runs
+    segment._close_map()
+    with caplog.at_level(logging.WARNING):
+        reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert (reopened.next_offset, reopened.end_position) == (3, DATA_START + 300)
+    assert "base offset -1, expected 3" in caplog.text
+    reopened.activate()
+    assert append(reopened, sized_batch(100, 3)) == 3
+    assert [o for o, _ in records(read_all(reopened))] == [0, 1, 2, 3]
+    reopened.close()
+
+
 def test_missing_index_is_rebuilt(tmp_path, caplog):
     _filled_segment(tmp_path, count=20)
     expected = OffsetIndex.read_entries(index_path(tmp_path, 0))
