@@ -159,17 +159,22 @@ def test_crc_flip_in_the_middle_cuts_there(tmp_path, caplog):
     segment.close()
 
 
-def test_uncommitted_batch_is_never_recovered(tmp_path):
-    """A fill that completed but was never committed (crash before the producer check) has
-    its offset field poisoned, so recovery does not take it."""
-    segment = LogSegment.create(tmp_path, 0, SMALL)
-    data = sized_batch(100)
+def crash_after_the_fill(segment: LogSegment, data: bytes) -> None:
+    """Fill and validate a batch (its offset field poisoned), then die before commit or
+    discard runs."""
     region = segment.reserve(len(data))
     region[:] = data
     del region
     segment.validate_reservation()
-    segment._reservation = None  # simulate the crash: neither commit nor discard runs
+    segment._reservation = None
     segment._close_map()
+
+
+def test_uncommitted_batch_is_never_recovered(tmp_path):
+    """A fill that completed but was never committed (crash before the producer check) has
+    its offset field poisoned, so recovery does not take it."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    crash_after_the_fill(segment, sized_batch(100))
     reopened = LogSegment.open(tmp_path, 0, SMALL)
     assert reopened.is_empty
     reopened.close()
@@ -182,13 +187,7 @@ def test_a_filled_batch_never_stamped_after_committed_ones_is_cut(tmp_path, capl
     segment = LogSegment.create(tmp_path, 0, SMALL)
     for i in range(3):
         append(segment, sized_batch(100, i))
-    unstamped = batch(b"x", b"y", b"z")
-    region = segment.reserve(len(unstamped))
-    region[:] = unstamped
-    del region
-    segment.validate_reservation()
-    segment._reservation = None  # simulate the crash: neither commit nor discard runs
-    segment._close_map()
+    crash_after_the_fill(segment, batch(b"x", b"y", b"z"))
     with caplog.at_level(logging.WARNING):
         reopened = LogSegment.open(tmp_path, 0, SMALL)
     assert (reopened.next_offset, reopened.end_position) == (3, DATA_START + 300)
