@@ -56,6 +56,7 @@ AIRPORT_ROWS = [
     ("PHX", "Phoenix", "33.433333", "-112.033333"),
     ("JFK", "Kennedy", "40.633333", "-73.783333"),
     ("LGA", "LaGuardia", "40.766667", "-73.866667"),
+    ("JFX", "at JFK's coordinates", "40.633333", "-73.783333"),  # JFK-JFX: 0 miles direct
     ("NUL", "null latitude", "\\N", "-73.0"),  # `\N`: not a known airport
     ("NAN", "garbage latitude", "north", "-73.0"),
     ("INF", "infinite latitude", "1e400", "-73.0"),
@@ -129,6 +130,9 @@ VALID_ROWS = [
     # BOS-DUP is 945.6 miles with the ATL-side DUP (2489 with the other): 4500 > 4 * 945.6.
     flight("q2_duplicate_airport", "BOS-DUP", "PT3H", "200", "DUP", "4500"),
     flight("q2_jfk_lga", "JFK-LGA", "PT9H", "200", "LAX||LGA"),
+    # On the bar, not over it: 0 miles flown, 0 direct, and 0 > 4 * 0 is false (strict).
+    flight("on_the_bar_same_airport", "JFK-JFK", "PT1H", "200", "JFK"),
+    flight("on_the_bar_twin_airports", "JFK-JFX", "PT1H", "200", "JFX", "0"),
 ]
 
 INVALID_ROWS = [

@@ -90,6 +90,25 @@ def test_a_learner_becomes_a_voter_only_after_hearing_every_voter_and_catching_u
     assert [a for a in vote if isinstance(a, AnswerVote)][0].granted is True
 
 
+def test_a_learner_that_heard_every_voter_is_not_promoted_before_its_commit_reaches_the_target():
+    """Every voter heard and the leader's epoch reached: only the catch-up commit holds the
+    learner back. Its commit (5) is short of the leader's (7), so it may lack entries its lost
+    copy helped commit; it becomes a voter once its commit reaches 7 exactly."""
+    learner = Learner()
+    learner(FetchAnswered(1, Outcome.ENTRIES, 4, 1), at=1.0)
+    learner(FetchAnswered(2, Outcome.NOT_LEADER, 4, 1))
+    assert unheard_voters(learner.config, learner.state) == set()
+    actions = learner(LogChanged(_log((4, 5)), leader_commit=7, matched_end=5))
+    assert learner.state.rejoin.catch_up_commit == 7 and learner.state.commit == 5
+    assert learner.state.learner and not _has(actions, BecomeVoter), "promoted behind commit 7"
+    actions = learner(LogChanged(_log((4, 6)), leader_commit=7, matched_end=6))
+    assert learner.state.commit == 6 and learner.state.learner
+    assert not _has(actions, BecomeVoter)
+    actions = learner(LogChanged(_log((4, 7)), leader_commit=7, matched_end=7))
+    assert learner.state.commit == 7 and _has(actions, BecomeVoter)
+    assert not learner.state.learner and PersistQuorum(4, 3) in actions
+
+
 def test_a_learner_waits_for_the_highest_epoch_any_voter_holds():
     """Broker 2 stands at epoch 6 (a candidate the learner may have voted for before it lost
     its state) while the leader is at 4: no vote before its own epoch reaches 6."""

@@ -159,19 +159,42 @@ def test_crc_flip_in_the_middle_cuts_there(tmp_path, caplog):
     segment.close()
 
 
-def test_uncommitted_batch_is_never_recovered(tmp_path):
-    """A fill that completed but was never committed (crash before the producer check) has
-    its offset field poisoned, so recovery does not take it."""
-    segment = LogSegment.create(tmp_path, 0, SMALL)
-    data = sized_batch(100)
+def crash_after_the_fill(segment: LogSegment, data: bytes) -> None:
+    """Fill and validate a batch (its offset field poisoned), then die before commit or
+    discard runs."""
     region = segment.reserve(len(data))
     region[:] = data
     del region
     segment.validate_reservation()
-    segment._reservation = None  # simulate the crash: neither commit nor discard runs
+    segment._reservation = None
     segment._close_map()
+
+
+def test_uncommitted_batch_is_never_recovered(tmp_path):
+    """A fill that completed but was never committed (crash before the producer check) has
+    its offset field poisoned, so recovery does not take it."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    crash_after_the_fill(segment, sized_batch(100))
     reopened = LogSegment.open(tmp_path, 0, SMALL)
     assert reopened.is_empty
+    reopened.close()
+
+
+def test_a_filled_batch_never_stamped_after_committed_ones_is_cut(tmp_path, caplog):
+    """Three committed batches, then a fourth filled and validated (its offset field poisoned)
+    but never committed: it passes its CRC (which does not cover the base offset), so only the
+    base offset check tells recovery it is a torn tail. The next append takes its place."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    crash_after_the_fill(segment, batch(b"x", b"y", b"z"))
+    with caplog.at_level(logging.WARNING):
+        reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert (reopened.next_offset, reopened.end_position) == (3, DATA_START + 300)
+    assert "base offset -1, expected 3" in caplog.text
+    reopened.activate()
+    assert append(reopened, sized_batch(100, 3)) == 3
+    assert [o for o, _ in records(read_all(reopened))] == [0, 1, 2, 3]
     reopened.close()
 
 

@@ -32,6 +32,8 @@ AIRPORTS = [
     {"Airport Code": "PHX", "Latitude": "33.433333", "Longitude": "-112.033333"},
     {"Airport Code": "JFK", "Latitude": "40.633333", "Longitude": "-73.783333"},
     {"Airport Code": "LGA", "Latitude": "40.766667", "Longitude": "-73.866667"},
+    # At JFK's very coordinates: JFK-JFX is 0 miles direct.
+    {"Airport Code": "JFX", "Latitude": "40.633333", "Longitude": "-73.783333"},
     # Listed with a null latitude (`\N` in the file): not a known airport.
     {"Airport Code": "NUL", "Latitude": None, "Longitude": "-73.0"},
     # Listed twice: the smaller (lat, lon), next to ATL, wins over the one next to SEA.
@@ -101,6 +103,9 @@ VALID_ROWS = [
     flight("q2_duplicate_airport", "BOS-DUP", "PT3H", "200", "DUP", "4500"),
     # JFK-LAX-LGA from the legs: 4933 miles against a direct 10.2.
     flight("q2_jfk_lga", "JFK-LGA", "PT9H", "200", "LAX||LGA", None),
+    # On the bar, not over it: 0 miles flown, 0 direct, and 0 > 4 * 0 is false (strict).
+    flight("on_the_bar_same_airport", "JFK-JFK", "PT1H", "200", "JFK", None),
+    flight("on_the_bar_twin_airports", "JFK-JFX", "PT1H", "200", "JFX", "0"),
     # The same itinerary twice (legId is not unique): both rows count everywhere.
     flight("twin", "JFK-LGA", "PT8H", "300", "ORD||DEN||SEA||LGA", "500"),
     flight("twin", "JFK-LGA", "PT8H", "300", "ORD||DEN||SEA||LGA", "500"),
@@ -188,12 +193,13 @@ def test_q1_keeps_three_or_more_stopovers_and_duplicate_leg_ids(tiny):
 
 
 def test_q2_distance_rules(tiny):
-    results, spark_rows, _ = tiny
+    results, spark_rows, reference_results = tiny
     expected = Counter(row["legId"] for row in VALID_ROWS if row["legId"].startswith("q2_"))
     expected["twin"] = 2
     # Q1 rows that also fly far: "a"/500 goes ATL-ORD-DEN-LAX-BOS (4959 miles, from the legs).
     expected["a"] = 1
     assert leg_ids(spark_rows["q2"]) == expected
+    assert leg_ids(reference_results.q2) == expected
     assert results.q2_skipped == 2
     distances = {row[0]: row[2] for row in spark_rows["q2"]}
     assert distances["q2_given_far"] == 5000.0
