@@ -157,6 +157,17 @@ bench: $(STAMP)
 	$(PY) -m scripts.bench_queries --rows $(BENCH_ROWS) --repeats 3 --warmups 1
 	$(PY) -m scripts.bench_pipeline --rows $(PIPELINE_ROWS)
 
+# Mutation testing (docs/mutation.md): cosmic-ray mutates each data- or safety-critical module
+# (MUTATE_MODULE: one of them; empty: all, in priority order) and runs only that module's unit
+# tests against each mutant, one test process at a time, for at most MUTATE_MINUTES per module;
+# the session in .mutation/ resumes on the next run. A benchmark-style run, not part of `make test`.
+MUTATE_MODULE ?=
+MUTATE_MINUTES ?= 10
+.PHONY: mutate
+#: mutation testing of the data- and safety-critical modules against their unit tests (resumable)
+mutate: $(STAMP)
+	$(PY) -m scripts.mutate $(if $(MUTATE_MODULE),--module $(MUTATE_MODULE)) --minutes $(MUTATE_MINUTES)
+
 # The nemesis (scripts/nemesis/): NEMESIS_BROKERS real brokers for NEMESIS_SECONDS under a seeded
 # random schedule of SIGKILL + restart, SIGSTOP/SIGCONT, cut links between brokers, restarts
 # with a wiped data directory and topic delete + re-create, while idempotent acks=all producers

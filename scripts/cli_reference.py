@@ -71,6 +71,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("Benchmarks", "scripts.bench_pipeline"),
     EntryPoint("Benchmarks", "scripts.bench_duckdb"),
     EntryPoint("Benchmarks", "scripts.bench_journal_compaction"),
+    EntryPoint("Benchmarks", "scripts.mutate"),
     EntryPoint("Documentation", "scripts.cli_reference"),
 )
 

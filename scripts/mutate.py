@@ -1,0 +1,233 @@
+"""Mutation testing of the modules where a bug loses or doubles data or breaks safety.
+
+    python -m scripts.mutate [--module NAME] [--minutes M] [--fresh] [--list]
+
+Each module in MODULES is mutated by cosmic-ray (docs/mutation.md says why that tool) and
+judged by its own narrow unit tests only, so a run fits in minutes. The session (every mutant
+and its verdict) is kept in `.mutation/<name>.sqlite`: a run resumes where the last one stopped
+and only re-plans the mutants when the module's source changed since (or with `--fresh`).
+`--minutes` stops a run after that budget (the mutant in flight is rolled back); the next run
+goes on from there. One test process at a time: cosmic-ray's local distributor.
+
+cosmic-ray edits the module's file in place while a mutant is under test. This driver keeps the
+original bytes and writes them back if anything (an interrupt, a crash) leaves the file changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SESSION_DIR = REPO_ROOT / ".mutation"
+PYTHON = sys.executable
+
+
+@dataclass(frozen=True)
+class MutatedModule:
+    """A module to mutate and the tests that must kill its mutants (fast ones first: -x)."""
+
+    path: str
+    tests: tuple[str, ...]
+    timeout_s: float = 120
+
+
+# In priority order: where a surviving mutant could lose or double data or break safety.
+MODULES: dict[str, MutatedModule] = {
+    "raft": MutatedModule(
+        "services/broker/replication/raft.py",
+        (
+            "tests/unit/broker/replication/test_raft_steps.py",
+            "tests/unit/broker/replication/test_raft_learner.py",
+            "tests/unit/broker/replication/test_raft_lease.py",
+            "tests/unit/broker/replication/test_raft_transfer.py",
+            "tests/unit/broker/replication/test_raft_sim_checks.py",
+            "tests/unit/broker/replication/test_in_sync.py",
+            "tests/unit/broker/replication/test_raft_property.py",
+        ),
+    ),
+    "segment": MutatedModule("services/broker/storage/segment.py", ("tests/unit/broker/storage",)),
+    "consumer": MutatedModule("common/kaska/consumer.py", ("tests/unit/kaska",)),
+    "bully": MutatedModule("healthchecker/bully.py", ("tests/unit/healthchecker",)),
+    "derived_queries": MutatedModule(
+        "spark/rules/derived_queries.py", ("tests/unit/spark/rules",), timeout_s=600
+    ),
+    "resume": MutatedModule("client/resume.py", ("tests/unit/client",)),
+    "partition": MutatedModule(
+        "services/broker/cluster/partition.py", ("tests/unit/broker/cluster",)
+    ),
+    "replica_manager": MutatedModule(
+        "services/broker/cluster/replica_manager.py", ("tests/unit/broker/cluster",)
+    ),
+    "peer_gate": MutatedModule(
+        "services/broker/network/peer_gate.py", ("tests/unit/broker/network",)
+    ),
+    "peer_auth": MutatedModule(
+        "services/broker/replication/wire/peer_auth.py",
+        ("tests/unit/broker/replication",),
+        timeout_s=300,
+    ),
+    "supervision_machine": MutatedModule(
+        "healthchecker/supervision/machine.py", ("tests/unit/healthchecker",)
+    ),
+}
+
+
+class DirtyModuleError(RuntimeError):
+    """The module had uncommitted changes before the run: mutating it would mix them in."""
+
+
+def write_config(name: str, module: MutatedModule) -> Path:
+    """cosmic-ray's TOML config for one module: its file, its tests, one local worker."""
+    tests = " ".join(module.tests)
+    test_command = (
+        f"{PYTHON} -m pytest -x -q -p no:cacheprovider --no-header "
+        f"-o addopts= --timeout={int(module.timeout_s)} {tests}"
+    )
+    config_path = SESSION_DIR / f"{name}.toml"
+    config_path.write_text(
+        "[cosmic-ray]\n"
+        f'module-path = "{module.path}"\n'
+        f"timeout = {module.timeout_s}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{test_command}"\n'
+        "\n[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+    return config_path
+
+
+def source_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def plan_session(name: str, module: MutatedModule, fresh: bool) -> Path:
+    """Init the session unless one for this exact source exists (then the run resumes)."""
+    config_path = write_config(name, module)
+    session_path = SESSION_DIR / f"{name}.sqlite"
+    digest_path = SESSION_DIR / f"{name}.sha256"
+    digest = source_digest(REPO_ROOT / module.path)
+    stale = (
+        not session_path.exists() or not digest_path.exists() or digest_path.read_text() != digest
+    )
+    if fresh or stale:
+        cosmic_ray("init", "--force", str(config_path), str(session_path))
+        digest_path.write_text(digest)
+    return session_path
+
+
+def cosmic_ray(*args: str) -> None:
+    subprocess.run([PYTHON, "-m", "cosmic_ray.cli", *args], cwd=REPO_ROOT, check=True)
+
+
+def execute(name: str, session_path: Path, budget_minutes: float | None) -> float:
+    """Run the pending mutants (within the budget); returns the seconds spent."""
+    config_path = SESSION_DIR / f"{name}.toml"
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "cosmic_ray.cli", "exec", str(config_path), str(session_path)],
+        cwd=REPO_ROOT,
+    )
+    try:
+        proc.wait(timeout=None if budget_minutes is None else budget_minutes * 60)
+    except subprocess.TimeoutExpired:
+        # SIGINT, not SIGTERM: cosmic-ray then unwinds and puts the original source back.
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+    return time.monotonic() - started
+
+
+def summarize(name: str, module: MutatedModule, session_path: Path, seconds: float) -> None:
+    """One line of counts, then every surviving mutant's diff."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    counts = {"killed": 0, "survived": 0, "timed_out": 0, "incompetent": 0}
+    survivors = []
+    with use_db(str(session_path), WorkDB.Mode.open) as db:
+        total = db.num_work_items
+        for _item, result in db.completed_work_items:
+            if result.test_outcome == TestOutcome.SURVIVED:
+                counts["survived"] += 1
+                survivors.append(result.diff)
+            elif result.test_outcome == TestOutcome.KILLED:
+                counts["timed_out" if result.output == "timeout" else "killed"] += 1
+            else:
+                counts["incompetent"] += 1
+    done = sum(counts.values())
+    print(
+        f"{name} ({module.path}): {done}/{total} mutants run, "
+        + ", ".join(f"{key} {value}" for key, value in counts.items())
+        + f", this run {seconds:.0f} s"
+    )
+    for diff in survivors:
+        print(diff)
+
+
+def run_module(name: str, budget_minutes: float | None, fresh: bool) -> None:
+    module = MODULES[name]
+    source_path = REPO_ROOT / module.path
+    tracked_changes = subprocess.run(
+        ["git", "diff", "--quiet", "--", module.path], cwd=REPO_ROOT, check=False
+    )
+    if tracked_changes.returncode != 0:
+        raise DirtyModuleError(f"{module.path} has uncommitted changes; commit them first")
+    original = source_path.read_bytes()
+    try:
+        session_path = plan_session(name, module, fresh)
+        seconds = execute(name, session_path, budget_minutes)
+    finally:
+        if source_path.read_bytes() != original:
+            source_path.write_bytes(original)
+    summarize(name, module, session_path, seconds)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Mutation testing (cosmic-ray) of the data- and safety-critical modules, "
+        "each judged by its own unit tests; sessions in .mutation/ resume between runs."
+    )
+    parser.add_argument(
+        "--module",
+        choices=list(MODULES),
+        action="append",
+        metavar="NAME",
+        help="module to mutate, repeatable (default: every module, in this priority order: "
+        + ", ".join(MODULES)
+        + ")",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="stop each module's run after this many minutes; the next run resumes (default: none)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="discard the saved sessions and re-plan the mutants"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="print the module -> tests map and exit"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for name, module in MODULES.items():
+            print(f"{name}: {module.path} <- {' '.join(module.tests)}")
+        return 0
+    SESSION_DIR.mkdir(exist_ok=True)
+    for name in args.module or list(MODULES):
+        run_module(name, args.minutes, args.fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
