@@ -123,7 +123,8 @@ def _copy_build_inputs(destination: Path) -> None:
         source = REPO_ROOT / name
         if source.is_dir():
             shutil.copytree(source, destination / name, ignore=ignore, dirs_exist_ok=True)
-        else:
+        else:  # a file of the allow-list may sit in a folder the rest of which stays out
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination / name)
     shutil.copytree(REPO_ROOT / "build" / "wheels", destination / "build" / "wheels",
                     copy_function=_link_or_copy)
