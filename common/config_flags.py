@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -101,3 +102,14 @@ def flag_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
             value = value / flag.flag_per_field
         values[field.name] = value
     return values
+
+
+def positive_s(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import signal
 from collections.abc import Callable
 
 from common.address import parse_host_ports
+from common.config_flags import positive_s
 from common.heartbeat import HeartbeatSender
 from common.liveness import HEALTHZ_STALE_FLAG, STALE_AFTER_S_DEFAULT
 from common.metrics_http import metrics_listen_arg
@@ -39,17 +39,6 @@ Target = tuple[str, int]
 
 
 # --- argparse types ----------------------------------------------------------------------------
-
-
-def positive_s(text: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def log_level(text: str) -> str:

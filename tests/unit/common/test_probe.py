@@ -117,3 +117,19 @@ def test_bad_usage_exits_2(argv):
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
+
+
+def test_the_token_variable_is_the_kaska_clients_and_a_url_probe_imports_no_kaska_client():
+    import subprocess
+    import sys
+
+    from common import probe
+    from common.kaska.cli import TOKEN_ENV
+
+    assert probe.TOKEN_ENV == TOKEN_ENV
+    # Compose runs the URL probe in every container every few seconds: its start stays light.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, common.probe; "
+         "print(sorted(m for m in sys.modules if m.startswith(('common.kaska', 'prometheus'))))"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
