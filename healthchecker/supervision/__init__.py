@@ -30,7 +30,12 @@ Phases of one service (every checker tracks them all the time, leader or not):
               deadline doubles the next one, up to `start_deadline_growth_max` times).
               With `hung_timeout_s` set, the leader inspects it every `hung_timeout_s / 2`
               meanwhile: a frozen start (SIGSTOP, paused) is DEAD at once, not at a JVM's
-              deadline minutes later; running or not running yet, it waits on
+              deadline minutes later; running or not running yet, it waits on.
+              A restart is not confirmed until its `RestartDone`: an instance first seen
+              before that may be the one the restart replaces (a start slower than its
+              deadline beats once, then the restart kills it), so while it has not beaten
+              after the confirmation its loss, goodbye or silence is no death of its own:
+              back to STARTING, awaiting the new instance (one restart, not two)
     UP        seen; DEAD when silent for more than `heartbeat_timeout_s`, or at once when its
               heartbeat connection is closed without a goodbye (`Lost`: the process is gone).
               With `hung_timeout_s` set, silence past the heartbeat timeout makes the leader

@@ -88,8 +88,18 @@ def _on_seen(record: ServiceRecord | None, event: Seen, now: float):
         event.instance == record.replaced_instance
     ):
         return None, []  # the replaced instance, between unpause and kill: not a sign of life
+    in_restart = record.phase is Phase.STARTING and bool(event.instance) and (
+        record.in_flight or record.peer_in_flight
+    )
+    if record.phase is Phase.UP:
+        # Beating on after its restart was confirmed (the replaced instance is killed by then),
+        # or another instance: either way, no longer maybe the replaced one.
+        in_restart = record.seen_in_restart and record.in_flight and (
+            event.instance == record.instance
+        )
     reasons = {
-        Phase.STARTING: f"first sign of life {now - record.since:.1f}s after the restart",
+        Phase.STARTING: f"first sign of life {now - record.since:.1f}s after the restart"
+        + (" (while the restart is in flight: maybe the replaced instance)" if in_restart else ""),
         Phase.DEAD: "alive again before its restart",
         Phase.UNKNOWN: "seen",
         Phase.DEPARTED: "seen again after its goodbye",
@@ -106,8 +116,27 @@ def _on_seen(record: ServiceRecord | None, event: Seen, now: float):
         inspected_silence=None,
         inspect_asked_at=None,
         runs_while_silent=False,
+        seen_in_restart=in_restart,
     )
     return new, transition(event.name, record, new, reasons.get(record.phase, ""))
+
+
+def _is_seen_in_restart(record: ServiceRecord, instance: str) -> bool:
+    return record.phase is Phase.UP and record.seen_in_restart and (
+        instance == record.instance
+    )
+
+
+def _replaced_after_all(name: str, record: ServiceRecord, now: float, what: str):
+    """The instance first seen while its restart was in flight is lost or silent: it was the
+    replaced one (a start that outlived its deadline beats once, then the restart kills it), not
+    a new death. Back to STARTING, awaiting the new instance; if that one never comes, the
+    start deadline (or the restarter's listing of it as stopped) restarts it once."""
+    new = replace(record, phase=Phase.STARTING, since=now, replaced_instance=record.instance,
+                  seen_in_restart=False, start_misses=0, inspected_silence=None,
+                  inspect_asked_at=None, runs_while_silent=False)
+    cause = f"{what}: the instance seen during its restart was the replaced one"
+    return new, transition(name, record, new, cause)
 
 
 def _on_departed(record: ServiceRecord | None, event: Departed, now: float):
@@ -117,6 +146,8 @@ def _on_departed(record: ServiceRecord | None, event: Departed, now: float):
         return None, []
     if record is not None and record.phase is Phase.DEPARTED:
         return None, []
+    if record is not None and _is_seen_in_restart(record, event.instance):
+        return _replaced_after_all(event.name, record, now, "said goodbye")
     old = record or ServiceRecord(Phase.UNKNOWN, since=now)
     new = replace(old, phase=Phase.DEPARTED, since=now, last_seen_at=now,
                   instance=event.instance or old.instance, replaced_instance="")
@@ -128,6 +159,8 @@ def _on_lost(record: ServiceRecord | None, event: Lost, now: float):
         return None, []  # only an up service can be lost; a starting one has no connection yet
     if event.instance and record.instance and event.instance != record.instance:
         return None, []  # an older instance's connection closing late
+    if _is_seen_in_restart(record, event.instance):
+        return _replaced_after_all(event.name, record, now, event.reason)
     new = replace(record, phase=Phase.DEAD, since=now, cause=event.reason)
     return new, transition(event.name, record, new, event.reason)
 
@@ -263,6 +296,11 @@ def _on_tick(state: SupervisionState, now: float) -> tuple[SupervisionState, lis
 
 def _expire(config: SupervisionConfig, name: str, record: ServiceRecord, now: float,
             is_leader: bool):
+    if record.phase is Phase.UP and record.seen_in_restart:
+        assert record.last_seen_at is not None
+        silent_s = now - record.last_seen_at
+        if silent_s > config.heartbeat_timeout_s:
+            return _replaced_after_all(name, record, now, f"no heartbeat for {silent_s:.1f}s")
     if record.phase is Phase.UP and config.hung_timeout_s is not None:
         return _expire_silent(config, name, record, now, is_leader)
     cause = None

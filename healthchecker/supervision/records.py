@@ -47,6 +47,9 @@ class ServiceRecord:
     cause: str = ""  # why it is (or last was) dead
     in_flight: bool = False  # a Restart was emitted and its RestartDone has not come yet
     replaced_instance: str = ""  # the instance a restart replaces: its late signs are ignored
+    # UP on an instance first seen while its restart was in flight: it may be the replaced one
+    # (a late start's first heartbeat), so its loss or silence is no death of its own.
+    seen_in_restart: bool = False
     expected: bool = False  # UNKNOWN only: the restarter lists it as one that should run
     seen_here: bool = False  # UP on this node's own evidence (not only on a peer's word)
     peer_in_flight: bool = False  # STARTING by a peer's restart that it had not confirmed yet

@@ -367,6 +367,61 @@ def test_the_replaced_instance_is_no_sign_of_life():
     assert machine.phase("broker-1") is Phase.UP
 
 
+def _late_start_restarted(machine: Machine) -> Machine:
+    """broker-1 expected but silent past its 10 s start deadline (a slow machine): restart
+    decided at 10.1 s; the late instance h:1 then beats once, before the restart kills it."""
+    machine.on(Expected(frozenset({"broker-1"})))
+    (restart,) = machine.restarts(machine.tick_until(10.1))
+    assert "never seen by this node" in restart.cause
+    machine.at(10.9).on(Seen("broker-1", "h:1"))
+    assert machine.phase("broker-1") is Phase.UP
+    return machine
+
+
+@pytest.mark.parametrize(
+    "end_of_the_late_instance",
+    [Lost("broker-1", "h:1"), Departed("broker-1", "h:1"), "silent"],
+    ids=["connection lost", "goodbye", "silent"],
+)
+def test_the_late_start_killed_by_its_own_restart_is_no_new_death(end_of_the_late_instance):
+    machine = _late_start_restarted(Machine())
+    if end_of_the_late_instance == "silent":
+        machine.on(RestartDone("broker-1", ok=True))
+        actions = machine.tick_until(14.5)
+    else:
+        actions = machine.at(11.0).on(end_of_the_late_instance)
+        machine.on(RestartDone("broker-1", ok=True))
+        actions += machine.tick_until(14.5)
+    assert machine.phase("broker-1") is Phase.STARTING
+    (back,) = [a for a in actions if isinstance(a, Transition)]
+    assert "the instance seen during its restart was the replaced one" in back.reason
+    machine.on(Seen("broker-1", "h:1"))  # nothing of the replaced instance counts any more
+    assert machine.phase("broker-1") is Phase.STARTING
+    machine.at(16.0).on(Seen("broker-1", "h:2"))
+    assert machine.phase("broker-1") is Phase.UP
+    assert len(machine.restarts()) == 1
+
+
+def test_the_new_instance_missing_after_the_late_one_is_restarted_at_its_start_deadline():
+    machine = _late_start_restarted(Machine())
+    machine.at(11.0).on(Lost("broker-1", "h:1"))
+    machine.on(RestartDone("broker-1", ok=True))
+    assert machine.restarts(machine.tick_until(11.0 + 10.0)) == []
+    (again,) = machine.restarts(machine.tick_until(21.2))
+    assert "no sign of life" in again.cause and again.attempt == 2
+
+
+def test_an_instance_beating_after_its_restart_was_confirmed_is_the_new_one():
+    machine = _late_start_restarted(Machine())
+    machine.on(RestartDone("broker-1", ok=True))
+    machine.at(11.9).on(Seen("broker-1", "h:1"))  # alive after the restarter's kill: the new one
+    assert not machine.state.records["broker-1"].seen_in_restart
+    machine.at(12.0).on(Lost("broker-1", "h:1"))
+    assert machine.phase("broker-1") is Phase.DEAD
+    (again,) = machine.restarts(machine.at(13.2).on(Tick()))
+    assert again.cause == "heartbeat connection closed without a goodbye"
+
+
 def test_goodbye_means_no_restart_until_seen_again():
     machine = _up(Machine(), "client-1")
     machine.at(1.0).on(Departed("client-1", "h:1"))
@@ -478,6 +533,7 @@ def test_backoff_resets_after_a_stable_run():
         _beat_until(machine, "broker-1", f"h:{instance}", t)
         machine.on(Lost("broker-1", f"h:{instance}"))
         machine.on(Tick())
+        machine.on(RestartDone("broker-1", ok=True))
         machine.on(Seen("broker-1", f"h:{instance + 1}"))
     assert machine.state.records["broker-1"].flaps == 2
     _beat_until(machine, "broker-1", "h:4", 40.0)
@@ -638,6 +694,7 @@ def test_checkpoint_round_trip_across_clocks():
     for t, instance in ((5.0, 1), (11.0, 2)):
         machine.at(t).on(Lost("a", f"h:{instance}"))
         machine.on(Tick())
+        machine.on(RestartDone("a", ok=True))
         machine.on(Seen("a", f"h:{instance + 1}"))
     saved = to_checkpoint(machine.state, now=12.0, wall_now=1_000_012.0)
     # The new process has another monotonic origin, and 3 s passed while it restarted.
