@@ -68,7 +68,7 @@ def companions_from_args(args: argparse.Namespace,
 # Each sub-config's flags, under a heading of `--help`.
 FLAG_GROUPS = (("identity and cluster", ReplicationConfig), ("Kaska listener", NetworkConfig),
                ("storage", LogConfig), ("data and lifecycle", BrokerConfig),
-               ("replication groups", PlacementConfig), ("Kafka listener", KafkaListenerConfig))
+               ("replication groups", PlacementConfig), ("Kafka listeners", KafkaListenerConfig))
 
 
 def broker_health(server: BrokerServer, stale_after_s: float) -> HealthCheck:
