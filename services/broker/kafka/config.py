@@ -103,35 +103,33 @@ class KafkaListenerConfig:
 
     listeners: tuple[NamedAddress, ...] = setting(
         "--kafka-listeners",
-        "Kafka listeners, NAME://HOST:PORT[,...] (Kafka's `listeners`; "
-        "port 0: any free port), each its own socket; docs/kafka.md",
+        "Kafka listeners, NAME://HOST:PORT[,...] (Kafka's `listeners`; port 0: any free port), "
+        "each its own socket; docs/kafka.md",
         default=(),
         parse=parse_listeners,
         metavar="NAME://HOST:PORT,...",
     )
     advertised_listeners: tuple[NamedAddress, ...] = setting(
         "--kafka-advertised-listeners",
-        "what Kafka clients of each listener are told to "
-        "use, NAME://HOST:PORT[,...] (Kafka's `advertised.listeners`; a listener left out "
-        "advertises its bound address)",
+        "what Kafka clients of each listener are told to use, NAME://HOST:PORT[,...] "
+        "(Kafka's `advertised.listeners`; a listener left out advertises its bound address)",
         default=(),
         parse=parse_advertised_listeners,
         metavar="NAME://HOST:PORT,...",
     )
     security_protocol_map: tuple[tuple[str, str], ...] = setting(
         "--kafka-listener-security-protocol-map",
-        "NAME:PROTOCOL[,...] (Kafka's "
-        "`listener.security.protocol.map`); only PLAINTEXT is served, the default for every "
-        "listener not named after another protocol",
+        "NAME:PROTOCOL[,...] (Kafka's `listener.security.protocol.map`); only PLAINTEXT is "
+        "served, the default for every listener not named after another protocol",
         default=(),
         parse=parse_protocol_map,
         metavar="NAME:PROTOCOL,...",
     )
     peers: tuple[NamedPeer, ...] = setting(
         "--kafka-peers",
-        "the other brokers' advertised Kafka addresses, one per broker and "
-        "listener: ID@NAME://HOST:PORT[,...] (ID@HOST:PORT: listener PLAINTEXT); Kafka "
-        "clients learn every broker from METADATA",
+        "the other brokers' advertised Kafka addresses, one per broker and listener: "
+        "ID@NAME://HOST:PORT[,...] (ID@HOST:PORT: listener PLAINTEXT); Kafka clients learn "
+        "every broker from METADATA",
         default=(),
         parse=parse_kafka_peers,
         metavar="ID@NAME://HOST:PORT,...",
