@@ -5,5 +5,5 @@ ARG UPSTREAM_IMAGE=python:3.11-slim-bookworm
 FROM ${UPSTREAM_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openjdk-17-jre-headless tini procps ca-certificates prometheus \
+        openjdk-17-jre-headless tini procps ca-certificates prometheus kcat \
  && rm -rf /var/lib/apt/lists/*

@@ -5,8 +5,9 @@
 #
 # 1. TAG already exists and was made from this recipe: nothing to do (idempotent, ~0.1 s).
 # 2. The upstream base (python:3.11-slim-bookworm) can be pulled: derive TAG from it
-#    (docker/base-from-slim.Dockerfile adds Java 17, tini and procps with apt inside the build;
-#    that path only runs where a registry answers, so the network is there anyway).
+#    (docker/base-from-slim.Dockerfile adds Java 17, tini, procps, Prometheus and kcat with apt
+#    inside the build; that path only runs where a registry answers, so the network is there
+#    anyway).
 # 3. Otherwise: debootstrap a minimal Debian bookworm from the apt mirror this host is configured
 #    with (read from /etc/apt at run time), tar it and `docker import` it as TAG.
 # Needs root (debootstrap, chroot) and a Docker engine.
@@ -15,7 +16,8 @@ set -euo pipefail
 TAG="${1:-flights-optimizer-base:bookworm}"
 UPSTREAM_IMAGE="${UPSTREAM_IMAGE:-python:3.11-slim-bookworm}"
 SUITE="bookworm"
-PACKAGES="python3,python3-venv,openjdk-17-jre-headless,tini,procps,ca-certificates,prometheus"
+# kcat: Kafka's command-line client, for operators inside the Compose network (docs/kafka.md).
+PACKAGES="python3,python3-venv,openjdk-17-jre-headless,tini,procps,ca-certificates,prometheus,kcat"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RECIPE_LABEL="org.flights-optimizer.base-recipe"
 # The label ties the image to what it was built from: changing the package list rebuilds it.

@@ -18,9 +18,10 @@ N > `BROKERS_MAX`.
 Published on the host (everything else stays inside the Compose network): the live status page
 (`services/status`), the Spark master's web UI, the query service's driver UI, Prometheus
 (compose/prometheus/: it scrapes every service and holds the alert rules) and each broker's
-Kafka listener (docs/kafka.md), bound to `--publish-host` (default 127.0.0.1: this machine only)
-on `--status-port` (8000), `--spark-master-ui-port` (8080), `--spark-driver-ui-port` (4040),
-`--prometheus-port` (9090) and `--kafka-port-base` + i - 1 for broker-i (19092, 19093, ...).
+EXTERNAL Kafka listener (docs/kafka.md; its INTERNAL one serves the Compose network), bound to
+`--publish-host` (default 127.0.0.1: this machine only) on `--status-port` (8000),
+`--spark-master-ui-port` (8080), `--spark-driver-ui-port` (4040), `--prometheus-port` (9090)
+and `--kafka-port-base` + i - 1 for broker-i (19092, 19093, ...).
 These are the defaults of the variables FLIGHTS_PUBLISH_HOST, FLIGHTS_STATUS_PORT,
 FLIGHTS_SPARK_MASTER_UI_PORT, FLIGHTS_SPARK_DRIVER_UI_PORT, FLIGHTS_PROMETHEUS_PORT and
 FLIGHTS_KAFKA_PORT_<i>, so one rendering can also run beside another deployment.
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("spark_master_ui_port", "the Spark master's web UI"),
                        ("spark_driver_ui_port", "the query service's Spark UI"),
                        ("prometheus_port", "Prometheus's UI and HTTP API"),
-                       ("kafka_port_base", "broker-1's Kafka listener (broker-i: + i - 1)")):
+                       ("kafka_port_base", "broker-1's EXTERNAL Kafka listener (broker-i: +i-1)")):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             default=getattr(defaults, name),
                             help=f"host port of {what} (default {getattr(defaults, name)})")

@@ -53,7 +53,8 @@ PORTS = {
     "checker_status": 9101,  # the health checkers' signed status request (services/status)
     "status": 8000,  # the status page
     "spark_driver_ui": 4040,  # the query service's Spark UI
-    "kafka": 19092,  # each broker's Kafka listener (docs/kafka.md), published for host clients
+    "kafka": 19092,  # each broker's INTERNAL Kafka listener (docs/kafka.md), for this network
+    "kafka_external": 29092,  # its EXTERNAL one, published for host clients as kafka_port(i)
     "prometheus": 9090,  # Prometheus's UI and HTTP API (compose/prometheus/)
 }
 PORT_MIN, PORT_MAX = 1, 65535
@@ -96,10 +97,10 @@ class PublishedPortsError(ValueError):
 
 @dataclass(frozen=True)
 class PublishedPorts:
-    """Where the host reaches the status page, the Spark UIs, Prometheus and the brokers' Kafka
-    listeners (module doc). Broker i's Kafka port is `kafka_port(i)`: host and container must
-    agree on it, because the broker advertises it in Kafka's Metadata and clients connect where
-    it says."""
+    """Where the host reaches the status page, the Spark UIs, Prometheus and the brokers'
+    EXTERNAL Kafka listeners (module doc). Broker i's is published on `kafka_port(i)`, and the
+    broker advertises that very port on EXTERNAL in Kafka's Metadata: clients connect where it
+    says."""
 
     host: str = "127.0.0.1"
     status_port: int = 8000

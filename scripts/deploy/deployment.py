@@ -177,6 +177,16 @@ class ComposeDeployment:
             raise DeploymentError(f"no container for {service}; have {sorted(containers)}")
         return containers[service]
 
+    @property
+    def network(self) -> str:
+        """The Compose network the services share: `docker run --network` it to run a client
+        inside, where the brokers are known by their service names."""
+        networks = self.container(f"broker-{self.brokers[0]}").attrs["NetworkSettings"]["Networks"]
+        if len(networks) != 1:
+            raise DeploymentError(f"broker-{self.brokers[0]} is on {sorted(networks)}, not on "
+                                  "one network")
+        return next(iter(networks))
+
     def running(self) -> list[str]:
         return sorted(name for name, c in self.containers().items() if c.status == "running")
 

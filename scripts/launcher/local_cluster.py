@@ -11,8 +11,9 @@ while clients still reach the broker directly. The brokers share a cluster secre
 (`<work>/cluster_secret`, passed with `--secret-file`, its bytes in `LocalCluster.secret`).
 
 Readiness: a broker prints `kaska broker <id> listening on <host>:<port>` once it serves
-(services/broker/__main__.py), then, with a Kafka listener, `kafka listener of broker <id> on
-<host>:<port>`; `LocalBroker.wait_ready` reads them from its stdout (a port 0 is read back and
+(services/broker/__main__.py), then, with a Kafka listener, `kafka listener PLAINTEXT of broker
+<id> on <host>:<port>` (a spec's `kafka_listen`; listeners given in `extra_args` are the
+owner's to read); `LocalBroker.wait_ready` reads them from its stdout (a port 0 is read back and
 kept for restarts). Threads: none; a cluster is driven from one thread.
 """
 
@@ -173,7 +174,7 @@ class LocalBroker:
             # Printed right after the readiness line, which may have buffered it already (so no
             # select on the pipe); a broker dying in between ends the pipe: "" below.
             kafka_line = self.proc.stdout.readline().decode(errors="replace").strip()
-            if not kafka_line.startswith("kafka listener of broker"):
+            if not kafka_line.startswith("kafka listener PLAINTEXT of broker"):
                 raise BrokerStartError(f"broker {self.node_id}: no Kafka listener line "
                                        f"({kafka_line!r}): {self.tail()}")
             kafka = parse_host_port(kafka_line.rsplit(" ", 1)[1])

@@ -1,8 +1,9 @@
 """`python -m services.broker --node-id 1 --listen 127.0.0.1:9092 --data-dir DIR [...]`
 
 Prints `kaska broker <id> listening on <host>:<port>` on stdout once it serves (port 0 picks a
-free port; tests read the line), then, with `--kafka-listen`, `kafka listener of broker <id> on
-<host>:<port>`. SIGTERM or SIGINT stop it gracefully, exit code 0.
+free port; tests read the line), then one `kafka listener <NAME> of broker <id> on <host>:<port>`
+per Kafka listener (`--kafka-listeners`; `--kafka-listen` is one named PLAINTEXT), in the
+order given. SIGTERM or SIGINT stop it gracefully, exit code 0.
 
 With `--metrics-listen`, `/healthz` on that port answers 200 while every replication loop goes
 round (503 and why once one has not for `--healthz-stale-s`); `python -m common.probe` asks it,
@@ -45,7 +46,7 @@ from services.broker.server import BrokerServer
 from services.broker.storage.config import LogConfig
 
 # Threads whose death of an unexpected exception ends the process (common/essential_threads.py):
-# the replication loop, both listeners' accept loops, retention and the storage reaper.
+# the replication loop, every listener's accept loop, retention and the storage reaper.
 ESSENTIAL_THREADS = ("kaska-replication-", "kaska-accept", "kafka-accept", "kaska-retention",
                      "reaper-", "kaska-topic-mirror-", "kaska-leader-balancer")
 SIGNAL_POLL_S = 0.2
@@ -67,7 +68,7 @@ def companions_from_args(args: argparse.Namespace,
 # Each sub-config's flags, under a heading of `--help`.
 FLAG_GROUPS = (("identity and cluster", ReplicationConfig), ("Kaska listener", NetworkConfig),
                ("storage", LogConfig), ("data and lifecycle", BrokerConfig),
-               ("replication groups", PlacementConfig), ("Kafka listener", KafkaListenerConfig))
+               ("replication groups", PlacementConfig), ("Kafka listeners", KafkaListenerConfig))
 
 
 def broker_health(server: BrokerServer, stale_after_s: float) -> HealthCheck:
@@ -153,9 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host, port = server.address
     announce(f"kaska broker {args.node_id} listening on {host}:{port}")
-    if server.kafka_address is not None:
-        announce(f"kafka listener of broker {args.node_id} on {server.kafka_address[0]}:"
-                 f"{server.kafka_address[1]}")
+    for name, (host, port) in server.kafka_addresses.items():
+        announce(f"kafka listener {name} of broker {args.node_id} on {host}:{port}")
     # Python runs signal handlers on the main thread only, when it next wakes: a bare wait()
     # can sleep through a SIGTERM that the kernel handed to one of the busy server threads.
     while not stop_requested.wait(SIGNAL_POLL_S):

@@ -7,7 +7,7 @@ layer, which that layer receives as is:
   replication  ReplicationConfig (replication/config.py): node id, peers, token, cluster id,
                election and quorum timing, fsync policy, journal compaction
   placement    PlacementConfig: replication groups and the leader balancer
-  kafka        KafkaListenerConfig: Kafka's wire protocol beside Kaska's
+  kafka        KafkaListenerConfig (kafka/config.py): Kafka's named listeners beside Kaska's
 The command-line flags of `python -m services.broker` are declared on these fields
 (common/config_flags.py); `__main__` adds them and reads them back.
 """
@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from common.address import Address, Peer, parse_host_port, parse_peers
+from common.address import Address, parse_host_port
 from common.cluster_secret import SECRET_BYTES_MAX
 from common.config_flags import setting
 from common.kaska.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from services.broker.kafka.config import KafkaListenerConfig
 from services.broker.replication.config import PeerAddress, ReplicationConfig
 from services.broker.replication.placement import check_groups
 from services.broker.storage.config import LogConfig
@@ -93,24 +94,6 @@ class PlacementConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class KafkaListenerConfig:
-    """Kafka's wire protocol beside Kaska's (services/broker/kafka/, docs/kafka.md). METADATA
-    names every broker by its Kafka address: this one's (advertised, default the listen
-    address) and `peers`' (the other brokers', by the node ids of the replication peers)."""
-
-    listen: Address | None = setting(
-        "--kafka-listen", "HOST:PORT of the Kafka protocol listener (absent: none; port 0: "
-        "any free port); docs/kafka.md", default=None, parse=parse_host_port, metavar="HOST:PORT")
-    advertise: Address | None = setting(
-        "--kafka-advertise", "HOST:PORT Kafka clients are told to use (default: "
-        "--kafka-listen)", default=None, parse=parse_host_port, metavar="HOST:PORT")
-    peers: tuple[Peer, ...] = setting(
-        "--kafka-peers", "the other brokers' Kafka addresses, ID@HOST:PORT[,...] (Kafka "
-        "clients learn every broker from METADATA)", default=(), parse=parse_peers,
-        metavar="ID@HOST:PORT,...")
-
-
-@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_dir: Path = setting("--data-dir", "the broker's data directory", parse=Path,
                              required=True)
@@ -176,17 +159,22 @@ class BrokerConfig:
         return 1 + len(self.peers)
 
     def _check_kafka(self) -> None:
-        if self.kafka.listen is None:
-            if self.kafka.peers:
-                raise ValueError("--kafka-peers needs --kafka-listen")
+        if not self.kafka.enabled:
             return
         if self.token is not None:
             # The Kafka listener has no SASL yet: it would let anyone past the token.
-            raise ValueError("--kafka-listen cannot be combined with --token (the Kafka "
+            raise ValueError("a Kafka listener cannot be combined with --token (the Kafka "
                              "listener does not authenticate clients yet)")
-        peer_ids = {peer.node_id for peer in self.peers}
-        kafka_ids = [peer.node_id for peer in self.kafka.peers]
-        # Every broker leads some time: Kafka clients must be told how to reach each one.
-        if len(set(kafka_ids)) != len(kafka_ids) or set(kafka_ids) != peer_ids:
-            raise ValueError("--kafka-peers must give the Kafka address of every broker of "
-                             "--peers, each once")
+        peer_ids = sorted(peer.node_id for peer in self.peers)
+        # Every broker leads some time: Kafka clients on every listener must be told how to
+        # reach each one.
+        for spec in self.kafka.specs():
+            kafka_ids = sorted(peer.node_id for peer in self.kafka.peers_on(spec.name))
+            if kafka_ids != peer_ids:
+                raise ValueError(
+                    f"--kafka-peers must give every broker of --peers ({_ids(peer_ids)}) one "
+                    f"address on listener {spec.name}, got {_ids(kafka_ids)}")
+
+
+def _ids(node_ids: list[int]) -> str:
+    return ", ".join(map(str, node_ids)) or "none"

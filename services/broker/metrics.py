@@ -18,9 +18,10 @@ Metric families (names: `kaska_` prefix, `_total` counters, base units):
   latency: `kaska_request_duration_seconds{listener,api}` (histogram, request_durations.py);
 - consumers: `kaska_consumergroup_lag{group,topic,partition}` (high watermark minus committed
   offset, on the partition's leader only: consumer_lag.py);
-- listeners: `kaska_listener_connections{listener}` (open now: kaska, kafka) and
-  `kaska_listener_connections_refused_total{listener,reason}` (closed unserved, network/acceptor.py:
-  `full` at `--connections-max`, `stopping` during shutdown);
+- listeners: `kaska_listener_connections{listener}` (open now: kaska, and kafka-<NAME> for each
+  named Kafka listener, e.g. kafka-INTERNAL) and
+  `kaska_listener_connections_refused_total{listener,reason}` (closed unserved,
+  network/acceptor.py: `full` at `--connections-max`, `stopping` during shutdown);
 - partitions: `kaska_partition_log_start_offset` (what consumers may read from: the first
   segment's base, or where DELETE_RECORDS moved it), `kaska_partition_log_end_offset`,
   `kaska_partition_high_watermark`, `kaska_partition_size_bytes` (labels topic, partition);
@@ -280,7 +281,7 @@ class BrokerCollector(Collector):
 
     def _listener_families(self) -> Iterator[Metric]:
         open_now = GaugeMetricFamily("kaska_listener_connections", "Connections open, by "
-                                     "listener (kaska, kafka).", labels=["listener"])
+                                     "listener (kaska, kafka-<NAME>).", labels=["listener"])
         refused = CounterMetricFamily(
             "kaska_listener_connections_refused", "Connections closed unserved, by listener "
             "and reason (full: --connections-max reached; stopping: shutdown under way).",

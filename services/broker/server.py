@@ -29,9 +29,10 @@ connections close at once), force-close what outlives `shutdown_grace_s`, then f
 the log. Startable in-process:
 `BrokerServer(config).start()` ... `.stop()`.
 
-With `kafka.listen` set, a second listener speaks Kafka's protocol over the same log, context and
-replication (services/broker/kafka/listener.py): bound with the Kaska listener, started with
-it, and stopped and drained alongside it.
+With Kafka listeners configured (kafka/config.py: `--kafka-listeners`, or `--kafka-listen`), each
+named one speaks Kafka's protocol over the same log, context and replication
+(services/broker/kafka/listener.py), advertising its own addresses: bound with the Kaska
+listener, started with it, and stopped and drained alongside it.
 
 Companions (`start()`/`stop()` objects, e.g. the heartbeat sender of `common/heartbeat.py`)
 start once the broker listens and stop first on shutdown.
@@ -48,7 +49,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from common.kaska.protocol.metadata import BrokerInfo
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, CommittedOffsets
 from services.broker.cluster.replica_manager import ReplicaManager
@@ -77,7 +77,6 @@ from services.broker.storage.log import Log
 from services.broker.storage.partition import AppendResult
 
 if TYPE_CHECKING:
-    from services.broker.kafka.context import KafkaContext
     from services.broker.kafka.listener import KafkaListener
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class BrokerServer:
                                   read_timeout_s=network.read_timeout_s,
                                   backlog=network.listen_backlog)
         self.address: tuple[str, int] | None = None
-        self.kafka: KafkaListener | None = None
+        self.kafka_listeners: list[KafkaListener] = []  # in --kafka-listeners order
         self.metrics = BrokerCounters()  # read by services.broker.metrics at scrape time
         self._opened_logs: list[Log] = []  # every group's, as opened (closed on stop)
         self._opened_nodes: list[ReplicationNode] = []
@@ -132,7 +131,7 @@ class BrokerServer:
         config = self.config
         # Bind first (a taken port fails fast), listen only once recovery is done.
         self._acceptor.bind()
-        self.kafka = self._bind_kafka()
+        self._bind_kafka()
         check_group_count(config.data_dir, config.groups)
         notifier = DataNotifier()
         self._groups: list[ReplicationGroup] = []
@@ -176,8 +175,8 @@ class BrokerServer:
         self._retention.start()
         for companion in self._companions:
             companion.start()
-        if self.kafka is not None:
-            self.kafka.start(self._kafka_context())
+        if self.kafka_listeners:
+            self._start_kafka()
         self._acceptor.start(lambda sock, peer, forget: Connection(sock, peer, self.context,
                                                                    forget))
 
@@ -271,9 +270,9 @@ class BrokerServer:
         return ""
 
     @property
-    def kafka_address(self) -> tuple[str, int] | None:
-        """(host, port) of the Kafka listener; None without one."""
-        return None if self.kafka is None else self.kafka.address
+    def kafka_addresses(self) -> dict[str, tuple[str, int]]:
+        """Each Kafka listener's bound (host, port), by name; {} without one."""
+        return {listener.listener: listener.address for listener in self.kafka_listeners}
 
     @property
     def bootstrap(self) -> str:
@@ -293,36 +292,41 @@ class BrokerServer:
 
     # -- start helpers -----------------------------------------------------------------------
 
-    def _bind_kafka(self) -> KafkaListener | None:
+    def _bind_kafka(self) -> None:
         config = self.config
-        if config.kafka.listen is None:
-            return None
+        if not config.kafka.enabled:
+            return
         # Imported only when used: kafka-python's schemas cost a broker without a Kafka
         # listener half a second of start-up on a busy machine.
         from services.broker.kafka.listener import KafkaListener
-        listener = KafkaListener(*config.kafka.listen,
-                                 connections_max=config.network.connections_max,
-                                 read_timeout_s=config.network.read_timeout_s,
-                                 request_bytes_max=config.network.frame_bytes_max,
-                                 backlog=config.network.listen_backlog)
-        listener.bind()
-        return listener
+        for spec in config.kafka.specs():
+            listener = KafkaListener(spec.name, *spec.listen,
+                                     connections_max=config.network.connections_max,
+                                     read_timeout_s=config.network.read_timeout_s,
+                                     request_bytes_max=config.network.frame_bytes_max,
+                                     backlog=config.network.listen_backlog)
+            # Kept before binding: a later listener's taken port must release this one.
+            self.kafka_listeners.append(listener)
+            listener.bind()
 
-    def _kafka_context(self) -> KafkaContext:
+    def _start_kafka(self) -> None:
+        """Each listener with its own context (its advertised addresses); one group
+        coordinator and one producer-id source for all."""
         from services.broker.kafka.consumer_groups import GroupCoordinator
         from services.broker.kafka.context import KafkaContext
 
         config = self.config
-        own = BrokerInfo(config.node_id, *(config.kafka.advertise or self.kafka.address))
-        others = tuple(BrokerInfo(*peer) for peer in config.kafka.peers)
-        return KafkaContext(broker=self.context, node_id=config.node_id, brokers=(own, *others),
-                            cluster_id=self.node.identity.cluster_id,
-                            rng=random.SystemRandom(),
-                            consumer_groups=GroupCoordinator())
+        shared = {"broker": self.context, "node_id": config.node_id,
+                  "cluster_id": self.node.identity.cluster_id, "rng": random.SystemRandom(),
+                  "consumer_groups": GroupCoordinator()}
+        for listener in self.kafka_listeners:
+            brokers = config.kafka.brokers_on(listener.listener, config.node_id,
+                                              listener.address)
+            listener.start(KafkaContext(brokers=brokers, listener=listener.listener, **shared))
 
     def _abort_start(self) -> None:
-        if self.kafka is not None:
-            self.kafka.close_unstarted()
+        for listener in self.kafka_listeners:
+            listener.close_unstarted()
         retention = getattr(self, "_retention", None)
         if retention is not None:
             retention.stop()
@@ -344,18 +348,18 @@ class BrokerServer:
 
     @property
     def acceptors(self) -> list[Acceptor]:
-        """Both listeners (Kafka's when it is on), for the metrics."""
-        return [self._acceptor] + ([self.kafka] if self.kafka is not None else [])
+        """Kaska's listener and each Kafka listener, for the metrics."""
+        return [self._acceptor, *self.kafka_listeners]
 
     # -- stop helpers ------------------------------------------------------------------------
 
     def _stop_accepting(self) -> None:
         self._acceptor.stop_accepting()
-        if self.kafka is not None:
-            self.kafka.stop_accepting()
+        for listener in self.kafka_listeners:
+            listener.stop_accepting()
 
     def _drain_connections(self) -> None:
-        """Both listeners' connections drain at the same time, within one grace period."""
+        """Every listener's connections drain at the same time, within one grace period."""
         acceptors = self.acceptors
         for acceptor in acceptors:
             acceptor.interrupt_all()

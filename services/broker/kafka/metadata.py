@@ -1,5 +1,9 @@
 """Metadata (api key 3): the brokers' Kafka addresses and who leads each partition.
 
+The addresses are those of the listener the request came in through (context.py's
+`advertised_brokers`): a client inside a container network is told the brokers' names there, one
+on the host their published addresses.
+
 Leadership is the replica manager's (cluster/replica_manager.py): a partition's leader is named
 only when it holds its lease and is a broker with a known Kafka address; otherwise the partition
 answers LEADER_NOT_AVAILABLE, which clients retry. A partition's leader is its replication group's
@@ -23,7 +27,7 @@ from kafka.protocol.metadata import MetadataResponse
 
 from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.topic_name import is_internal
-from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.context import KafkaContext, advertised_brokers
 from services.broker.kafka.errors import LEADER_NOT_AVAILABLE, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from services.broker.replication.in_sync import in_sync_replicas
 
@@ -43,7 +47,7 @@ def handle(kctx: KafkaContext, request) -> MetadataResponse:
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[Broker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
-                 for b in kctx.brokers],
+                 for b in advertised_brokers(kctx)],
         cluster_id=kctx.cluster_id, controller_id=controller_id(kctx), topics=topics)
 
 

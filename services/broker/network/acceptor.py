@@ -1,6 +1,6 @@
-"""One listening socket and the connections it admits, one thread each: the broker has two,
-Kaska's (server.py) and Kafka's (kafka/listener.py), which differ only in the connection they
-serve.
+"""One listening socket and the connections it admits, one thread each: the broker has Kaska's
+(server.py) and one per named Kafka listener (kafka/listener.py), which differ only in the
+connection they serve.
 
 Bounds: at most `connections_max` connections (beyond that a new one is closed at once, and
 counted in `refusals` by reason: `full`, or `stopping` for one that arrived during shutdown);
@@ -51,11 +51,14 @@ def _timeval(seconds: float) -> bytes:
 
 class Acceptor:
     def __init__(self, host: str, port: int, *, name: str, connections_max: int,
-                 read_timeout_s: float, backlog: int) -> None:
-        """`name`: what the log lines and thread names call these connections ("kaska")."""
+                 read_timeout_s: float, backlog: int,
+                 accept_thread_name: str | None = None) -> None:
+        """`name`: what the log lines, thread names and metrics call these connections
+        ("kaska"); `accept_thread_name`: the accepting thread's (default `<name>-accept`)."""
         self._host = host
         self._port = port
         self._name = name
+        self._accept_thread_name = accept_thread_name or f"{name}-accept"
         self._connections_max = connections_max
         self._read_timeout_s = read_timeout_s
         self._backlog = backlog
@@ -93,7 +96,7 @@ class Acceptor:
         self.listen()
         self._make = make
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                               name=f"{self._name}-accept")
+                                               name=self._accept_thread_name)
         self._accept_thread.start()
 
     def close_unstarted(self) -> None:

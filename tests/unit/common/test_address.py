@@ -1,4 +1,5 @@
-"""HOST:PORT and ID@HOST:PORT: one parser for every service; the old ID=HOST:PORT warns."""
+"""HOST:PORT, ID@HOST:PORT and Kafka's named NAME://HOST:PORT: one parser for every service; the
+old ID=HOST:PORT warns."""
 
 import io
 
@@ -7,10 +8,15 @@ import pytest
 from common.address import (
     Address,
     AddressError,
+    NamedAddress,
+    NamedPeer,
     Peer,
+    format_named,
     format_peers,
     parse_host_port,
     parse_host_ports,
+    parse_named_addresses,
+    parse_named_peers,
     parse_peers,
 )
 
@@ -64,3 +70,43 @@ def test_the_old_checker_syntax_is_read_with_one_warning_line():
 def test_a_bad_peer_is_a_named_error(text):
     with pytest.raises(AddressError):
         parse_peers(text)
+
+
+def test_named_addresses_are_read_upper_case_and_print_back():
+    named = parse_named_addresses("internal://broker-1:19092, EXTERNAL://[::1]:0,")
+    assert named == (NamedAddress("INTERNAL", "broker-1", 19092),
+                     NamedAddress("EXTERNAL", "::1", 0))
+    assert parse_named_addresses(format_named(named)) == named
+    assert str(named[1]) == "EXTERNAL://[::1]:0"
+    assert named[0].address == Address("broker-1", 19092)
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("broker-1:19092", "no listener NAME://"),
+    ("://h:1", "a name is a letter"),
+    ("1ST://h:1", "a name is a letter"),
+    ("IN TERNAL://h:1", "a name is a letter"),
+    ("A" * 65 + "://h:1", "at most 64 characters"),
+    ("A://h", "no ':' before the port"),
+    ("A://:1", "the host is empty"),
+    ("A://h:99999", "0..65535"),
+])
+def test_a_bad_named_address_is_a_named_error(text, reason):
+    with pytest.raises(AddressError, match="expected NAME://HOST:PORT") as raised:
+        parse_named_addresses(text)
+    assert reason in str(raised.value) and repr(text) in str(raised.value)
+
+
+def test_named_peers_default_their_listener_and_print_back():
+    peers = parse_named_peers("2@internal://b2:1,3@b3:2", default_name="PLAINTEXT")
+    assert peers == (NamedPeer(2, "INTERNAL", "b2", 1), NamedPeer(3, "PLAINTEXT", "b3", 2))
+    assert parse_named_peers(format_named(peers), default_name="X") == peers
+
+
+@pytest.mark.parametrize("text, expected", [("INTERNAL://b2:1", "expected ID@NAME://HOST:PORT"),
+                                            ("x@A://b2:1", "expected ID@NAME://HOST:PORT"),
+                                            ("2@A://b2:0", "1..65535"),
+                                            ("2@-://b2:1", "a name is a letter")])
+def test_a_bad_named_peer_is_a_named_error(text, expected):
+    with pytest.raises(AddressError, match=expected):
+        parse_named_peers(text, default_name="PLAINTEXT", port_min=1)

@@ -16,6 +16,7 @@ from scripts.deploy.compose_file import (
     ask,
     render,
 )
+from services.broker.__main__ import config_from_args, parse_args
 
 
 def _services(text: str) -> dict:
@@ -286,6 +287,8 @@ def _as_compose_reads(text: str, environment: dict[str, str]) -> str:
                                               "FLIGHTS_KAFKA_ADVERTISE_HOST": "10.1.2.3",
                                               "FLIGHTS_PUBLISH_HOST": "0.0.0.0"}])
 def test_each_brokers_kafka_listener_is_published_where_every_broker_advertises_it(environment):
+    """EXTERNAL: published on the host and advertised there; INTERNAL: the service name inside
+    the network, never published; every broker names every other on both."""
     published = PublishedPorts(kafka_port_base=30000).check()
     text = render(DeploymentShape(brokers=5).check(), published=published)
     services = _services(_as_compose_reads(text, environment))
@@ -293,14 +296,22 @@ def test_each_brokers_kafka_listener_is_published_where_every_broker_advertises_
     publish_host = environment.get("FLIGHTS_PUBLISH_HOST", "127.0.0.1")
     host_port = {i: int(environment.get(f"FLIGHTS_KAFKA_PORT_{i}", 30000 + i - 1))
                  for i in range(1, 6)}
+    external = {i: f"EXTERNAL://{advertise_host}:{host_port[i]}" for i in range(1, 6)}
+    internal = {i: f"INTERNAL://broker-{i}:19092" for i in range(1, 6)}
     for i in range(1, 6):
         service = services[f"broker-{i}"]
-        command = service["command"]
-        assert _flag(command, "kafka-listen") == "0.0.0.0:19092"
-        assert _flag(command, "kafka-advertise") == f"{advertise_host}:{host_port[i]}"
-        assert _flag(command, "kafka-peers").split(",") == [
-            f"{j}@{advertise_host}:{host_port[j]}" for j in range(1, 6) if j != i]
-        assert service["ports"] == [f"{publish_host}:{host_port[i]}:19092"]
+        args = parse_args(service["command"][3:])  # after "python -m services.broker"
+        kafka = config_from_args(args, secret=b"s").kafka  # every flag checked, as at start
+        assert [str(listener) for listener in kafka.listeners] == [
+            "INTERNAL://0.0.0.0:19092", "EXTERNAL://0.0.0.0:29092"]
+        assert [str(listener) for listener in kafka.advertised_listeners] == [
+            internal[i], external[i]]
+        assert dict(kafka.security_protocol_map) == {"INTERNAL": "PLAINTEXT",
+                                                      "EXTERNAL": "PLAINTEXT"}
+        assert [str(peer) for peer in kafka.peers] == [
+            f"{j}@{address[j]}" for j in range(1, 6) if j != i for address in (internal,
+                                                                                external)]
+        assert service["ports"] == [f"{publish_host}:{host_port[i]}:29092"]
 
 
 def test_a_kafka_port_range_over_another_published_port_is_refused():

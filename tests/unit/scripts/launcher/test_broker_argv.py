@@ -33,7 +33,9 @@ def test_every_field_reaches_the_broker_as_given():
     assert config.network.listen == spec.listen
     assert [(peer.node_id, peer.host, peer.port) for peer in config.peers] == [
         (1, "h1", 9001), (3, "::1", 9003)]
-    assert config.kafka.listen == spec.kafka_listen and config.kafka.peers == spec.kafka_peers
+    assert config.kafka.listen == spec.kafka_listen
+    assert [(peer.node_id, peer.name, peer.host, peer.port) for peer in config.kafka.peers] == [
+        (1, "PLAINTEXT", "h1", 19091), (3, "PLAINTEXT", "h3", 19093)]
     assert config.replication.journal_entries_max == 10
     assert args.secret_file == Path("/s") and args.metrics_listen == ("127.0.0.1", 9102)
     assert args.heartbeat_targets == (("hc", 9500),)
