@@ -3,7 +3,13 @@ journaled path as Kaska's CREATE_TOPIC / DELETE_TOPIC (cluster/replica_manager.p
 majority has the entry. Only the controller -- the cluster's leader, as Metadata names it --
 takes them; elsewhere NOT_CONTROLLER sends clients there. Every broker holds every partition,
 so the replication factor is the cluster's: -1 or any count up to the brokers' is accepted,
-more is INVALID_REPLICATION_FACTOR. Explicit replica assignments and topic configs are refused.
+more is INVALID_REPLICATION_FACTOR. Explicit replica assignments are refused.
+
+Topic configs: the ones Kaska has per topic (cluster/topic_configs.py: retention.ms,
+retention.bytes, segment.bytes) are stored before the topic is created and answered back, from
+v5, with the topic's other configs (describe_configs.py); any other key refuses the topic with
+INVALID_CONFIG and a message naming every refused key, as does a bad value. validate_only
+checks them and creates nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +17,16 @@ from __future__ import annotations
 from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
 
 from common.kaska.errors import InvalidRequestError, KaskaError, NotLeaderError
+from services.broker.cluster import topic_configs
 from services.broker.handlers.common import client_writable_topic
 from services.broker.kafka.context import KafkaContext
-from services.broker.kafka.errors import INVALID_REPLICATION_FACTOR, NONE, kafka_code
+from services.broker.kafka.describe_configs import topic_entries
+from services.broker.kafka.errors import (
+    INVALID_CONFIG,
+    INVALID_REPLICATION_FACTOR,
+    NONE,
+    kafka_code,
+)
 
 NOT_CONTROLLER = 41
 DEFAULT_PARTITIONS = 1
@@ -21,9 +34,12 @@ DEFAULT_REPLICATION = -1
 
 Created = CreateTopicsResponse.CreatableTopicResult
 Deleted = DeleteTopicsResponse.DeletableTopicResult
+ResultConfig = Created.CreatableTopicConfigs
 
 
 def _code(error: KaskaError) -> int:
+    if isinstance(error, topic_configs.InvalidTopicConfigError):
+        return INVALID_CONFIG
     return NOT_CONTROLLER if isinstance(error, NotLeaderError) else kafka_code(error)
 
 
@@ -40,15 +56,22 @@ def _create(kctx: KafkaContext, topic, validate_only: bool):
                      num_partitions=partitions, replication_factor=replication, configs=[])
     try:
         client_writable_topic(topic.name)
-        if topic.assignments or topic.configs:
-            raise InvalidRequestError("replica assignments and topic configs are not supported")
+        if topic.assignments:
+            raise InvalidRequestError("replica assignments are not supported")
+        settings = topic_configs.parse(((c.name, c.value) for c in topic.configs),
+                                       kctx.broker.config.storage)
         if replication != DEFAULT_REPLICATION and not 1 <= replication <= len(kctx.brokers):
             result.error_code = INVALID_REPLICATION_FACTOR
             result.error_message = (f"replication factor {replication}: every partition is on "
                                     f"all {len(kctx.brokers)} brokers")
             return result
         if not validate_only:
-            kctx.broker.topics.create_topic(topic.name, partitions)
+            kctx.broker.topics.create_topic(
+                topic.name, partitions,
+                prepare=lambda: kctx.broker.topic_configs.prepare(topic.name, settings))
+        result.configs = [ResultConfig(name=c.name, value=c.value, read_only=c.read_only,
+                                       config_source=c.source, is_sensitive=False)
+                          for c in topic_entries(kctx, settings)]
     except KaskaError as error:
         result.error_code = _code(error)
         result.error_message = str(error)

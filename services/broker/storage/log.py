@@ -87,6 +87,9 @@ class Log:
                  holds: Callable[[str, int], bool] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.config = config or LogConfig()
+        # A topic's own settings (cluster/topic_configs.py), given to its partitions as they
+        # open; the broker's until the broker sets its resolver.
+        self.topic_config: Callable[[str], LogConfig] = lambda _name: self.config
         self._clock_ms = clock_ms
         self._holds = holds or _every_partition
         self._lock = threading.Lock()
@@ -285,7 +288,8 @@ class Log:
         opened: list[PartitionLog | None] = []
         try:
             for p in range(partitions):
-                opened.append(PartitionLog(topic_dir / str(p), self.config, self._clock_ms,
+                opened.append(PartitionLog(topic_dir / str(p),
+                                           self.topic_config(topic_dir.name), self._clock_ms,
                                            self.space)
                               if self._holds(topic_dir.name, p) else None)
         except BaseException:
