@@ -16,8 +16,5 @@ def handle(ctx: BrokerContext, body: RequestBody) -> Reply:
     request = CreateTopicRequest.decode(body.read_all(ctx.config.network.control_body_bytes_max),
                                         body.version)
     client_writable_topic(request.topic)
-    # The broker's settings: none left over from an earlier topic of that name.
-    topic_id = ctx.topics.create_topic(
-        request.topic, request.partitions,
-        prepare=lambda: ctx.topic_configs.prepare(request.topic, {}))
+    topic_id = ctx.topics.create_topic(request.topic, request.partitions)
     return Reply(CreateTopicResponse(WireTopicId(*topic_id)).encode(request.version))

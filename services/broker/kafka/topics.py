@@ -14,9 +14,16 @@ checks them and creates nothing.
 
 from __future__ import annotations
 
+import logging
+
 from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
 
-from common.kaska.errors import InvalidRequestError, KaskaError, NotLeaderError
+from common.kaska.errors import (
+    InvalidRequestError,
+    KaskaError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+)
 from services.broker.cluster import topic_configs
 from services.broker.handlers.common import client_writable_topic
 from services.broker.kafka.context import KafkaContext
@@ -27,6 +34,8 @@ from services.broker.kafka.errors import (
     NONE,
     kafka_code,
 )
+
+log = logging.getLogger(__name__)
 
 NOT_CONTROLLER = 41
 DEFAULT_PARTITIONS = 1
@@ -66,9 +75,7 @@ def _create(kctx: KafkaContext, topic, validate_only: bool):
                                     f"all {len(kctx.brokers)} brokers")
             return result
         if not validate_only:
-            kctx.broker.topics.create_topic(
-                topic.name, partitions,
-                prepare=lambda: kctx.broker.topic_configs.prepare(topic.name, settings))
+            _create_with(kctx, topic.name, partitions, settings)
         result.configs = [ResultConfig(name=c.name, value=c.value, read_only=c.read_only,
                                        config_source=c.source, is_sensitive=False)
                           for c in topic_entries(kctx, settings)]
@@ -76,6 +83,34 @@ def _create(kctx: KafkaContext, topic, validate_only: bool):
         result.error_code = _code(error)
         result.error_message = str(error)
     return result
+
+
+def _create_with(kctx: KafkaContext, name: str, partitions: int, settings: dict[str, int]):
+    """Create the topic with its settings stored first; if the create fails before the topic
+    exists, the settings are taken back (best effort: a later create of the name rewrites
+    them all anyway)."""
+    configs = kctx.broker.topic_configs
+    prepared = []
+
+    def prepare() -> None:
+        configs.prepare(name, settings)
+        prepared.append(name)
+
+    try:
+        kctx.broker.topics.create_topic(name, partitions, prepare=prepare)
+    except NotEnoughReplicasError:
+        raise  # created: some replication group has not opened it yet
+    except KaskaError:
+        if prepared and settings:
+            _take_back(configs, name)
+        raise
+
+
+def _take_back(configs, name: str) -> None:
+    try:
+        configs.prepare(name, {})
+    except KaskaError as error:
+        log.info("settings of topic %r not taken back after its failed create: %s", name, error)
 
 
 def handle_delete(kctx: KafkaContext, request) -> DeleteTopicsResponse:
