@@ -13,6 +13,7 @@ from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.protocol.admin import DescribeConfigsRequest
 
 from tests.integration.kafka.clients import (
     CLIENT_TIMEOUT_S,
@@ -20,7 +21,7 @@ from tests.integration.kafka.clients import (
     kafka_consumer,
     produce,
 )
-from tests.integration.kafka.kafka_broker import KafkaBroker, wait_for
+from tests.integration.kafka.kafka_broker import KafkaBroker, kafka_request, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -241,3 +242,68 @@ def test_a_topics_segment_and_retention_bytes_roll_and_trim_it_across_a_restart(
         )
     finally:
         broker.kill()
+
+
+def _topic_config_on(address: str, topic: str, name: str) -> tuple[str, int] | None:
+    """(value, source) of one topic config as the broker at `address` describes it."""
+    request = DescribeConfigsRequest[4](
+        resources=[
+            DescribeConfigsRequest[4].DescribeConfigsResource(
+                resource_type=ConfigResourceType.TOPIC.value,
+                resource_name=topic,
+                configuration_keys=[name],
+            )
+        ],
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    [result] = kafka_request(address, request).results
+    if result.error_code or not result.configs:
+        return None
+    return result.configs[0].value, result.configs[0].config_source
+
+
+@pytest.mark.slow
+def test_a_cluster_lists_a_group_once_and_every_broker_rolls_by_the_topics_settings(
+    kafka_cluster, topic_name
+):
+    """Three brokers: the settings reach the followers (their copies of `__offsets`), which
+    describe them and roll their replicas by them; only the coordinator lists the group, so
+    the AdminClient's list over every broker names it once."""
+    bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
+    admin = confluent_admin(bootstrap)
+    admin.create_topics([NewTopic(topic_name, 1, config={"segment.bytes": str(SEGMENT_BYTES)})])[
+        topic_name
+    ].result(CLIENT_TIMEOUT_S)
+    produce(
+        bootstrap,
+        topic_name,
+        [(0, None, bytes(VALUE_BYTES)) for _ in range(80)],
+        **{"batch.size": 4096},
+    )
+    for i in kafka_cluster.ids:
+        address = kafka_cluster.kafka_address(i)
+        assert wait_for(
+            lambda a=address: _topic_config_on(a, topic_name, "segment.bytes"),
+            f"broker {i} describes the topic",
+        ) == (str(SEGMENT_BYTES), 1)
+        sealed = wait_for(
+            lambda b=kafka_cluster.brokers[i]: (
+                len(_segments(b, topic_name)) >= 2 and _segments(b, topic_name)
+            ),
+            f"broker {i} rolled its replica",
+        )
+        assert max(sealed.values()) <= SEGMENT_BYTES
+
+    group = f"{topic_name}-group"
+    member = kafka_consumer(bootstrap, group)
+    try:
+        member.subscribe([topic_name])
+        wait_for(lambda: member.poll(0.1) or member.assignment(), "the member's assignment")
+        with kafka_python_admin(bootstrap) as kp_admin:
+            listed = [g["group_id"] for g in kp_admin.list_groups()]
+            described = kp_admin.describe_groups([group])[group]
+        assert listed.count(group) == 1
+        assert described["group_state"] == "Stable" and len(described["members"]) == 1
+    finally:
+        member.close()
