@@ -31,6 +31,10 @@ consumer protocol.
 
 An empty group is forgotten when its last member leaves (its committed offsets stay).
 
+`describe` and `describe_all` copy groups out under the lock for DescribeGroups and ListGroups
+(groups_admin.py): state, protocol, and per member the client id and host of its latest join,
+its subscription in the chosen protocol and its assignment.
+
 Thread-safety: `Group` none; `GroupCoordinator` one lock and one condition for all groups.
 """
 
