@@ -23,6 +23,7 @@ from common.kaska.errors import (
     KaskaError,
     NotEnoughReplicasError,
     NotLeaderError,
+    TopicAlreadyExistsError,
 )
 from services.broker.cluster import topic_configs
 from services.broker.handlers.common import client_writable_topic
@@ -82,6 +83,7 @@ def _create(kctx: KafkaContext, topic, validate_only: bool):
     except KaskaError as error:
         result.error_code = _code(error)
         result.error_message = str(error)
+        log.info("kafka CreateTopics of %r refused: %s", topic.name, error)
     return result
 
 
@@ -98,8 +100,10 @@ def _create_with(kctx: KafkaContext, name: str, partitions: int, settings: dict[
 
     try:
         kctx.broker.topics.create_topic(name, partitions, prepare=prepare)
-    except NotEnoughReplicasError:
-        raise  # created: some replication group has not opened it yet
+    except (NotEnoughReplicasError, TopicAlreadyExistsError):
+        # Created, some replication group has not opened it yet; or another create of the
+        # name won: either way the settings now belong to a topic.
+        raise
     except KaskaError:
         if prepared and settings:
             _take_back(configs, name)
