@@ -65,6 +65,7 @@ class StandInTopics:
 
     def __init__(self) -> None:
         self.live: dict[str, LiveTopic] = {}
+        self.fail_after_prepare: Exception | None = None  # a create that fails after it
 
     def committed_topics(self) -> dict[str, LiveTopic]:
         return dict(self.live)
@@ -72,6 +73,8 @@ class StandInTopics:
     def create_topic(self, name: str, partitions: int, prepare=None) -> TopicId:
         if prepare is not None and name not in self.live:
             prepare()
+        if self.fail_after_prepare is not None:
+            raise self.fail_after_prepare
         self.live[name] = LiveTopic(TopicId(1, len(self.live) + 1), partitions)
         return self.live[name].topic_id
 
@@ -431,3 +434,11 @@ def test_validate_only_checks_configs_and_creates_nothing(kctx):
     )
     assert create(kctx, 7, "t", {"retention.bytes": "1000"}, validate_only=True).error_code == NONE
     assert "t" not in kctx.broker.topics.live and kctx.broker.topic_configs.settings("t") == {}
+
+
+def test_a_create_that_fails_takes_its_settings_back(kctx):
+    kctx.broker.topics.fail_after_prepare = NotLeaderError("broker 2 leads the metadata group")
+    result = create(kctx, 7, "t", {"retention.bytes": "1000"})
+    assert result.error_code == 41  # NOT_CONTROLLER: the client asks the controller again
+    assert "t" not in kctx.broker.topics.live
+    assert kctx.broker.topic_configs.settings("t") == {}
