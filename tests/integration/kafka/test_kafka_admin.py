@@ -15,6 +15,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.protocol.admin import DescribeConfigsRequest
 
+from services.broker.replication.placement import group_directory, group_of
 from tests.integration.kafka.clients import (
     CLIENT_TIMEOUT_S,
     create_topic,
@@ -22,6 +23,7 @@ from tests.integration.kafka.clients import (
     produce,
 )
 from tests.integration.kafka.kafka_broker import KafkaBroker, kafka_request, wait_for
+from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 
 pytestmark = pytest.mark.integration
 
@@ -263,47 +265,63 @@ def _topic_config_on(address: str, topic: str, name: str) -> tuple[str, int] | N
     return result.configs[0].value, result.configs[0].config_source
 
 
-@pytest.mark.slow
-def test_a_cluster_lists_a_group_once_and_every_broker_rolls_by_the_topics_settings(
-    kafka_cluster, topic_name
-):
-    """Three brokers: the settings reach the followers (their copies of `__offsets`), which
-    describe them and roll their replicas by them; only the coordinator lists the group, so
-    the AdminClient's list over every broker names it once."""
-    bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
-    admin = confluent_admin(bootstrap)
-    admin.create_topics([NewTopic(topic_name, 1, config={"segment.bytes": str(SEGMENT_BYTES)})])[
-        topic_name
-    ].result(CLIENT_TIMEOUT_S)
-    produce(
-        bootstrap,
-        topic_name,
-        [(0, None, bytes(VALUE_BYTES)) for _ in range(80)],
-        **{"batch.size": 4096},
-    )
-    for i in kafka_cluster.ids:
-        address = kafka_cluster.kafka_address(i)
-        assert wait_for(
-            lambda a=address: _topic_config_on(a, topic_name, "segment.bytes"),
-            f"broker {i} describes the topic",
-        ) == (str(SEGMENT_BYTES), 1)
-        sealed = wait_for(
-            lambda b=kafka_cluster.brokers[i]: (
-                len(_segments(b, topic_name)) >= 2 and _segments(b, topic_name)
-            ),
-            f"broker {i} rolled its replica",
-        )
-        assert max(sealed.values()) <= SEGMENT_BYTES
+def _sealed_on(broker, topic: str, partition: int, groups: int) -> dict[int, int]:
+    """Base offset -> size of a partition's sealed segments in a broker's data directory."""
+    directory = group_directory(broker.data_dir, group_of(topic, partition, groups))
+    paths = sorted((directory / topic / str(partition)).glob("*.log"))
+    return {int(path.stem): path.stat().st_size for path in paths[:-1]}
 
-    group = f"{topic_name}-group"
-    member = kafka_consumer(bootstrap, group)
+
+@pytest.mark.slow
+def test_a_cluster_lists_a_group_once_and_every_replica_rolls_by_the_topics_settings(
+    tmp_path, topic_name
+):
+    """Three brokers, one replication group each (the default): the settings reach every
+    broker (its copy of `__offsets`), which describes them and rolls its replicas by them --
+    the partitions of groups led by brokers other than the controller included; only the
+    coordinator lists the group, so the AdminClient's list over every broker names it once."""
+    groups = 3
+    cluster = BrokerCluster(
+        tmp_path / "cluster", size=3, kafka=True, groups=groups, extra_args=FAST_ELECTIONS
+    ).start()
     try:
-        member.subscribe([topic_name])
-        wait_for(lambda: member.poll(0.1) or member.assignment(), "the member's assignment")
-        with kafka_python_admin(bootstrap) as kp_admin:
-            listed = [g["group_id"] for g in kp_admin.list_groups()]
-            described = kp_admin.describe_groups([group])[group]
-        assert listed.count(group) == 1
-        assert described["group_state"] == "Stable" and len(described["members"]) == 1
+        bootstrap = ",".join(cluster.kafka_address(i) for i in cluster.ids)
+        admin = confluent_admin(bootstrap)
+        admin.create_topics(
+            [NewTopic(topic_name, groups, config={"segment.bytes": str(SEGMENT_BYTES)})]
+        )[topic_name].result(CLIENT_TIMEOUT_S)
+        produce(
+            bootstrap,
+            topic_name,
+            [(p, None, bytes(VALUE_BYTES)) for p in range(groups) for _ in range(40)],
+            **{"batch.size": 4096},
+        )
+        for i in cluster.ids:
+            address = cluster.kafka_address(i)
+            assert wait_for(
+                lambda a=address: _topic_config_on(a, topic_name, "segment.bytes"),
+                f"broker {i} describes the topic",
+            ) == (str(SEGMENT_BYTES), 1)
+            for p in range(groups):
+                sealed = wait_for(
+                    lambda b=cluster.brokers[i], p=p: (
+                        len(found := _sealed_on(b, topic_name, p, groups)) >= 2 and found
+                    ),
+                    f"broker {i} rolled its replica of partition {p}",
+                )
+                assert max(sealed.values()) <= SEGMENT_BYTES
+
+        group = f"{topic_name}-group"
+        member = kafka_consumer(bootstrap, group)
+        try:
+            member.subscribe([topic_name])
+            wait_for(lambda: member.poll(0.1) or member.assignment(), "the member's assignment")
+            with kafka_python_admin(bootstrap) as kp_admin:
+                listed = [g["group_id"] for g in kp_admin.list_groups()]
+                described = kp_admin.describe_groups([group])[group]
+            assert listed.count(group) == 1
+            assert described["group_state"] == "Stable" and len(described["members"]) == 1
+        finally:
+            member.close()
     finally:
-        member.close()
+        cluster.close()
