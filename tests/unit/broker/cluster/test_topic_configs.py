@@ -131,3 +131,26 @@ def test_a_partition_takes_settings_that_arrive_after_it_opened(tmp_path):
         partition.append(BATCH)
     assert partition.segment_count >= 2
     storage.close()
+
+
+def test_settings_outlive_the_compaction_of_offsets(tmp_path):
+    """`__offsets` keeps only its latest snapshot batch and what follows: the settings must
+    be in that snapshot."""
+    storage = Log(tmp_path, BASE)
+    offsets = CommittedOffsets(storage, snapshot_commits_min=1, roll_bytes_min=0)
+    configs = TopicConfigs(offsets, BASE)
+    offsets.load()
+    configs.prepare("t", {"retention.ms": 5000})  # the batch at offset 0
+    for i in range(20):  # commits enough to write snapshot batches (each rolls)
+        offsets.commit("g", "other", 0, i)
+    log_of_offsets = storage.partition("__offsets", 0)
+    assert log_of_offsets.delete_segments_below(offsets.compactable_below()) > 0
+    assert log_of_offsets.log_start_offset > 0  # the settings' own batch is gone
+    storage.close()
+
+    storage = Log(tmp_path, BASE)
+    offsets = CommittedOffsets(storage)
+    configs = TopicConfigs(offsets, BASE)
+    offsets.load()
+    assert configs.settings("t") == {"retention.ms": 5000}
+    storage.close()
