@@ -1,4 +1,4 @@
-"""ListGroups (api key 16, v0..5) and DescribeGroups (15, v0..5): the consumer groups this
+"""ListGroups (api key 16, v0..5) and DescribeGroups (15, v0..6): the consumer groups this
 broker coordinates, as `kafka-consumer-groups --list / --describe` and AdminClients read them.
 
 The coordinator of every group is the leader of `__offsets` partition 0 (coordinator.py). So,
@@ -11,7 +11,8 @@ A group is listed when it has members (consumer_groups.py) or committed offsets 
 Those offset-only groups are Empty, with protocol type "consumer": Kaska forgets a group's
 membership with its last member, so it cannot tell a group that once had members (Kafka keeps
 "consumer") from one that only ever committed (Kafka's ""); nearly every committing group is
-the former. A group neither live nor with offsets is Dead, as Kafka describes unknown groups.
+the former. A group neither live nor with offsets is Dead, as Kafka describes unknown groups
+(from DescribeGroups v6, GROUP_ID_NOT_FOUND with a message, as KIP-1043 has it).
 
 Group types (ListGroups v5's filter): every group here is "classic" (no KIP-848 groups).
 """
@@ -25,7 +26,12 @@ from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, validate_group
 from services.broker.kafka.consumer_groups import GroupDescription, GroupState
 from services.broker.kafka.context import KafkaContext
-from services.broker.kafka.errors import INVALID_GROUP_ID, NONE, NOT_COORDINATOR
+from services.broker.kafka.errors import (
+    GROUP_ID_NOT_FOUND,
+    INVALID_GROUP_ID,
+    NONE,
+    NOT_COORDINATOR,
+)
 
 # Kafka's names for the group states (GroupState.toString in Kafka's coordinator).
 STATE_NAMES: dict[GroupState, str] = {
@@ -89,12 +95,13 @@ def handle_describe(kctx: KafkaContext, request) -> DescribeGroupsResponse:
     return DescribeGroupsResponse(
         throttle_time_ms=0,
         groups=[
-            _described(group_id, coordinator, groups.get(group_id)) for group_id in request.groups
+            _described(group_id, coordinator, groups.get(group_id), request.version)
+            for group_id in request.groups
         ],
     )
 
 
-def _described(group_id: str, coordinator: bool, group: GroupDescription | None):
+def _described(group_id: str, coordinator: bool, group: GroupDescription | None, version: int):
     answer = Described(
         error_code=NONE,
         error_message=None,
@@ -115,6 +122,9 @@ def _described(group_id: str, coordinator: bool, group: GroupDescription | None)
         return answer
     if group is None:
         answer.group_state = DEAD
+        if version >= 6:
+            answer.error_code = GROUP_ID_NOT_FOUND
+            answer.error_message = f"group {group_id!r} has no members and no committed offsets"
         return answer
     answer.group_state = STATE_NAMES[group.state]
     answer.protocol_type = group.protocol_type

@@ -39,6 +39,7 @@ from services.broker.kafka.describe_configs import (
     TOPIC,
 )
 from services.broker.kafka.errors import (
+    GROUP_ID_NOT_FOUND,
     INVALID_CONFIG,
     INVALID_GROUP_ID,
     INVALID_REQUEST,
@@ -186,7 +187,7 @@ def test_a_broker_that_does_not_coordinate_lists_no_group(kctx):
     assert (answer.error_code, answer.groups) == (NONE, [])
 
 
-@pytest.mark.parametrize("version", range(6))
+@pytest.mark.parametrize("version", range(7))
 def test_describe_groups_shows_members_assignments_and_states(kctx, version):
     member_id = stable_group(kctx, "live")
     kctx.broker.offsets.commit("committed-only", "t", 0, 5)
@@ -215,7 +216,10 @@ def test_describe_groups_shows_members_assignments_and_states(kctx, version):
         b"assigned",
     )
     assert (committed.group_state, committed.members) == ("Empty", [])
-    assert (unknown.error_code, unknown.group_state) == (NONE, "Dead")
+    assert (unknown.error_code, unknown.group_state) == (
+        GROUP_ID_NOT_FOUND if version >= 6 else NONE,
+        "Dead",
+    )
 
 
 def test_a_group_in_its_rebalance_is_described_as_preparing(kctx):
