@@ -32,7 +32,8 @@ class BrokerContext:
              notifier: DataNotifier, metrics: BrokerCounters, peer_gate: PeerGate,
              topic_configs: TopicConfigs | None = None) -> BrokerContext:
         """The context over the broker's replication groups (their managers set);
-        `topic_configs` defaults to one over `offsets` that configures no partition."""
+        `topic_configs` defaults to one over `offsets` attached to no Log (it knows no
+        settings)."""
         return cls(config=config, partitions=PartitionTable(groups), replication=groups,
                    topics=TopicAdmin(groups, config.ack_timeout_s), offsets=offsets,
                    notifier=notifier, metrics=metrics, peer_gate=peer_gate,

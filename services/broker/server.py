@@ -144,7 +144,6 @@ class BrokerServer:
         # Before the table is read: its topic settings reach the partitions as they load.
         topic_configs = TopicConfigs(self.offsets, config.storage)
         topic_configs.attach(group.log for group in groups)
-        self.offsets.on_topic_configs = topic_configs.changed
         self.offsets.load()
         self._acceptor.listen()
         self.address = self._acceptor.address

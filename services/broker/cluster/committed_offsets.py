@@ -312,6 +312,11 @@ class CommittedOffsets:
             return {key: offset for key, offset in self._table.items()
                     if key[0] != CONFIG_GROUP}
 
+    def config_topics(self) -> set[str]:
+        """The topics with stored settings."""
+        with self._lock:
+            return self._config_topics_locked()
+
     def topic_configs(self, topic: str) -> dict[int, int]:
         """A topic's stored settings: setting number -> stored value (topic_configs.py)."""
         with self._lock:

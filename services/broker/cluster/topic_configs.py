@@ -21,6 +21,7 @@ Pure functions, and `TopicConfigs` (thread-safe: it reads the table, which locks
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
@@ -99,20 +100,28 @@ def loaded(offset: int) -> int:
 
 
 class TopicConfigs:
-    """Reads topic settings from the committed offsets table, and hands them to the partitions
-    (`changed`)."""
+    """The topic settings of the committed offsets table, kept in a copy of their own that
+    `changed` refreshes (the table calls it, outside its lock, whenever they change), and
+    handed to the partitions. Reading the copy takes no lock of the table's: a Log creating a
+    partition asks for its settings under its own lock, on a replication group's apply step,
+    while a commit may hold the table's lock waiting for that group to commit."""
 
     def __init__(self, offsets, base: LogConfig) -> None:
         """`offsets`: the broker's CommittedOffsets."""
         self._offsets = offsets
         self._base = base
         self._logs: list = []
+        self._lock = threading.Lock()  # serialises refreshes; reads take the dict as it is
+        self._settings: dict[str, dict[str, int]] = {}  # replaced whole, never mutated
 
     def attach(self, logs: Iterable) -> None:
-        """The storage Logs whose partitions take the settings; each Log's resolver is set."""
+        """Follow the table (`on_topic_configs`) and configure the partitions of `logs`, whose
+        resolvers are set; the settings already in the table are read now."""
         self._logs = list(logs)
         for log in self._logs:
             log.topic_config = self.log_config
+        self._offsets.on_topic_configs = self.changed
+        self.changed(self._offsets.config_topics())
 
     def prepare(self, topic: str, settings: Mapping[str, int]) -> None:
         """Store the settings of a topic about to be created (the others reset: nothing of an
@@ -122,22 +131,30 @@ class TopicConfigs:
         write(self._offsets.set_topic_configs, topic, settings)
 
     def settings(self, topic: str) -> dict[str, int]:
-        return {
-            NAMES[number]: loaded(offset)
-            for number, offset in self._offsets.topic_configs(topic).items()
-            if number in NAMES
-        }
+        return dict(self._settings.get(topic, {}))
 
     def log_config(self, topic: str) -> LogConfig:
         return log_config(self._base, self.settings(topic))
 
     def changed(self, topics: Iterable[str]) -> None:
-        """Give `topics`' partitions their current settings (after the table changed)."""
+        """Read `topics`' settings from the table again and give their partitions them."""
         for topic in topics:
-            config = self.log_config(topic)
-            for log in self._logs:
-                for p in log.held(topic):
-                    _reconfigure(log, topic, p, config)
+            with self._lock:
+                fresh = {
+                    NAMES[number]: loaded(offset)
+                    for number, offset in self._offsets.topic_configs(topic).items()
+                    if number in NAMES
+                }
+                settings = dict(self._settings)
+                if fresh:
+                    settings[topic] = fresh
+                else:
+                    settings.pop(topic, None)
+                self._settings = settings
+                config = self.log_config(topic)
+                for log in self._logs:  # under the lock: a later refresh is applied later
+                    for p in log.held(topic):
+                        _reconfigure(log, topic, p, config)
 
 
 def _reconfigure(log, topic: str, p: int, config: LogConfig) -> None:

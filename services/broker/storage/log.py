@@ -165,6 +165,12 @@ class Log:
                 _remove_in_place(target)
                 raise
             self._topics = {**self._topics, name: opened}
+            # Settings that changed while the partitions opened reach them now: whoever changed
+            # them looked for the partitions before they were published here.
+            config = self.topic_config(name)
+            for partition in opened:
+                if partition is not None and partition.config != config:
+                    partition.reconfigure(config)
         log.info("created topic %r with %d partition(s)", name, partitions)
 
     def delete_topic(self, name: str) -> None:

@@ -22,7 +22,6 @@ def open_broker(path):
     offsets = CommittedOffsets(storage)
     configs = TopicConfigs(offsets, BASE)
     configs.attach([storage])
-    offsets.on_topic_configs = configs.changed
     offsets.load()
     return storage, offsets, configs
 
@@ -139,6 +138,7 @@ def test_settings_outlive_the_compaction_of_offsets(tmp_path):
     storage = Log(tmp_path, BASE)
     offsets = CommittedOffsets(storage, snapshot_commits_min=1, roll_bytes_min=0)
     configs = TopicConfigs(offsets, BASE)
+    configs.attach([storage])
     offsets.load()
     configs.prepare("t", {"retention.ms": 5000})  # the batch at offset 0
     for i in range(20):  # commits enough to write snapshot batches (each rolls)
@@ -150,7 +150,8 @@ def test_settings_outlive_the_compaction_of_offsets(tmp_path):
 
     storage = Log(tmp_path, BASE)
     offsets = CommittedOffsets(storage)
-    configs = TopicConfigs(offsets, BASE)
     offsets.load()
+    configs = TopicConfigs(offsets, BASE)
+    configs.attach([storage])  # after the load: reads what the table holds
     assert configs.settings("t") == {"retention.ms": 5000}
     storage.close()

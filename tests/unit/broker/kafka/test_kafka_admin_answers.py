@@ -101,13 +101,15 @@ def kctx(tmp_path):
     storage = Log(tmp_path / "data", config.storage)
     offsets = CommittedOffsets(storage)
     offsets.load()
+    topic_configs = TopicConfigs(offsets, config.storage)
+    topic_configs.attach([storage])
     broker = SimpleNamespace(
         config=config,
         offsets=offsets,
         topics=StandInTopics(),
         replication=StandInReplication(),
         metrics=BrokerCounters(),
-        topic_configs=TopicConfigs(offsets, config.storage),
+        topic_configs=topic_configs,
     )
     yield KafkaContext(
         broker=broker,
