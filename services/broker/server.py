@@ -54,6 +54,7 @@ from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, Committ
 from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.cluster.replication_groups import ReplicationGroup, ReplicationGroups
 from services.broker.cluster.retention import RetentionThread
+from services.broker.cluster.topic_configs import TopicConfigs
 from services.broker.config import BrokerConfig
 from services.broker.context import BrokerContext
 from services.broker.metrics import BrokerCounters
@@ -139,6 +140,9 @@ class BrokerServer:
             self._groups.append(self._open_group(number, notifier))
         groups = ReplicationGroups(self._groups)
         self.node = groups.metadata.node
+        # Before the table is read: its topic settings reach the partitions as they load.
+        topic_configs = TopicConfigs(self.offsets, config.storage)
+        topic_configs.attach(group.log for group in groups)
         self.offsets.load()
         self._acceptor.listen()
         self.address = self._acceptor.address
@@ -153,7 +157,8 @@ class BrokerServer:
                                config.cluster_secret, self.peer_refusals,
                                cluster_id=self.node.identity.cluster_id,
                                data_incarnations=[g.node.identity.incarnation
-                                                  for g in groups]))
+                                                  for g in groups]),
+            topic_configs=topic_configs)
         for group in groups:
             group.node.start()
         for group in list(groups)[1:]:

@@ -11,6 +11,13 @@ replicate like data. Two kinds of batch:
   No real commit can look like it (group names are 1..255 characters, topic names never hold
   `@`). It means: the table is exactly the commits in this batch.
 
+A topic's own settings share the table (cluster/topic_configs.py): keys of the group "" (which
+no consumer group can have), `("", topic, setting number) -> value + 1`, written by
+`set_topic_configs`, read by `topic_configs`, dropped by `forget_topic` with the topic's
+commits, and left out of `all_committed`. Whenever such keys change (a write here, a batch
+absorbed, a rebuild), `on_topic_configs(topics)` is called with the topics concerned, outside
+the lock.
+
 Offsets stay dense (no Kafka-style compaction that leaves holes): instead, once the commits
 since the last snapshot exceed max(SNAPSHOT_COMMITS_MIN, 2 x live keys), the leader appends a
 snapshot batch, and everything below the latest snapshot batch is superseded by it. Retention
@@ -57,6 +64,7 @@ TOMBSTONE = -1
 GROUP_CHARS_MAX = 255
 REBUILD_READ_BYTES = 1024 * 1024
 SNAPSHOT_GROUP = ""
+CONFIG_GROUP = ""  # topic settings (topic_configs.py); their topics are real topic names
 SNAPSHOT_TOPIC = "@snapshot"
 SNAPSHOT_FORMAT_VERSION = 1
 SNAPSHOT_COMMITS_MIN = 1000
@@ -117,6 +125,8 @@ class CommittedOffsets:
         self._table: dict[Key, int] = {}
         self._snapshot_offset: int | None = None
         self._commits_since_snapshot = 0
+        self._configs_touched: set[str] = set()  # topics whose settings changed, unreported
+        self.on_topic_configs: Callable[[set[str]], None] = lambda _topics: None
 
     # -- rebuilding and following ------------------------------------------------------------
 
@@ -127,6 +137,7 @@ class CommittedOffsets:
             self._storage.create_topic(OFFSETS_TOPIC, 1)
         partition = self._partition()
         with self._lock:
+            self._configs_touched.update(self._config_topics_locked())
             while True:
                 try:
                     records = self._rebuild_locked(partition)
@@ -135,9 +146,20 @@ class CommittedOffsets:
                     # Compaction deleted segments under us: they were superseded by a snapshot
                     # further on, so reading again from the new start gives the same table.
                     log.info("__offsets log start moved during the rebuild; reading again")
+            self._configs_touched.update(self._config_topics_locked())
         log.info("rebuilt %d committed offsets from %d records (latest snapshot at %s)",
                  len(self._table), records, self._snapshot_offset)
+        self._report_configs()
         return records
+
+    def _config_topics_locked(self) -> set[str]:
+        return {key[1] for key in self._table if key[0] == CONFIG_GROUP}
+
+    def _report_configs(self) -> None:
+        with self._lock:
+            touched, self._configs_touched = self._configs_touched, set()
+        if touched:
+            self.on_topic_configs(touched)
 
     def _rebuild_locked(self, partition: PartitionLog) -> int:
         self._table.clear()
@@ -165,6 +187,7 @@ class CommittedOffsets:
                 snapshot_seen = snapshot_seen or self._snapshot_offset == header.base_offset
         if snapshot_seen:
             self._maybe_roll()
+        self._report_configs()
 
     def _fold_locked(self, header: BatchHeader, batch: memoryview) -> int:
         """Fold one batch of the log into the table; the commit records it held."""
@@ -186,6 +209,8 @@ class CommittedOffsets:
         return self._storage.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
 
     def _apply(self, key: Key, offset: int) -> None:
+        if key[0] == CONFIG_GROUP:
+            self._configs_touched.add(key[1])
         if offset == TOMBSTONE:
             self._table.pop(key, None)
         else:
@@ -206,6 +231,24 @@ class CommittedOffsets:
             for key in [key for key in self._table if key[1] == topic]:
                 self._append_locked(key, TOMBSTONE)
             self._maybe_snapshot_locked()
+        self._report_configs()
+
+    def set_topic_configs(self, topic: str, values: dict[int, int | None]) -> None:
+        """Store a topic's settings in one batch (one replicated append): number -> stored
+        value, None to drop the key (only written when the key is there)."""
+        with self._lock:
+            changes = [((CONFIG_GROUP, topic, number), TOMBSTONE if value is None else value)
+                       for number, value in sorted(values.items())
+                       if value is not None or (CONFIG_GROUP, topic, number) in self._table]
+            if changes:
+                assert all(offset >= 0 or offset == TOMBSTONE for _key, offset in changes)
+                self._append_batch(encode_batch([encode_commit(*key, offset)
+                                                 for key, offset in changes]))
+                for key, offset in changes:
+                    self._apply(key, offset)
+                self._commits_since_snapshot += len(changes)
+                self._maybe_snapshot_locked()
+        self._report_configs()
 
     def _append_locked(self, key: Key, offset: int) -> None:
         self._append_batch(encode_batch([encode_commit(*key, offset)]))
@@ -264,9 +307,21 @@ class CommittedOffsets:
             return self._table.get((group, topic, partition))
 
     def all_committed(self) -> dict[Key, int]:
-        """A copy of the whole table."""
+        """A copy of the consumer groups' commits (the table without topic settings)."""
         with self._lock:
-            return dict(self._table)
+            return {key: offset for key, offset in self._table.items()
+                    if key[0] != CONFIG_GROUP}
+
+    def config_topics(self) -> set[str]:
+        """The topics with stored settings."""
+        with self._lock:
+            return self._config_topics_locked()
+
+    def topic_configs(self, topic: str) -> dict[int, int]:
+        """A topic's stored settings: setting number -> stored value (topic_configs.py)."""
+        with self._lock:
+            return {key[2]: offset for key, offset in self._table.items()
+                    if key[0] == CONFIG_GROUP and key[1] == topic}
 
     @property
     def snapshot_offset(self) -> int | None:

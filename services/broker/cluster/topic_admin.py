@@ -28,12 +28,16 @@ class TopicAdmin:
         self._ack_timeout_s = ack_timeout_s
         self._clock = clock
 
-    def create_topic(self, name: str, partitions: int) -> TopicId:
+    def create_topic(self, name: str, partitions: int,
+                     prepare: Callable[[], None] | None = None) -> TopicId:
         """Create in the metadata group; answer (its incarnation) once every data group
         holding a partition of it has committed its opening here (NotEnoughReplicasError,
         retriable, past the ack timeout: the topic exists, its retry answers
-        TOPIC_ALREADY_EXISTS)."""
+        TOPIC_ALREADY_EXISTS). `prepare()` runs first unless the topic exists (the topic's
+        settings, topic_configs.py: an existing topic keeps its own)."""
         started = self._clock()
+        if prepare is not None and name not in self.leader_committed_topics():
+            prepare()
         topic_id = self._groups.metadata.manager.create_topic(name, partitions)
         for group in self._groups.with_partitions_of(name, partitions):
             left_s = self._ack_timeout_s - (self._clock() - started)

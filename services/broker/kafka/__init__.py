@@ -13,6 +13,8 @@ each:
 - metadata.py, produce.py, fetch.py, list_offsets.py, init_producer_id.py, topics.py,
   coordinator.py: the handlers; consumer_groups.py: the consumer groups this broker
   coordinates (membership, generations, assignments);
+- groups_admin.py (ListGroups, DescribeGroups), describe_configs.py (DescribeConfigs; and
+  DescribeCluster in metadata.py): what admin tools read;
 - records.py: RecordBatch v2 <-> Kaska batch transcoding; producer_ids.py: Kafka's producer
   id/epoch/sequence on Kaska's producer id and sequence; errors.py: error codes.
 """

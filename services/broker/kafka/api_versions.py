@@ -28,10 +28,14 @@ JOIN_GROUP = 11
 HEARTBEAT = 12
 LEAVE_GROUP = 13
 SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
+DESCRIBE_CONFIGS = 32
+DESCRIBE_CLUSTER = 60
 
 # api key -> (min version, max version) served.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -50,6 +54,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
     INIT_PRODUCER_ID: (0, 4),
+    DESCRIBE_GROUPS: (0, 6),
+    LIST_GROUPS: (0, 5),
+    DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_CLUSTER: (0, 2),
 }
 
 

@@ -31,6 +31,10 @@ consumer protocol.
 
 An empty group is forgotten when its last member leaves (its committed offsets stay).
 
+`describe` and `describe_all` copy groups out under the lock for DescribeGroups and ListGroups
+(groups_admin.py): state, protocol, and per member the client id and host of its latest join,
+its subscription in the chosen protocol and its assignment.
+
 Thread-safety: `Group` none; `GroupCoordinator` one lock and one condition for all groups.
 """
 
@@ -80,6 +84,28 @@ class Member:
     last_seen_s: float
     joined: bool = False  # has joined the rebalance in progress
     assignment: bytes = b""
+    client_id: str = ""  # of its latest JoinGroup, for DescribeGroups
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes  # its subscription in the group's protocol (b"" before one is chosen)
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """What DescribeGroups and ListGroups show of a group, copied under the lock."""
+
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberDescription, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +139,10 @@ class Group:
 
     def join(self, member_id: str, new_member_id: Callable[[], str], session_timeout_s: float,
              rebalance_timeout_s: float, protocol_type: str,
-             protocols: tuple[tuple[str, bytes], ...], now_s: float) -> tuple[int, str]:
-        """(error code, member id) of a JoinGroup; NONE means: wait for `answers[member_id]`."""
+             protocols: tuple[tuple[str, bytes], ...], now_s: float,
+             client: tuple[str, str] = ("", "")) -> tuple[int, str]:
+        """(error code, member id) of a JoinGroup; NONE means: wait for `answers[member_id]`.
+        `client`: the joiner's (client id, host), kept for DescribeGroups."""
         if not protocols or (self.members and protocol_type != self.protocol_type):
             return INCONSISTENT_GROUP_PROTOCOL, member_id
         if self.members and not self._common_protocols({name for name, _ in protocols}):
@@ -126,7 +154,8 @@ class Group:
         member_id = member_id or new_member_id()
         self.protocol_type = protocol_type
         self.members[member_id] = Member(member_id, session_timeout_s, rebalance_timeout_s,
-                                         protocols, now_s, joined=True)
+                                         protocols, now_s, joined=True,
+                                         client_id=client[0], client_host=client[1])
         self.answers.pop(member_id, None)
         if self.state is GroupState.EMPTY:
             self.join_not_before_s = now_s + min(self.initial_delay_s, rebalance_timeout_s)
@@ -261,6 +290,15 @@ class Group:
         if member is not None:
             member.last_seen_s = now_s
 
+    def describe(self) -> GroupDescription:
+        protocol = self.protocol_name
+        return GroupDescription(
+            self.group_id, self.state, self.protocol_type or "", protocol or "",
+            tuple(MemberDescription(m.member_id, m.client_id, m.client_host,
+                                    dict(m.protocols).get(protocol, b"") if protocol else b"",
+                                    m.assignment)
+                  for m in self.members.values()))
+
     def _check_member(self, member_id: str, generation: int) -> int:
         if member_id not in self.members:
             return UNKNOWN_MEMBER_ID
@@ -305,7 +343,8 @@ class GroupCoordinator:
 
     def join(self, group_id: str, member_id: str, session_timeout_ms: int,
              rebalance_timeout_ms: int, protocol_type: str,
-             protocols: tuple[tuple[str, bytes], ...]) -> JoinAnswer:
+             protocols: tuple[tuple[str, bytes], ...],
+             client: tuple[str, str] = ("", "")) -> JoinAnswer:
         if not SESSION_TIMEOUT_MS_MIN <= session_timeout_ms <= SESSION_TIMEOUT_MS_MAX:
             return JoinAnswer(INVALID_SESSION_TIMEOUT, member_id=member_id)
         rebalance_s = min(max(rebalance_timeout_ms, session_timeout_ms),
@@ -316,7 +355,7 @@ class GroupCoordinator:
                 return JoinAnswer(GROUP_MAX_SIZE_REACHED, member_id=member_id)
             error, member_id = group.join(member_id, self._new_member_id,
                                           session_timeout_ms / 1000, rebalance_s,
-                                          protocol_type, protocols, self._clock())
+                                          protocol_type, protocols, self._clock(), client)
             self._changed.notify_all()
             if error != NONE:
                 return JoinAnswer(error, member_id=member_id)
@@ -383,3 +422,16 @@ class GroupCoordinator:
             if group is None:
                 return NONE if generation < 0 else UNKNOWN_MEMBER_ID
             return group.check_commit(member_id, generation)
+
+    def describe(self, group_id: str) -> GroupDescription | None:
+        """The group as it is now (expired members dropped first); None when it has no
+        members (forgotten, or never joined)."""
+        with self._lock:
+            group = self._group(group_id, create=False)
+            return None if group is None else group.describe()
+
+    def describe_all(self) -> list[GroupDescription]:
+        """Every group with members, as `describe` shows them."""
+        with self._lock:
+            return [group.describe() for group_id in list(self._groups)
+                    if (group := self._group(group_id, create=False)) is not None]

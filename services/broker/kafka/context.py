@@ -4,16 +4,24 @@ and DescribeCluster name brokers by them: `advertised_brokers`), the cluster id,
 source InitProducerId draws producer ids from, and the consumer groups this broker coordinates
 (consumer_groups.py, thread-safe). Immutable; one per named listener (config.py), all sharing the
 broker context, the random source and the consumer groups; shared by that listener's connection
-threads."""
+threads.
+
+`REQUEST_PEER`: the "host:port" of the client whose request the current thread handles (set by
+requests.py around each handler), for the few answers that name the client (DescribeGroups'
+client host)."""
 
 from __future__ import annotations
 
+import contextvars
 import random
 from dataclasses import dataclass
 
 from common.kaska.protocol.metadata import BrokerInfo
 from services.broker.context import BrokerContext
 from services.broker.kafka.consumer_groups import GroupCoordinator
+
+REQUEST_PEER: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_request_peer",
+                                                                   default="")
 
 
 @dataclass(frozen=True, slots=True)

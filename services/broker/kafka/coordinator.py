@@ -31,7 +31,7 @@ from common.kaska.errors import KaskaError, NotLeaderError
 from common.kaska.topic_name import OFFSETS_TOPIC
 from services.broker.cluster.committed_offsets import OFFSETS_PARTITION, validate_group
 from services.broker.handlers.common import find_partition
-from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.context import REQUEST_PEER, KafkaContext
 from services.broker.kafka.errors import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_GROUP_ID,
@@ -149,7 +149,8 @@ def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
         request.session_timeout_ms
     answer = kctx.consumer_groups.join(
         request.group_id, request.member_id, request.session_timeout_ms, rebalance_ms,
-        request.protocol_type, tuple((p.name, bytes(p.metadata)) for p in request.protocols))
+        request.protocol_type, tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+        client=_client_of(request))
     Member = JoinGroupResponse.JoinGroupResponseMember
     return JoinGroupResponse(
         throttle_time_ms=0, error_code=answer.error_code, generation_id=answer.generation,
@@ -160,6 +161,14 @@ def handle_join(kctx: KafkaContext, request) -> JoinGroupResponse:
         leader=answer.leader, skip_assignment=False, member_id=answer.member_id,
         members=[Member(member_id=member_id, group_instance_id=None, metadata=metadata)
                  for member_id, metadata in answer.members])
+
+
+def _client_of(request) -> tuple[str, str]:
+    """(client id, "/host") of a request, as Kafka's DescribeGroups shows a member's client."""
+    header = request.header
+    client_id = (header.client_id if header is not None else None) or ""
+    host = REQUEST_PEER.get().rpartition(":")[0]
+    return client_id, f"/{host}" if host else ""
 
 
 def handle_sync(kctx: KafkaContext, request) -> SyncGroupResponse:

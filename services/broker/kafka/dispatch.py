@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -26,7 +33,9 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from services.broker.kafka import (
     api_versions,
     coordinator,
+    describe_configs,
     fetch,
+    groups_admin,
     init_producer_id,
     list_offsets,
     metadata,
@@ -57,6 +66,11 @@ API_SPECS: dict[int, ApiSpec] = {
     api_versions.CREATE_TOPICS: ApiSpec(CreateTopicsRequest, topics.handle_create),
     api_versions.DELETE_TOPICS: ApiSpec(DeleteTopicsRequest, topics.handle_delete),
     api_versions.INIT_PRODUCER_ID: ApiSpec(InitProducerIdRequest, init_producer_id.handle),
+    api_versions.DESCRIBE_GROUPS: ApiSpec(DescribeGroupsRequest, groups_admin.handle_describe),
+    api_versions.LIST_GROUPS: ApiSpec(ListGroupsRequest, groups_admin.handle_list),
+    api_versions.DESCRIBE_CONFIGS: ApiSpec(DescribeConfigsRequest, describe_configs.handle),
+    api_versions.DESCRIBE_CLUSTER: ApiSpec(DescribeClusterRequest,
+                                           metadata.handle_describe_cluster),
 }
 assert set(API_SPECS) == set(api_versions.SUPPORTED)
 assert all(key == spec.request_class.API_KEY for key, spec in API_SPECS.items())

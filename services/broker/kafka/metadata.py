@@ -23,13 +23,21 @@ round, and never lists a topic whose create is not committed.
 
 from __future__ import annotations
 
+from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from common.kaska.protocol.metadata import NO_LEADER
 from common.kaska.topic_name import is_internal
 from services.broker.kafka.context import KafkaContext, advertised_brokers
-from services.broker.kafka.errors import LEADER_NOT_AVAILABLE, NONE, UNKNOWN_TOPIC_OR_PARTITION
+from services.broker.kafka.errors import (
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_ENDPOINT_TYPE,
+)
 from services.broker.replication.in_sync import in_sync_replicas
+
+BROKERS_ENDPOINT = 1  # DescribeCluster's endpoint type 1; 2 (controllers) is a controller's
 
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
@@ -49,6 +57,26 @@ def handle(kctx: KafkaContext, request) -> MetadataResponse:
         brokers=[Broker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
                  for b in advertised_brokers(kctx)],
         cluster_id=kctx.cluster_id, controller_id=controller_id(kctx), topics=topics)
+
+
+def handle_describe_cluster(kctx: KafkaContext, request) -> DescribeClusterResponse:
+    """DescribeCluster (api key 60, v0..2): Metadata's brokers, cluster id and controller
+    (AdminClient.describe_cluster). Endpoint type 2 (the controllers) is answered by Kafka's
+    controllers only; a broker refuses it with UNSUPPORTED_ENDPOINT_TYPE, as here. No broker is
+    ever fenced."""
+    Described = DescribeClusterResponse.DescribeClusterBroker
+    answer = DescribeClusterResponse(
+        throttle_time_ms=0, error_code=NONE, error_message=None,
+        endpoint_type=BROKERS_ENDPOINT, cluster_id=kctx.cluster_id,
+        controller_id=controller_id(kctx), brokers=[])
+    if request.version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
+        answer.endpoint_type = request.endpoint_type
+        answer.error_code = UNSUPPORTED_ENDPOINT_TYPE
+        answer.error_message = "brokers answer endpoint type 1 (brokers) only"
+        return answer
+    answer.brokers = [Described(broker_id=b.node_id, host=b.host, port=b.port, rack=None,
+                                is_fenced=False) for b in advertised_brokers(kctx)]
+    return answer
 
 
 def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int]:

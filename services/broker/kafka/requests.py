@@ -24,7 +24,7 @@ import time
 from common.kaska.errors import KaskaError
 from services.broker.kafka import api_versions
 from services.broker.kafka.answers import Deferred, DeferredResponse
-from services.broker.kafka.context import KafkaContext
+from services.broker.kafka.context import REQUEST_PEER, KafkaContext
 from services.broker.kafka.dispatch import API_SPECS
 from services.broker.kafka.errors import (
     INVALID_REQUEST,
@@ -81,6 +81,7 @@ def _count(kctx: KafkaContext, fixed: FixedHeader, started_s: float, outcome: st
 
 def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
             peer: str, started_s: float) -> bytes | Deferred | None:
+    token = REQUEST_PEER.set(peer)
     try:
         response = spec.handle(kctx, request)
     except KaskaError as error:
@@ -92,6 +93,8 @@ def _handle(kctx: KafkaContext, spec, request, fixed: FixedHeader,
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
         _count(kctx, fixed, started_s, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
+    finally:
+        REQUEST_PEER.reset(token)
     if isinstance(response, DeferredResponse):
         return Deferred(lambda: _encode(kctx, spec, response.wait, fixed, peer, started_s))
     return _encode(kctx, spec, lambda: response, fixed, peer, started_s)

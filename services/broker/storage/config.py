@@ -10,6 +10,7 @@ from common.kaska.record_batch import HEADER_BYTES
 
 SEGMENT_HEADER_BYTES = 16
 POSITION_MAX = 2**32 - 1  # index positions are u32
+SEGMENT_ROLL_BYTES_MIN = 1024  # below this a segment would hold a batch or two at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,11 @@ class LogConfig:
 
     segment_bytes_max     size a log file is preallocated to; a segment rolls when the next
                           batch would not fit [segment.bytes]
+    segment_roll_bytes    a topic's own segment size: a non-empty segment also rolls when the
+                          next batch would take it past this many bytes (header included);
+                          None = segment_bytes_max. Files are still preallocated to
+                          segment_bytes_max, so a batch of batch_bytes_max always fits an
+                          empty segment [a topic's segment.bytes]
     index_interval_bytes  log bytes between two sparse index entries [index.interval.bytes]
     retention_bytes       partition size above which whole old segments are deleted; None =
                           unbounded [retention.bytes]
@@ -38,6 +44,7 @@ class LogConfig:
     segment_bytes_max: int = setting(
         "--segment-bytes-max", "size a log segment file is preallocated to; a segment rolls "
         "when the next batch would not fit", default=64 * 1024 * 1024)
+    segment_roll_bytes: int | None = None
     index_interval_bytes: int = 4096
     retention_bytes: int | None = setting(
         "--retention-bytes", "partition size above which whole old segments are deleted "
@@ -63,6 +70,11 @@ class LogConfig:
                              f"batch_bytes_max ({self.batch_bytes_max})")
         if self.segment_bytes_max > POSITION_MAX:
             raise ValueError(f"segment_bytes_max above {POSITION_MAX} (u32 index positions)")
+        if self.segment_roll_bytes is not None and not \
+                SEGMENT_ROLL_BYTES_MIN <= self.segment_roll_bytes <= self.segment_bytes_max:
+            raise ValueError(f"segment_roll_bytes {self.segment_roll_bytes} outside "
+                             f"[{SEGMENT_ROLL_BYTES_MIN}, segment_bytes_max "
+                             f"{self.segment_bytes_max}]")
         if self.index_interval_bytes < 1:
             raise ValueError("index_interval_bytes must be positive")
         for name in ("retention_bytes", "retention_ms", "flush_interval_ms"):

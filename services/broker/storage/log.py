@@ -87,6 +87,9 @@ class Log:
                  holds: Callable[[str, int], bool] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.config = config or LogConfig()
+        # A topic's own settings (cluster/topic_configs.py), given to its partitions as they
+        # open; the broker's until the broker sets its resolver.
+        self.topic_config: Callable[[str], LogConfig] = lambda _name: self.config
         self._clock_ms = clock_ms
         self._holds = holds or _every_partition
         self._lock = threading.Lock()
@@ -162,6 +165,12 @@ class Log:
                 _remove_in_place(target)
                 raise
             self._topics = {**self._topics, name: opened}
+            # Settings that changed while the partitions opened reach them now: whoever changed
+            # them looked for the partitions before they were published here.
+            config = self.topic_config(name)
+            for partition in opened:
+                if partition is not None and partition.config != config:
+                    partition.reconfigure(config)
         log.info("created topic %r with %d partition(s)", name, partitions)
 
     def delete_topic(self, name: str) -> None:
@@ -285,7 +294,8 @@ class Log:
         opened: list[PartitionLog | None] = []
         try:
             for p in range(partitions):
-                opened.append(PartitionLog(topic_dir / str(p), self.config, self._clock_ms,
+                opened.append(PartitionLog(topic_dir / str(p),
+                                           self.topic_config(topic_dir.name), self._clock_ms,
                                            self.space)
                               if self._holds(topic_dir.name, p) else None)
         except BaseException:

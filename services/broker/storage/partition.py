@@ -326,7 +326,10 @@ class PartitionLog:
 
     def _segment_for(self, total_bytes: int) -> LogSegment:
         active = self._view[0][-1]
-        if active.fits(total_bytes):
+        roll_bytes = self.config.segment_roll_bytes
+        if active.fits(total_bytes) and (
+                roll_bytes is None or active.is_empty
+                or active.end_position + total_bytes <= roll_bytes):
             return active
         assert not active.is_empty, "config guarantees an empty segment holds any batch"
         return self._roll_locked()
@@ -500,6 +503,19 @@ class PartitionLog:
         for segment in doomed:
             self._forget(segment)
             segment.delete()
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Adopt a topic's own settings (cluster/topic_configs.py): retention and the segment
+        roll size apply from the next append and retention pass; the other bounds must be
+        the broker's (ValueError otherwise: they shape files already written)."""
+        fixed = ("segment_bytes_max", "index_interval_bytes", "batch_bytes_max",
+                 "producer_ids_max", "reserve_ahead_bytes", "flush_interval_ms")
+        changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
+        if changed:
+            raise ValueError(f"{self.directory}: only retention and the roll size change per "
+                             f"topic, not {', '.join(changed)}")
+        with self._lock:
+            self.config = config
 
     def apply_retention(self, now_ms: int, upto_offset: int | None = None) -> int:
         """Delete whole segments from the front while the partition stays at or above
