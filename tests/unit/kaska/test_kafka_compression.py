@@ -17,6 +17,9 @@ from common.kaska.kafka_compression import (
     InflatedTooLargeError,
     inflate,
 )
+from common.kaska.record_batch import iter_records, stamp
+from services.broker.kafka.records import kafka_to_kaska
+from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
 DATA = b"".join(b"record %06d of a compressible batch; " % i for i in range(3000))
 ENCODERS = {
@@ -102,3 +105,11 @@ def test_xerial_blocks_share_one_bound():
 def test_unknown_codec_is_corrupt():
     with pytest.raises(CorruptBatchError, match="unknown compression codec 5"):
         inflate(5, b"abc", 100)
+
+
+def test_a_kaska_reader_inflates_within_its_own_bound():
+    kaska = bytearray(kafka_to_kaska(kafka_batch([(None, bytes(5000), [])] * 4, compression=4)))
+    stamp(kaska, 10, 1)
+    assert list(iter_records(kaska)) == [(10 + i, bytes(5000)) for i in range(4)]
+    with pytest.raises(InflatedTooLargeError):
+        list(iter_records(kaska, inflated_bytes_max=10_000))
