@@ -27,7 +27,8 @@ on); only the xerial framing -- a 16-byte magic header, then blocks of (i32 leng
 -- is walked here, each block inflated by cramjam.
 
 Bounded: decompression writes into a window of `inflated_bytes_max + 1` bytes (an anonymous
-map: only the pages written cost memory) and stops when it is full, so a small batch that
+map: only the pages written cost memory; each thread keeps its own between batches, and at
+most WINDOW_KEPT_BYTES of it written) and stops when it is full, so a small batch that
 inflates into gigabytes costs at most the bound; a snappy block that declares more than the
 window left is refused before it is inflated. Refusals: InflatedTooLargeError (a
 MessageTooLargeError) past the bound, CorruptBatchError for anything that does not inflate.
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
 
 import cramjam
 
@@ -76,6 +78,10 @@ INFLATED_BYTES_MAX_DEFAULT = 1 << 30
 # bounds the record count of a compressed batch by the size it may inflate to.
 KAFKA_RECORD_BYTES_MIN = 7
 
+# What each thread's window (`_window`) keeps written between batches, at most: a broker's
+# connection threads and a consumer's each hold one, so a large batch once must not pin its
+# size for good. A multiple of the page size.
+WINDOW_KEPT_BYTES = 8 << 20
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_BYTES = 16  # the magic, then version and compatible version (i32 each)
 _BLOCK_LENGTH = struct.Struct(">i")
@@ -107,17 +113,45 @@ def codec_attributes(codec: int) -> int:
     return ATTR_KAFKA_RECORDS | codec << ATTR_CODEC_SHIFT
 
 
+class _ThreadWindow(threading.local):
+    window: mmap.mmap | None = None
+
+
+_own = _ThreadWindow()
+
+
 def inflate(codec: int, compressed, inflated_bytes_max: int) -> bytes:
     """The records of a compressed Kafka batch, inflated: at most inflated_bytes_max bytes
     (InflatedTooLargeError past it); CorruptBatchError when they do not inflate."""
-    window = mmap.mmap(-1, inflated_bytes_max + 1)
+    window = _window(inflated_bytes_max + 1)
+    size = None
     try:
         size = _inflate_into(codec, compressed, window)
         if size > inflated_bytes_max:
             raise _too_large(codec, inflated_bytes_max)
         return window[:size]
     finally:
-        window.close()
+        if size is None or size > WINDOW_KEPT_BYTES:
+            _hand_back(window)
+
+
+def _window(size: int) -> mmap.mmap:
+    """This thread's window of `size` bytes, kept between batches: a fresh map costs the
+    faulting and zeroing of every page written, each time (CPU per MB inflated, 100-byte
+    records: lz4 1.3 ms fresh against 0.3 kept, zstd 1.7 against 0.7)."""
+    window = _own.window
+    if window is None or len(window) != size:
+        if window is not None:
+            window.close()
+        window = _own.window = mmap.mmap(-1, size)
+    return window
+
+
+def _hand_back(window: mmap.mmap) -> None:
+    """Give back the pages past WINDOW_KEPT_BYTES (written by a large batch, or to an unknown
+    extent by a refused one), so that a thread keeps at most that much between batches."""
+    if len(window) > WINDOW_KEPT_BYTES:
+        window.madvise(mmap.MADV_DONTNEED, WINDOW_KEPT_BYTES, len(window) - WINDOW_KEPT_BYTES)
 
 
 def _inflate_into(codec: int, compressed, window: mmap.mmap) -> int:

@@ -3,6 +3,7 @@ clients' own libraries write: kafka-python's encoders (xerial-framed snappy, as 
 producer writes it; LZ4 frames; zstd; gzip) and raw snappy (as librdkafka writes it)."""
 
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import cramjam
 import pytest
@@ -14,6 +15,7 @@ from common.kaska.kafka_compression import (
     CODEC_LZ4,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    WINDOW_KEPT_BYTES,
     InflatedTooLargeError,
     inflate,
 )
@@ -113,3 +115,24 @@ def test_a_kaska_reader_inflates_within_its_own_bound():
     assert list(iter_records(kaska)) == [(10 + i, bytes(5000)) for i in range(4)]
     with pytest.raises(InflatedTooLargeError):
         list(iter_records(kaska, inflated_bytes_max=10_000))
+
+
+def test_a_thread_reuses_its_window_without_leaking_an_earlier_batch():
+    codec, large = encoded("lz4", bytes(WINDOW_KEPT_BYTES + 4096))
+    _codec, small = encoded("lz4", b"small")
+    assert inflate(codec, large, 64 << 20) == bytes(WINDOW_KEPT_BYTES + 4096)
+    assert inflate(codec, small, 64 << 20) == b"small"
+    with pytest.raises(CorruptBatchError):
+        inflate(codec, small[:-3], 64 << 20)
+    assert inflate(codec, small, 64 << 20) == b"small"
+
+
+def test_threads_inflate_side_by_side():
+    payloads = {name: encoded(name, DATA + name.encode()) for name in ENCODERS}
+
+    def inflate_each(name: str) -> bool:
+        codec, compressed = payloads[name]
+        return all(inflate(codec, compressed, 1 << 20) == DATA + name.encode() for _ in range(20))
+
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        assert all(pool.map(inflate_each, payloads))
