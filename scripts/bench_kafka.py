@@ -2,7 +2,7 @@
 broker's CPU per MB end to end, Kafka's protocol against Kaska's.
 
     python -m scripts.bench_kafka [--record-bytes 100,1000] [--repeats 5]
-        [--end-to-end-records 200000] [--brokers 1,3]
+        [--end-to-end-records 200000] [--brokers 1,3] [--codecs lz4,zstd]
 
 See scripts/bench/kafka_transcode.py and scripts/bench/kafka_clients.py for what each figure
 is; docs/kafka.md quotes a run. Prints one JSON line per record size and step kind
@@ -28,12 +28,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="records per end-to-end round (0: transcoding only)")
     parser.add_argument("--brokers", default="1,3",
                         help="comma-separated cluster sizes for the end-to-end rounds")
+    parser.add_argument("--codecs", default="lz4,zstd",
+                        help="comma-separated Kafka compression types of the compressed "
+                             "end-to-end steps (empty: none)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [int(text) for text in args.record_bytes.split(",")]
+    codecs = tuple(text for text in args.codecs.split(",") if text)
     for size in sizes:
         print(json.dumps({"transcoding": True, "record_bytes": size,
                           **measure(size, args.repeats)}), flush=True)
@@ -41,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         for brokers in (int(text) for text in args.brokers.split(",")):
             for size in sizes:
                 print(json.dumps({"end_to_end": True, **kafka_clients.run(
-                    args.end_to_end_records, size, max(1, args.repeats // 2), brokers)}),
-                    flush=True)
+                    args.end_to_end_records, size, max(1, args.repeats // 2), brokers,
+                    codecs)}), flush=True)
     return 0
 
 

@@ -9,14 +9,16 @@ Wire and disk format (big-endian), `HEADER_BYTES` = 60:
     16     4    crc32c          u32  CRC32C of bytes [20, end): everything the producer wrote
     20     2    format_version  u16  FORMAT_VERSION
     22     2    attributes      u16  0, or ATTR_KAFKA_RECORDS: each record is a Kafka record body
-                                     (kafka_record.py), read back as its value
+                                     (kafka_record.py), read back as its value; with a codec
+                                     in ATTR_CODEC_MASK too, the payload is instead one
+                                     compressed Kafka batch (kafka_compression.py)
     24     4    record_count    u32  >= 1; offsets base_offset .. base_offset + record_count - 1
     28     16   producer_id     16 bytes (a UUID); all zero = not idempotent
     44     8    sequence        i64  per (producer, topic, partition), dense from 0; -1 = none
                                      (Kafka producer ids, `KAFKA_PRODUCER_PREFIX`, number their
                                      records instead, as Kafka's base sequence does)
     52     8    timestamp_ms    i64  producer wall clock
-    60     ...  records         record_count times: u32 length | bytes
+    60     ...  records         record_count times: u32 length | bytes (but see attributes)
 
 Like Kafka's v2 batch, the CRC leaves out the fields the leader stamps (base offset, epoch), so
 the broker assigns offsets by writing 12 bytes in place and never recomputes a checksum, never
@@ -33,6 +35,12 @@ from dataclasses import dataclass
 import crc32c
 
 from common.kaska.errors import CorruptBatchError
+from common.kaska.kafka_compression import (
+    CODEC_NONE,
+    INFLATED_BYTES_MAX_DEFAULT,
+    codec_of,
+    compressed_values,
+)
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, record_value
 
 FORMAT_VERSION = 1
@@ -160,11 +168,21 @@ def stamp(buf, base_offset: int, leader_epoch: int, offset: int = 0) -> None:
     _EPOCH.pack_into(buf, offset + 12, leader_epoch)
 
 
-def iter_records(batch, header: BatchHeader | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_records(batch, header: BatchHeader | None = None,
+                 inflated_bytes_max: int = INFLATED_BYTES_MAX_DEFAULT
+                 ) -> Iterator[tuple[int, bytes]]:
     """(offset, value) for every record of one validated batch; raises on inner corruption.
-    A batch produced through Kafka's protocol yields each record's value (kafka_record.py)."""
+    A batch produced through Kafka's protocol yields each record's value (kafka_record.py),
+    inflated here if its producer compressed it (at most `inflated_bytes_max` bytes per
+    batch; kafka_compression.py)."""
     if header is None:
         header = parse_header(batch)
+    codec = codec_of(header.attributes)
+    if codec != CODEC_NONE:
+        payload = memoryview(batch)[HEADER_BYTES:header.total_bytes]
+        values = compressed_values(payload, codec, header.record_count, inflated_bytes_max)
+        yield from enumerate(values, header.base_offset)
+        return
     pos = HEADER_BYTES
     end = header.total_bytes
     view = memoryview(batch)

@@ -1,7 +1,7 @@
 """The Kafka listener end to end: the broker's CPU per MB for the same records produced and
 consumed through Kafka's protocol (confluent-kafka: librdkafka, a fast native client) and
 through Kaska's own (the Python client), against one broker child process or a cluster of
-them (`brokers`, LocalCluster of replication.py; every broker's CPU is measured and summed:
+them (`brokers`, BenchCluster of replication.py; every broker's CPU is measured and summed:
 each topic lands in one of several replication groups, whose leader need not be the cluster
 leader, so measuring the cluster leader alone would miss the work).
 
@@ -10,7 +10,10 @@ acks=all, into a fresh topic, one `produce()` call per record; (b) Kafka consume
 from offset 0, by confluent-kafka in this process, then by kcat (librdkafka in C, a process of
 its own: no Python object per record); (c) Kafka produce of the same records through
 `produce_batch` (10,000 a call) into a third topic; (d) Kaska produce of the same values into
-another fresh topic; (e) Kaska consume. Reported per step: records per second (wall; dominated
+another fresh topic; (e) Kaska consume; then, for each codec of `codecs` (lz4, zstd: Kafka
+batches the broker inflates to check and stores compressed), (f) Kafka produce through
+`produce_batch` with that `compression.type`, (g) Kafka consume and (h) Kaska consume of those
+records (steps named `..._lz4`, `..._zstd`). Reported per step: records per second (wall; dominated
 by the client and by whatever else runs on the machine), the brokers' CPU milliseconds per MB
 of record values (`server_cpu`, all brokers together, measured from /proc: the listener's and
 replication's real cost, transcoding included, and hardly moved by machine noise) and the
@@ -40,7 +43,7 @@ from common.kaska import Admin
 from common.kaska import Consumer as KaskaConsumer
 from common.kaska import Producer as KaskaProducer
 from scripts.bench.child import measured
-from scripts.bench.replication import LocalCluster, create_topic
+from scripts.bench.replication import BenchCluster, create_topic
 
 MB = 1_000_000
 CLIENT_TIMEOUT_S = 300.0
@@ -69,11 +72,11 @@ def kafka_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
         raise RuntimeError("Kafka produce did not finish")
 
 
-def kafka_produce_batches(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def kafka_produce_batches(bootstrap: str, topic: str, values: list[bytes], **conf) -> None:
     """The same records through `produce_batch` (PRODUCE_BATCH_RECORDS per call): one Python
     call per batch instead of per record, so the client's own loop costs less than the
     broker's work (per-record `produce()` costs the client ~1 us a record in Python alone)."""
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, **conf})
     for start in range(0, len(values), PRODUCE_BATCH_RECORDS):
         pending = [{"value": value} for value in values[start:start + PRODUCE_BATCH_RECORDS]]
         while pending:
@@ -141,6 +144,17 @@ def kaska_consume(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError(f"Kaska consume read {got} of {count}")
 
 
+def compressed_steps(kafka: str, kaska: str, topic: str, codec: str, values: list[bytes]) -> dict:
+    """The steps of one compressed round: produce (`produce_batch`), then both consumers."""
+    count = len(values)
+    return {
+        f"kafka_produce_batch_{codec}": lambda: kafka_produce_batches(
+            kafka, topic, values, **{"compression.type": codec}),
+        f"kafka_consume_{codec}": lambda: kafka_consume(kafka, topic, count),
+        f"kaska_consume_{codec}": lambda: kaska_consume(kaska, topic, count),
+    }
+
+
 def _client_cpu_s() -> float:
     """CPU seconds of this process (every thread, librdkafka's too) and its reaped children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -155,8 +169,10 @@ def measured_with_client(brokers: list, run_round) -> tuple[float, float, float]
     return wall_s, server_s, _client_cpu_s() - before
 
 
-def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict:
-    """`brokers`: 1, or an odd cluster size (every broker's CPU, summed)."""
+def run(records: int, record_bytes: int, repeats: int, brokers: int = 1,
+        codecs: tuple[str, ...] = ()) -> dict:
+    """`brokers`: 1, or an odd cluster size (every broker's CPU, summed); `codecs`: Kafka
+    compression types of the compressed steps (none: no compressed steps)."""
     values = [bytes([i % 251]) * record_bytes for i in range(records)]
     # Out of the collector's sight: the clients run in this process, and with a million values
     # (and the objects around them) tracked, the consumer's collections tripled its time per
@@ -165,17 +181,19 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
     # Filled in the order of each round's steps below: (wall s, brokers' CPU s, client CPU s).
     rounds: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
-        cluster = LocalCluster(Path(tmp), brokers, "kafka", kafka=True)
+        cluster = BenchCluster(Path(tmp), brokers, "kafka", kafka=True)
         kaska, kafka = cluster.bootstrap, cluster.kafka_bootstrap
         try:
             create_topic(cluster)  # and a leader elected
             cluster.agreed_leader()
-            brokers_all = list(cluster.children.values())
+            brokers_all = list(cluster.brokers.values())
             with Admin(kaska) as admin:
                 for index in range(repeats):
                     admin.create_topic(f"kafka{index}")
                     admin.create_topic(f"kafkabatch{index}")
                     admin.create_topic(f"kaska{index}")
+                    for codec in codecs:
+                        admin.create_topic(f"kafka{codec}{index}")
             for index in range(repeats):
                 steps_of_round = {
                     "kafka_produce": lambda i=index: kafka_produce(kafka, f"kafka{i}", values),
@@ -186,6 +204,9 @@ def run(records: int, record_bytes: int, repeats: int, brokers: int = 1) -> dict
                     "kaska_produce": lambda i=index: kaska_produce(kaska, f"kaska{i}", values),
                     "kaska_consume": lambda i=index: kaska_consume(kaska, f"kaska{i}", records),
                 }
+                for codec in codecs:
+                    steps_of_round |= compressed_steps(kafka, kaska, f"kafka{codec}{index}",
+                                                       codec, values)
                 for step, run_round in steps_of_round.items():
                     rounds[step].append(measured_with_client(brokers_all, run_round))
         finally:

@@ -42,6 +42,17 @@ class DeferredResponse:
     wait: Callable[[], object]
 
 
+@dataclass(frozen=True, slots=True)
+class PartlyRefused:
+    """What a handler returns (or a DeferredResponse's wait returns) when it answers but refused
+    part of the request -- a Produce partition whose records were refused: the request is
+    counted under `outcome` (the refusal's error class) rather than ok. `response` may be None
+    (acks=0: no answer)."""
+
+    response: object
+    outcome: str
+
+
 _END = object()
 
 

@@ -120,8 +120,8 @@ class UnsupportedApiError(KafkaProtocolError):
 
 
 class UnsupportedRecordsError(KafkaProtocolError):
-    """Records this listener does not store: compressed, transactional or control batches, old
-    message formats (magic 0 and 1)."""
+    """Records this listener does not store: transactional or control batches, an unknown
+    compression codec, old message formats (magic 0 and 1)."""
 
 
 def kafka_code(error: KaskaError) -> int:

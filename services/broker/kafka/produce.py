@@ -9,6 +9,9 @@ their acks are awaited, so a request spanning partitions waits once, not once pe
 with acks=-1 that wait happens on the connection's answer thread (answers.py), so the
 connection reads the producer's next request meanwhile.
 A retried idempotent batch is answered with its original base offset (Kafka does the same).
+A partition whose records are refused (corrupt, inflating past the log's batch_bytes_max, an
+unsupported kind) answers its error and the request is counted under that error's class
+(answers.PartlyRefused), not as ok.
 Errors are per partition: NOT_LEADER_OR_FOLLOWER makes clients refresh metadata and retry on
 the new leader; an append that a majority did not confirm in time answers
 NOT_ENOUGH_REPLICAS_AFTER_APPEND (retriable; the idempotent retry is deduplicated).
@@ -24,15 +27,21 @@ from collections.abc import Callable
 
 from kafka.protocol.producer import ProduceResponse
 
-from common.kaska.errors import CorruptBatchError, KaskaError, NotEnoughReplicasError
+from common.kaska.errors import (
+    CorruptBatchError,
+    KaskaError,
+    MessageTooLargeError,
+    NotEnoughReplicasError,
+)
 from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from services.broker.handlers.common import client_writable_topic, led_partition
-from services.broker.kafka.answers import DeferredResponse
+from services.broker.kafka.answers import DeferredResponse, PartlyRefused
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import (
     INVALID_REQUEST,
     INVALID_REQUIRED_ACKS,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    UnsupportedRecordsError,
     kafka_code,
 )
 from services.broker.kafka.records import kafka_to_kaska_parts
@@ -42,15 +51,19 @@ log = logging.getLogger(__name__)
 ACKS_NONE = 0
 KAFKA_ACKS = (ACKS_NONE, ACKS_LEADER, ACKS_ALL)
 NO_OFFSET = -1
+# Refusals of the records themselves (bad input), counted as the request's outcome.
+RECORDS_REFUSALS = (CorruptBatchError, MessageTooLargeError, UnsupportedRecordsError)
 
 TopicAnswer = ProduceResponse.TopicProduceResponse
 PartitionAnswer = TopicAnswer.PartitionProduceResponse
 
 
-def handle(kctx: KafkaContext, request) -> ProduceResponse | DeferredResponse | None:
+def handle(kctx: KafkaContext, request
+           ) -> ProduceResponse | DeferredResponse | PartlyRefused | None:
     refusal = _refusal(request)
     waits: list[tuple[PartitionAnswer, Callable[[], None]]] = []
     topics = []
+    records_refused: list[str] = []
     for topic in request.topic_data:
         answers = []
         for data in topic.partition_data:
@@ -65,18 +78,24 @@ def handle(kctx: KafkaContext, request) -> ProduceResponse | DeferredResponse | 
                 waits.append((answer, _append(kctx, topic.name, data, request.acks, answer)))
             except KaskaError as error:
                 _fail(answer, kafka_code(error), str(error))
+                if isinstance(error, RECORDS_REFUSALS):
+                    log.info("kafka produce to %s/%d refused: %s", topic.name, data.index, error)
+                    records_refused.append(type(error).__name__)
         topics.append(TopicAnswer(name=topic.name, partition_responses=answers))
+    def counted(response: ProduceResponse | None):
+        return PartlyRefused(response, records_refused[0]) if records_refused else response
+
     if request.acks == ACKS_NONE:
         _await_all(waits)  # only the leader check: nothing to wait for
-        return None
+        return counted(None)
     response = ProduceResponse(responses=topics, throttle_time_ms=0)
     if request.acks != ACKS_ALL or not waits:
         _await_all(waits)
-        return response
+        return counted(response)
 
-    def when_acked() -> ProduceResponse:
+    def when_acked() -> ProduceResponse | PartlyRefused:
         _await_all(waits)
-        return response
+        return counted(response)
 
     return DeferredResponse(when_acked)
 

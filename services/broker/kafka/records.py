@@ -18,15 +18,19 @@ The log keeps Kaska's format (docs/kafka.md, "On-disk format"). Kafka's batch (b
     57  4  recordCount           i32
     61  .. records               recordCount x (varint length | record body)
 
-Kafka -> Kaska (produce): one non-transactional batch per partition, CRC checked, gzip records
-inflated (at most `records_bytes_max` of them: a small batch must not inflate into gigabytes;
-the other codecs are refused), every record walked whole (kafka_record.check_record); stored,
-uncompressed, as a Kaska batch with
+Kafka -> Kaska (produce): one non-transactional batch per partition, CRC checked, every record
+walked whole (kafka_record.check_record). Uncompressed, it is stored as a Kaska batch with
 ATTR_KAFKA_RECORDS whose records are the Kafka record bodies verbatim, timestamp_ms =
-baseTimestamp, producer id and sequence per producer_ids.py. Kaska -> Kafka (fetch): the header
-rebuilt (offsets, leader epoch and producer identity from the Kaska header, maxTimestamp from
-the records' deltas), the record bodies prefixed with varint lengths -- or, for a batch a Kaska
-producer wrote, one Kafka record per value (null key, no headers, timestamp delta 0).
+baseTimestamp, producer id and sequence per producer_ids.py. Compressed (gzip, snappy, lz4,
+zstd), its records are inflated first -- at most `records_bytes_max` of them: a small batch must
+not inflate into gigabytes (common/kaska/kafka_compression.py) -- and walked the same way, then
+thrown away: the batch is stored compressed, the Kafka batch from its CRC field on as the Kaska
+payload, the codec in the Kaska attributes. Kaska -> Kafka (fetch): the header rebuilt
+(offsets, leader epoch and producer identity from the Kaska header, maxTimestamp from the
+records' deltas), the record bodies prefixed with varint lengths -- or, for a batch a Kaska
+producer wrote, one Kafka record per value (null key, no headers, timestamp delta 0); a
+compressed batch gets its first 17 bytes back (base offset, length, leader epoch, magic) and is
+otherwise served as the producer sent it.
 
 Both directions also come as two parts, (header, records), for the broker's own paths: a batch
 is ~1 MB, and joining the parts would copy it twice more (the header into a buffer with the
@@ -39,11 +43,19 @@ Pure; thread-safe.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import crc32c
 
-from common.kaska.errors import CorruptBatchError, MessageTooLargeError
+from common.kaska.errors import CorruptBatchError
+from common.kaska.kafka_compression import (
+    CODEC_NAMES,
+    CODEC_NONE,
+    KAFKA_CODEC_MASK,
+    codec_attributes,
+    codec_of,
+    inflate,
+    kafka_tail,
+)
 from common.kaska.kafka_record import (
     ATTR_KAFKA_RECORDS,
     check_record,
@@ -79,25 +91,23 @@ KAFKA_HEADER_BYTES = 61
 KAFKA_LENGTH_FIELD_END = 12
 KAFKA_CRC_COVERED_FROM = 21
 MAGIC_V2 = 2
-COMPRESSION_MASK = 0x07
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 assert KAFKA_HEADER.size == KAFKA_HEADER_BYTES
 
 _KASKA_HEADER = struct.Struct(">qIiIHHI16sqq")
+_KAFKA_FRONT = struct.Struct(">qiib")  # what a compressed batch is served with (fetch)
 _RECORD_LEN = struct.Struct(">I")
 _CRC = struct.Struct(">I")
 _KASKA_CRC_AT = 16
 _KAFKA_CRC_AT = 17
+assert _KAFKA_FRONT.size == _KAFKA_CRC_AT
 
 
 def kafka_to_kaska(records, records_bytes_max: int = 1 << 30) -> bytes:
     """One Kaska batch (unstamped) holding the one Kafka batch `records`; CorruptBatchError
-    (CORRUPT_MESSAGE), MessageTooLargeError (inflated past `records_bytes_max`) or
-    UnsupportedRecordsError when it cannot be stored."""
+    (CORRUPT_MESSAGE), MessageTooLargeError (compressed records that inflate past
+    `records_bytes_max`) or UnsupportedRecordsError when it cannot be stored."""
     return b"".join(kafka_to_kaska_parts(records, records_bytes_max))
 
 
@@ -121,56 +131,51 @@ def kafka_to_kaska_parts(records, records_bytes_max: int = 1 << 30
         raise CorruptBatchError("record batch CRC32C mismatch")
     if count < 1 or last_delta != count - 1:
         raise CorruptBatchError(f"record count {count} with last offset delta {last_delta}")
-    if attributes & COMPRESSION_MASK == COMPRESSION_GZIP:
-        view = memoryview(view[:KAFKA_HEADER_BYTES].tobytes() + _gunzip(
-            view[KAFKA_HEADER_BYTES:], records_bytes_max))
-    body = _kaska_records(view, count)
+    codec = attributes & KAFKA_CODEC_MASK
+    if codec == CODEC_NONE:
+        body = _kaska_records(view, count)
+    else:
+        # Walked inflated (the walk's copy dropped), stored as sent: from the CRC field on.
+        _kaska_records(memoryview(inflate(codec, view[KAFKA_HEADER_BYTES:], records_bytes_max)),
+                       count, start=0)
+        body = view[_KAFKA_CRC_AT:]
     pid = kaska_producer_id(producer_id, producer_epoch) if producer_id >= 0 else None
     if pid is not None and base_sequence < 0:
         raise CorruptBatchError(f"idempotent batch with base sequence {base_sequence}")
-    return _kaska_batch_parts(body, count, pid, base_sequence, base_timestamp)
+    return _kaska_batch_parts(body, count, pid, base_sequence, base_timestamp,
+                              codec_attributes(codec))
 
 
 def _check_kind(magic: int, attributes: int) -> None:
     if magic != MAGIC_V2:
         raise UnsupportedRecordsError(f"message format (magic) {magic}; only v2 is stored",
                                       UNSUPPORTED_FOR_MESSAGE_FORMAT)
-    if attributes & COMPRESSION_MASK not in (COMPRESSION_NONE, COMPRESSION_GZIP):
-        raise UnsupportedRecordsError("only uncompressed and gzip record batches are "
-                                      "supported", UNSUPPORTED_COMPRESSION_TYPE)
+    if attributes & KAFKA_CODEC_MASK not in CODEC_NAMES:
+        raise UnsupportedRecordsError(f"compression codec {attributes & KAFKA_CODEC_MASK} "
+                                      "is none of Kafka's (gzip, snappy, lz4, zstd)",
+                                      UNSUPPORTED_COMPRESSION_TYPE)
     if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
         raise UnsupportedRecordsError("transactional and control batches are not supported",
                                       INVALID_RECORD)
 
 
-def _gunzip(compressed, records_bytes_max: int) -> bytes:
-    """The inflated records, never more than records_bytes_max of them."""
-    inflater = zlib.decompressobj(GZIP_WBITS)
-    try:
-        out = inflater.decompress(compressed, records_bytes_max + 1)
-    except zlib.error as exc:
-        raise CorruptBatchError(f"gzip records do not inflate: {exc}") from exc
-    if len(out) > records_bytes_max:
-        raise MessageTooLargeError(f"gzip records inflate past {records_bytes_max} bytes")
-    if not inflater.eof or inflater.unused_data:
-        raise CorruptBatchError("gzip records are not exactly one whole gzip stream")
-    return out
-
-
-def _kaska_records(view: memoryview, count: int) -> bytes | bytearray:
-    """The Kafka records of a batch as Kaska records (u32 length | Kafka record body)."""
+def _kaska_records(view: memoryview, count: int,
+                   start: int = KAFKA_HEADER_BYTES) -> bytes | bytearray:
+    """The Kafka records of a batch (from `start`: after its header, or 0 in the inflated
+    records of a compressed one) as Kaska records (u32 length | Kafka record body)."""
     if native is None:
-        return _kaska_records_py(view, count)
+        return _kaska_records_py(view, count, start)
     try:
-        return native.kaska_records(view, KAFKA_HEADER_BYTES, count)
+        return native.kaska_records(view, start, count)
     except ValueError as exc:
         raise CorruptBatchError(str(exc)) from None
 
 
-def _kaska_records_py(view: memoryview, count: int) -> bytearray:
+def _kaska_records_py(view: memoryview, count: int,
+                      start: int = KAFKA_HEADER_BYTES) -> bytearray:
     """_kaska_records in Python: the fallback, and the tests' oracle for the C loop."""
     out = bytearray()
-    pos = KAFKA_HEADER_BYTES
+    pos = start
     end = len(view)
     for index in range(count):
         length, pos = read_varint(view, pos)
@@ -186,11 +191,11 @@ def _kaska_records_py(view: memoryview, count: int) -> bytearray:
     return out
 
 
-def _kaska_batch_parts(body: bytes | bytearray, count: int, producer_id: bytes | None,
-                       sequence: int, timestamp_ms: int) -> tuple[bytes, bytes | bytearray]:
+def _kaska_batch_parts(body, count: int, producer_id: bytes | None, sequence: int,
+                       timestamp_ms: int, attributes: int) -> tuple[bytes, bytes | bytearray]:
     batch_length = HEADER_BYTES - LENGTH_FIELD_END + len(body)
     header = bytearray(_KASKA_HEADER.pack(
-        0, batch_length, 0, 0, FORMAT_VERSION, ATTR_KAFKA_RECORDS, count,
+        0, batch_length, 0, 0, FORMAT_VERSION, attributes, count,
         producer_id if producer_id is not None else bytes(16),
         sequence if producer_id is not None else NO_SEQUENCE, timestamp_ms))
     _CRC.pack_into(header, _KASKA_CRC_AT, _crc_of_parts(header, CRC_COVERED_FROM, body))
@@ -204,6 +209,9 @@ def kaska_to_kafka(batch, header: BatchHeader) -> bytes:
 
 def kaska_to_kafka_parts(batch, header: BatchHeader) -> tuple[bytes, bytes]:
     """kaska_to_kafka as (the Kafka header, its records)."""
+    codec = codec_of(header.attributes)
+    if codec != CODEC_NONE:
+        return _compressed_kafka_parts(memoryview(batch), header, codec)
     records, max_delta = _kafka_records(memoryview(batch), header)
     producer_id, epoch, sequence = kafka_producer(header.producer_id, header.sequence)
     count = header.record_count
@@ -213,6 +221,20 @@ def kaska_to_kafka_parts(batch, header: BatchHeader) -> tuple[bytes, bytes]:
         header.timestamp_ms + max_delta, producer_id, epoch, sequence, count))
     _CRC.pack_into(out, _KAFKA_CRC_AT, _crc_of_parts(out, KAFKA_CRC_COVERED_FROM, records))
     return bytes(out), records
+
+
+def _compressed_kafka_parts(view: memoryview, header: BatchHeader,
+                            codec: int) -> tuple[bytes, memoryview]:
+    """A stored compressed Kafka batch as the producer sent it, but for its first 17 bytes
+    (the offset and epoch it got here); its CRC is the producer's, which covers neither."""
+    tail = view[HEADER_BYTES:header.total_bytes]
+    stored_codec, stored_count = kafka_tail(tail)
+    if (stored_codec, stored_count) != (codec, header.record_count):
+        raise CorruptBatchError(f"stored Kafka batch says {stored_count} records of codec "
+                                f"{stored_codec}, its header {header.record_count} of {codec}")
+    front = _KAFKA_FRONT.pack(header.base_offset, len(tail) + _KAFKA_CRC_AT
+                              - KAFKA_LENGTH_FIELD_END, header.leader_epoch, MAGIC_V2)
+    return front, tail
 
 
 def _crc_of_parts(header: bytearray, covered_from: int, body) -> int:

@@ -10,7 +10,8 @@ answer later (DeferredResponse: a Produce waiting for acks): its frame is then a
 (answers.py) that the connection's answer thread waits for, in request order. Every request
 is counted once it is answered, by api and outcome (`kaska_kafka_requests_total`): ok, the
 lone error of a refused frame (unsupported_version, invalid_request), a handler's refusal (its
-KaskaError's class) or internal_error.
+KaskaError's class; also when it refused only part of the request, answers.PartlyRefused: a
+Produce partition whose records were corrupt, too large or unsupported) or internal_error.
 
 Thread-safe (no state of its own).
 """
@@ -23,7 +24,7 @@ import time
 
 from common.kaska.errors import KaskaError
 from services.broker.kafka import api_versions
-from services.broker.kafka.answers import Deferred, DeferredResponse
+from services.broker.kafka.answers import Deferred, DeferredResponse, PartlyRefused
 from services.broker.kafka.context import REQUEST_PEER, KafkaContext
 from services.broker.kafka.dispatch import API_SPECS
 from services.broker.kafka.errors import (
@@ -105,6 +106,9 @@ def _encode(kctx: KafkaContext, spec, response_of, fixed: FixedHeader,
     """The answer frame of `response_of()` (which may wait, and may raise like a handler)."""
     try:
         response = response_of()
+        outcome = "ok"
+        if isinstance(response, PartlyRefused):
+            response, outcome = response.response, response.outcome
         body = None if response is None else response.encode(version=fixed.api_version)
     except KaskaError as error:
         log.info("kafka api %d from %s refused: %s", fixed.api_key, peer, error)
@@ -114,7 +118,7 @@ def _encode(kctx: KafkaContext, spec, response_of, fixed: FixedHeader,
         log.exception("kafka api %d v%d from %s failed", fixed.api_key, fixed.api_version, peer)
         _count(kctx, fixed, started_s, "internal_error")
         return encode_error_only(fixed.correlation_id, UNKNOWN_SERVER_ERROR)
-    _count(kctx, fixed, started_s, "ok")
+    _count(kctx, fixed, started_s, outcome)
     if body is None:
         return None  # acks=0: no answer
     flexible = (spec.request_class.flexible_version_q(fixed.api_version)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.kaska.errors import CorruptBatchError
+from common.kaska.kafka_compression import CODEC_NONE, KAFKA_RECORD_BYTES_MIN, codec_of
 from common.kaska.record_batch import (
     HEADER_BYTES,
     LENGTH_FIELD_END,
@@ -65,7 +66,7 @@ from common.kaska.record_batch import (
     stamp,
     validate,
 )
-from services.broker.storage.config import SEGMENT_HEADER_BYTES, LogConfig
+from services.broker.storage.config import POSITION_MAX, SEGMENT_HEADER_BYTES, LogConfig
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.errors import (
     CorruptIndexError,
@@ -96,10 +97,15 @@ def log_path(directory: Path, base_offset: int) -> Path:
     return directory / f"{base_offset:020d}.log"
 
 
-def records_max(batch_length: int) -> int:
-    """Most records a batch of `batch_length` can hold (each needs its 4-byte length); lets the
-    broker bound a batch's record count without parsing its records."""
-    return (batch_length - (HEADER_BYTES - LENGTH_FIELD_END)) // RECORD_LENGTH_BYTES
+def records_max(header: BatchHeader) -> int:
+    """Most records a batch can hold; lets the broker bound a batch's record count without
+    parsing its records. Each needs its 4-byte length; in a compressed Kafka batch
+    (common/kaska/kafka_compression.py) each inflates to at least KAFKA_RECORD_BYTES_MIN, and
+    no broker inflates a batch past the largest segment (the bound is the same for every
+    config, so that recovery never refuses what an older config accepted)."""
+    if codec_of(header.attributes) != CODEC_NONE:
+        return POSITION_MAX // KAFKA_RECORD_BYTES_MIN
+    return (header.batch_length - (HEADER_BYTES - LENGTH_FIELD_END)) // RECORD_LENGTH_BYTES
 
 
 class SegmentFile:
@@ -329,7 +335,7 @@ class LogSegment:
         if header.total_bytes != total_bytes:
             raise CorruptBatchError(f"batch says {header.total_bytes} bytes, frame carried "
                                     f"{total_bytes}")
-        if header.record_count > records_max(header.batch_length):
+        if header.record_count > records_max(header):
             raise CorruptBatchError(f"{header.record_count} records cannot fit in "
                                     f"{header.total_bytes} bytes")
         validate(mm, position)
@@ -579,7 +585,7 @@ def _valid_batch_at(mm: mmap.mmap, position: int,
         return None, str(exc)
     if header.base_offset != expected_offset:
         return None, f"base offset {header.base_offset}, expected {expected_offset}"
-    if header.record_count > records_max(header.batch_length):
+    if header.record_count > records_max(header):
         return None, f"record count {header.record_count} does not fit the batch"
     return header, None
 

@@ -6,8 +6,16 @@ import struct
 import pytest
 
 from common.kaska.errors import CorruptBatchError, MessageTooLargeError
+from common.kaska.kafka_compression import CODEC_NAMES, codec_attributes
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS, encode_varint
-from common.kaska.record_batch import encode_batch, iter_records, parse_header, stamp, validate
+from common.kaska.record_batch import (
+    HEADER_BYTES,
+    encode_batch,
+    iter_records,
+    parse_header,
+    stamp,
+    validate,
+)
 from services.broker.kafka import records as records_module
 from services.broker.kafka.errors import (
     INVALID_RECORD,
@@ -27,6 +35,7 @@ from tests.conftest import running_in_ci
 from .kafka_batches import BASE_TIMESTAMP_MS, kafka_batch, read_kafka, recrc
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
+CODECS = [GZIP, SNAPPY, LZ4, ZSTD]
 RECORDS = [(b"k0", b"v0", [("h", b"x")]), (None, b"v1", []), (b"k2", None, [("a", None)]),
            (b"", b"v" * 300, [("h1", b"1"), ("h2", b"2")])]
 
@@ -125,33 +134,90 @@ def test_two_batches_in_one_partition_are_refused():
     assert caught.value.kafka_code == INVALID_RECORD
 
 
-def test_gzip_batch_is_stored_inflated():
-    kaska = stored(kafka_to_kaska(kafka_batch(RECORDS, compression=GZIP)))
-    _parsed, records = read_kafka(kaska_to_kafka(kaska, parse_header(kaska)))
-    assert [(r.key, r.value, r.headers) for r in records] == RECORDS
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_batch_is_stored_and_served_as_the_producer_sent_it(codec):
+    original = kafka_batch(RECORDS, producer_id=77, epoch=2, base_sequence=9, compression=codec)
+    kaska = stored(kafka_to_kaska(original))
+    header = validate(kaska)
+    assert header.attributes == codec_attributes(codec)
+    assert (header.record_count, header.sequence) == (len(RECORDS), 9)
+    assert header.producer_id == kaska_producer_id(77, 2)
+    assert header.timestamp_ms == BASE_TIMESTAMP_MS
+    # Kept compressed: the Kafka batch from its CRC on is the Kaska payload, byte for byte.
+    assert bytes(kaska[HEADER_BYTES:]) == original[17:]
+
+    served = kaska_to_kafka(kaska, header)
+    assert served[17:] == original[17:]  # the producer's CRC, attributes and records
+    parsed, records = read_kafka(served)
+    assert (parsed.base_offset, parsed.leader_epoch, parsed.compression_type) == (40, 3, codec)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records] == [
+        (40 + i, key, value, headers, BASE_TIMESTAMP_MS + 10 * i)
+        for i, (key, value, headers) in enumerate(RECORDS)]
+    # Kaska's consumers inflate it on their side.
+    assert list(iter_records(kaska)) == [(40, b"v0"), (41, b"v1"), (42, b""), (43, b"v" * 300)]
 
 
-def test_gzip_records_inflating_past_the_bound_are_too_large():
-    bomb = kafka_batch([(None, bytes(100_000), [])], compression=GZIP)
-    assert len(bomb) < 1000
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_records_inflating_past_the_bound_are_too_large(codec):
+    bomb = kafka_batch([(None, bytes(100_000), [])], compression=codec)
+    assert len(bomb) < 6000
     with pytest.raises(MessageTooLargeError):
         kafka_to_kaska(bomb, records_bytes_max=50_000)
+    # One byte of room more than the records need is enough.
+    assert parse_header(kafka_to_kaska(bomb, records_bytes_max=100_100)).record_count == 1
 
 
-def test_gzip_records_that_do_not_inflate_are_corrupt():
-    batch = bytearray(kafka_batch(RECORDS, compression=GZIP))
-    batch[80:90] = b"\xff" * 10  # inside the deflate stream
-    with pytest.raises(CorruptBatchError, match="gzip"):
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_records_that_do_not_inflate_are_corrupt(codec):
+    batch = bytearray(kafka_batch(RECORDS, compression=codec))
+    batch[70:] = b"\xff" * (len(batch) - 70)  # the compressed records, past the codec's magic
+    with pytest.raises(CorruptBatchError, match=CODEC_NAMES[codec]):
         kafka_to_kaska(recrc(batch))
 
 
-@pytest.mark.parametrize("codec", [SNAPPY, LZ4, ZSTD])
-def test_other_codecs_are_refused_with_their_code(codec):
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_batch_with_a_wrong_record_count_is_corrupt(codec):
+    batch = bytearray(kafka_batch(RECORDS, compression=codec))
+    struct.pack_into(">i", batch, 57, len(RECORDS) - 1)  # recordCount
+    struct.pack_into(">i", batch, 23, len(RECORDS) - 2)  # lastOffsetDelta, to match it
+    with pytest.raises(CorruptBatchError):
+        kafka_to_kaska(recrc(batch))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_batch_with_a_bad_crc_is_corrupt(codec):
+    batch = bytearray(kafka_batch(RECORDS, compression=codec))
+    batch[-1] ^= 0x01
+    with pytest.raises(CorruptBatchError, match="CRC"):
+        kafka_to_kaska(bytes(batch))
+
+
+def test_uncompressed_records_labelled_compressed_are_corrupt():
     batch = bytearray(kafka_batch(RECORDS))
-    struct.pack_into(">h", batch, 21, codec)  # attributes: just the codec bits
+    struct.pack_into(">h", batch, 21, ZSTD)  # attributes: just the codec bits
+    with pytest.raises(CorruptBatchError, match="zstd"):
+        kafka_to_kaska(recrc(batch))
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_unknown_codecs_are_refused_with_their_code(codec):
+    batch = bytearray(kafka_batch(RECORDS))
+    struct.pack_into(">h", batch, 21, codec)
     with pytest.raises(UnsupportedRecordsError) as caught:
         kafka_to_kaska(recrc(batch))
     assert caught.value.kafka_code == UNSUPPORTED_COMPRESSION_TYPE
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_stored_compressed_batch_that_disagrees_with_its_header_is_not_served(codec):
+    kaska = stored(kafka_to_kaska(kafka_batch(RECORDS, compression=codec)))
+    header = parse_header(kaska)
+    struct.pack_into(">I", kaska, 24, len(RECORDS) + 1)  # the Kaska record count
+    with pytest.raises(CorruptBatchError, match="stored Kafka batch"):
+        kaska_to_kafka(kaska, parse_header(kaska))
+    with pytest.raises(CorruptBatchError, match="stored Kafka batch"):
+        list(iter_records(kaska))
+    assert header.record_count == len(RECORDS)
 
 
 def test_transactional_batch_is_refused():
