@@ -31,7 +31,9 @@ SYNC_GROUP = 14
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
 
 # api key -> (min version, max version) served.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -49,7 +51,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
+    DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 4),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -18,6 +18,7 @@ from kafka.protocol.consumer import (
     ListOffsetsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
@@ -26,10 +27,12 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from services.broker.kafka import (
     api_versions,
     coordinator,
+    delete_records,
     fetch,
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     topics,
 )
@@ -56,7 +59,10 @@ API_SPECS: dict[int, ApiSpec] = {
     api_versions.API_VERSIONS: ApiSpec(ApiVersionsRequest, api_versions.handle),
     api_versions.CREATE_TOPICS: ApiSpec(CreateTopicsRequest, topics.handle_create),
     api_versions.DELETE_TOPICS: ApiSpec(DeleteTopicsRequest, topics.handle_delete),
+    api_versions.DELETE_RECORDS: ApiSpec(DeleteRecordsRequest, delete_records.handle),
     api_versions.INIT_PRODUCER_ID: ApiSpec(InitProducerIdRequest, init_producer_id.handle),
+    api_versions.OFFSET_FOR_LEADER_EPOCH: ApiSpec(OffsetForLeaderEpochRequest,
+                                                  offset_for_leader_epoch.handle),
 }
 assert set(API_SPECS) == set(api_versions.SUPPORTED)
 assert all(key == spec.request_class.API_KEY for key, spec in API_SPECS.items())

@@ -9,9 +9,9 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from common.kaska.errors import InvalidRequestError, KaskaError
-from services.broker.handlers.common import find_partition
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import NONE, kafka_code
+from services.broker.kafka.fencing import led_partition_at
 
 LATEST = -1
 EARLIEST = -2
@@ -33,8 +33,8 @@ def _answer(kctx: KafkaContext, topic: str, wanted):
     answer = PartitionAnswer(partition_index=wanted.partition_index, error_code=NONE,
                              timestamp=NO_TIMESTAMP, offset=NO_OFFSET, leader_epoch=-1)
     try:
-        partition = find_partition(kctx.broker, topic, wanted.partition_index)
-        answer.leader_epoch = partition.require_leader().leader_epoch
+        partition, answer.leader_epoch = led_partition_at(kctx, topic, wanted.partition_index,
+                                                          wanted.current_leader_epoch)
         if wanted.timestamp == EARLIEST:
             answer.offset = partition.log_start_offset
         elif wanted.timestamp == LATEST:

@@ -20,6 +20,9 @@ Invariants:
   Retention keeps (writing it first when missing) the one at the new log start and deletes
   the older ones; truncation deletes those above the new LEO (before cutting any segment);
   `restart_at` and truncation below the log start delete them all (first).
+- The leader epoch cache (leader_epochs.py) holds, for every epoch of the batches in
+  [log_start_offset, LEO), the first offset of it: fed by recovery's scan and every append, cut
+  with the log's end, trimmed with its start, emptied by `restart_at`.
 
 Recovery on open: every segment is scanned and CRC-checked in order; the first invalid batch
 ends the log (the segment holding it is cut there and every later segment is deleted, since
@@ -89,6 +92,7 @@ from services.broker.storage.errors import (
     ReplicaOffsetMismatchError,
     StorageFullError,
 )
+from services.broker.storage.leader_epochs import LeaderEpochCache
 from services.broker.storage.log_start import (
     LOG_START_FILE,
     read_log_start,
@@ -152,6 +156,7 @@ class PartitionLog:
         self._lock = threading.Lock()
         self._closed = False
         self._producers = ProducerStateTable(config.producer_ids_max)
+        self._epochs = LeaderEpochCache()  # fed by recovery's scan and every append
         self._snapshots = ProducerSnapshots(self.directory)
         self._unflushed: list[LogSegment] = []
         self._dirty = False  # appended or truncated since the last flush
@@ -169,6 +174,8 @@ class PartitionLog:
         with self._lock:
             # A crash between persisting a start and deleting the segments below it.
             self._free_below_start_locked("delete records (recovered)")
+            self._epochs.truncate_from_end(self._leo)
+            self._epochs.truncate_from_start(self.log_start_offset)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -209,6 +216,18 @@ class PartitionLog:
 
     def segment_base_offsets(self) -> tuple[int, ...]:
         return self._view[1]
+
+    def end_offset_for_epoch(self, epoch: int, current_epoch: int | None = None
+                             ) -> tuple[int, int]:
+        """(epoch, end offset) of leader epoch `epoch` in this log, as OffsetForLeaderEpoch
+        answers it (leader_epochs.py; `current_epoch`: the epoch its leader writes in now).
+        Lock-free."""
+        log_end_offset = self._leo  # first: an epoch appended meanwhile starts at or above it
+        return self._epochs.end_offset_for(epoch, log_end_offset, current_epoch)
+
+    def leader_epochs(self) -> tuple[tuple[int, int], ...]:
+        """(epoch, first offset) of every leader epoch in the log, oldest first."""
+        return self._epochs.entries()
 
     def last_sequence(self, producer_id: bytes) -> int | None:
         with self._lock:
@@ -318,6 +337,7 @@ class PartitionLog:
             return AppendResult(original.base_offset, original.record_count, duplicate=True)
         self._dirty = True
         segment.commit(header, base_offset, leader_epoch)
+        self._epochs.assign(leader_epoch, base_offset)
         self._producers.record(header, base_offset)
         self._leo = base_offset + header.record_count
         self._note_written(segment)
@@ -438,6 +458,7 @@ class PartitionLog:
             else:
                 self._truncate_within_locked(segments, offset)
                 self._rebuild_producers_locked()
+            self._epochs.truncate_from_end(self._leo)
             if self._start > self._leo:
                 # Cut below the logical start (Kafka restarts the log at the target then): the
                 # start follows the end down, so later appends are not hidden behind it.
@@ -495,6 +516,7 @@ class PartitionLog:
             fresh = LogSegment.create(self.directory, offset, self.config, self._space)
             doomed = segments
         self._producers.clear()
+        self._epochs.clear()
         self._publish([fresh])
         self._leo = offset
         for segment in doomed:
@@ -551,6 +573,7 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(f"{self.directory}: cannot move the log start to "
                                             f"{offset}, the log ends at {self._leo}")
             self._persist_start_locked(offset)
+            self._epochs.truncate_from_start(offset)
             if offset == self._leo and not self._view[0][-1].is_empty:
                 self._dirty = True
                 try:
@@ -589,6 +612,7 @@ class PartitionLog:
         start = segments[doomed].base_offset
         self._ensure_snapshot_locked(segments, doomed)
         self._publish(segments[doomed:])
+        self._epochs.truncate_from_start(self.log_start_offset)
         for segment in segments[:doomed]:
             self._forget(segment)
             segment.delete()
@@ -708,7 +732,7 @@ class PartitionLog:
                 self._snapshots.load_into(self._producers, base_offset)
             try:
                 segment = LogSegment.open(self.directory, base_offset, self.config,
-                                          on_batch=self._producers.load, space=self._space)
+                                          on_batch=self._recovered_batch, space=self._space)
             except CorruptSegmentError as exc:
                 self._quarantine(base_offset, exc)
                 continue
@@ -721,6 +745,10 @@ class PartitionLog:
             segment.seal()
         segments[-1].activate()
         return segments
+
+    def _recovered_batch(self, header: BatchHeader) -> None:
+        self._producers.load(header)
+        self._epochs.assign(header.leader_epoch, header.base_offset)
 
     def _segment_files(self) -> list[int]:
         """Base offsets of the `.log` files, sorted; removes leftovers and orphan indexes."""

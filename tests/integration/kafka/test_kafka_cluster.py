@@ -22,6 +22,7 @@ from tests.integration.kafka.clients import (
     produce,
 )
 from tests.integration.kafka.kafka_broker import kafka_request, wait_for
+from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
@@ -118,7 +119,17 @@ def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, top
     assert [v for _p, _o, _k, v in consumed] == [v for _p, _k, v in records]
 
 
+def kafka_requests_answered(cluster: BrokerCluster, i: int, api: str) -> int:
+    """How many `api` requests broker i's Kafka listener answered ok (its metrics)."""
+    _text, samples = scrape(cluster.brokers[i].metrics_port)
+    return int(samples.get(("kaska_kafka_requests_total",
+                            (("api", api), ("outcome", "ok"))), 0))
+
+
 def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, topic_name):
+    """The group leader's broker is SIGKILLed while librdkafka reads: the consumer learns the
+    new leader epoch from Metadata, validates its position with OffsetForLeaderEpoch (KIP-320)
+    on the new leader, and reads on with no record skipped or repeated."""
     bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
     create_topic(bootstrap, topic_name, 1)
     produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000)])
@@ -136,6 +147,10 @@ def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, 
     finally:
         consumer.close()
     assert kafka_cluster.leader_id() != leader
+    validations = {i: kafka_requests_answered(kafka_cluster, i, "OffsetForLeaderEpoch")
+                   for i in kafka_cluster.others(leader)}
+    assert sum(validations.values()) >= 1, \
+        f"the consumer never validated its position after the kill: {validations}"
     assert [(offset, value) for _p, offset, _k, value in head + rest] == \
         [(i, f"c{i}".encode()) for i in range(3000)]
 
