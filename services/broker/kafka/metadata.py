@@ -48,10 +48,16 @@ def handle(kctx: KafkaContext, request) -> MetadataResponse:
 
 
 def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int]:
-    """(leader node id or -1, leader epoch) as Kafka clients may use them."""
+    """(leader node id or -1, leader epoch) as Kafka clients may use them. Without a leader,
+    the epoch of the last leader this broker knows (its journal's last entry's): Raft's epoch
+    rises with a candidacy, before anyone leads it, while a Kafka client takes a rise of the
+    epoch for a new leader and validates its position then (KIP-320) -- were the candidate's
+    epoch named before the leader is known, the leader's arrival at that same epoch would be
+    no news to the client, and it would skip the validation."""
     role = kctx.broker.replication.role(topic, partition)
     if role.leader_id == NO_LEADER or kctx.kafka_broker(role.leader_id) is None:
-        return NO_LEADER, role.leader_epoch
+        last_leader_epoch = kctx.broker.replication.of(topic, partition).node.journal.last_epoch
+        return NO_LEADER, min(role.leader_epoch, last_leader_epoch)
     return role.leader_id, role.leader_epoch
 
 

@@ -1,9 +1,10 @@
 """PartitionLog: the segment list of one topic partition (Kafka's `Log`).
 
-On disk: one directory holding `%020d.log` + `%020d.index` per segment (segment.py and
-offset_index.py give the formats) and `%020d.snapshot` producer-table snapshots
-(producer_state.py). Quarantined files end in `.unreadable.<ns>`; `*.tmp` files are leftovers
-of an interrupted segment, index or snapshot creation and are removed on open.
+On disk: one directory holding `%020d.log` + `%020d.index` + `%020d.timeindex` per segment
+(segment.py, offset_index.py and time_index.py give the formats) and `%020d.snapshot`
+producer-table snapshots (producer_state.py). Quarantined files end in `.unreadable.<ns>`;
+`*.tmp` files are leftovers of an interrupted segment, index or snapshot creation and are
+removed on open.
 
 Invariants:
 - Segments are ordered by base offset and contiguous: each one's base offset is the previous
@@ -105,6 +106,8 @@ from services.broker.storage.producer_state import (
     snapshot_path,
 )
 from services.broker.storage.segment import FileSlice, LogSegment, copy_slices, log_path
+from services.broker.storage.time_index import time_index_path
+from services.broker.storage.timestamps import offset_for_timestamp
 
 __all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog", "StartMoved"]
 
@@ -433,6 +436,16 @@ class PartitionLog:
             i += 1
         return slices
 
+    def offset_for_timestamp(self, timestamp_ms: int, upto_offset: int | None = None
+                             ) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record from the log start, in the batches wholly
+        below `upto_offset` (the high watermark), stamped at or after `timestamp_ms`; None
+        when there is none (timestamps.py). Lock-free."""
+        end = self._leo
+        segments, _ = self._segments_snapshot()
+        limit = end if upto_offset is None else min(upto_offset, end)
+        return offset_for_timestamp(segments, self.log_start_offset, limit, timestamp_ms)
+
     def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None,
                    below_start: bool = False) -> bytes:
         """Same, copied (tests, replication)."""
@@ -753,7 +766,7 @@ class PartitionLog:
     def _segment_files(self) -> list[int]:
         """Base offsets of the `.log` files, sorted; removes leftovers and orphan indexes."""
         bases: set[int] = set()
-        index_bases: dict[int, Path] = {}
+        index_bases: dict[int, list[Path]] = {}
         for path in self.directory.iterdir():
             if path.is_dir():
                 log.warning("%s: a directory among segment files; ignored", path)
@@ -764,15 +777,16 @@ class PartitionLog:
                 path.unlink()
             elif suffix == ".log" and named:
                 bases.add(int(stem))
-            elif suffix == ".index" and named:
-                index_bases[int(stem)] = path
+            elif suffix in (".index", ".timeindex") and named:
+                index_bases.setdefault(int(stem), []).append(path)
             elif is_snapshot_name(path) or path.name == LOG_START_FILE:
                 continue  # ProducerSnapshots' files, the persisted log start
             elif ".unreadable." not in path.name:
                 log.warning("%s: not a segment file; ignored", path)
-        for base_offset, path in index_bases.items():
+        for base_offset, paths in index_bases.items():
             if base_offset not in bases:
-                path.unlink()
+                for path in paths:
+                    path.unlink()
         return sorted(bases)
 
     def _quarantine(self, base_offset: int, exc: CorruptSegmentError) -> None:
@@ -781,6 +795,7 @@ class PartitionLog:
         log.warning("%s; skipped and renamed to %s", exc, aside.name)
         os.replace(path, aside)
         path.with_suffix(".index").unlink(missing_ok=True)
+        time_index_path(self.directory, base_offset).unlink(missing_ok=True)
 
     def _drop_after_gap(self, expected_offset: int, bases: list[int]) -> None:
         log.warning("%s: the log ends at offset %d but a segment starts at %d; deleting the "
@@ -790,6 +805,7 @@ class PartitionLog:
             path = log_path(self.directory, base_offset)
             path.unlink()
             path.with_suffix(".index").unlink(missing_ok=True)
+            time_index_path(self.directory, base_offset).unlink(missing_ok=True)
 
 
 def fsync_directory(directory: Path) -> None:
