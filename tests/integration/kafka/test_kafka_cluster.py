@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
@@ -79,6 +80,13 @@ def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name)
             name=topic_name, partition_data=[Topic.PartitionProduceData(
                 index=0, records=kafka_batch([(None, b"v", [])]))])]))
     assert refused.responses[0].partition_responses[0].error_code == NOT_LEADER_OR_FOLLOWER
+    EpochTopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    epoch = metadata.topics[0].partitions[0].leader_epoch
+    unanswered = kafka_request(follower_address, OffsetForLeaderEpochRequest[4](
+        replica_id=-1, topics=[EpochTopic(topic=topic_name, partitions=[
+            EpochTopic.OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch,
+                                                leader_epoch=epoch)])]))
+    assert unanswered.topics[0].partitions[0].error_code == NOT_LEADER_OR_FOLLOWER
 
     # A client that knows only the follower produces and consumes through the leader.
     records = [(i % 2, None, f"r{i}".encode()) for i in range(1000)]
