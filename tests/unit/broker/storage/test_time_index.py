@@ -13,7 +13,7 @@ from services.broker.storage.time_index import TimeIndex, time_index_path
 from tests.unit.broker.kafka.kafka_batches import BASE_TIMESTAMP_MS, kafka_batch
 
 from .batches import SMALL, sized_batch
-from .full_disk import refuse_writes
+from .full_disk import refuse_calls, refuse_writes
 
 # -- the file -------------------------------------------------------------------------------
 
@@ -189,3 +189,18 @@ def test_an_older_kafka_batch_running_past_a_newer_one_is_passed_over(tmp_path):
     # Kafka, indexing each batch's largest timestamp, answers offset 3.
     assert part.offset_for_timestamp(BASE_TIMESTAMP_MS + 25) == (BASE_TIMESTAMP_MS + 30, 8)
     part.close()
+
+
+def test_restart_on_a_full_disk_starts_the_time_index_empty(tmp_path, monkeypatch):
+    timed_log(tmp_path / "p", STAMPS).close()
+    path = time_index_path(tmp_path / "p", 8)
+    path.unlink()
+    disk = refuse_calls(monkeypatch, TimeIndex, "rewrite")
+    part = PartitionLog(tmp_path / "p", SMALL)  # opens all the same
+    assert disk.refused == 1 and not path.exists()
+    assert part.offset_for_timestamp(1_125) == (1_130, 13)  # a longer walk, the same answer
+    part.close()
+    disk.free()
+    reopened = PartitionLog(tmp_path / "p", SMALL)
+    assert time_entries(tmp_path / "p", 8) == [(1_000 + 10 * o, o - 8) for o in range(9, 16)]
+    reopened.close()
