@@ -10,9 +10,10 @@ each:
 - framing.py, requests.py, dispatch.py: frames, version checks, decoding with kafka-python's
   `kafka.protocol` schemas, dispatch to the handlers;
 - api_versions.py: what is served (api keys and versions);
-- metadata.py, produce.py, fetch.py, list_offsets.py, init_producer_id.py, topics.py,
-  coordinator.py: the handlers; consumer_groups.py: the consumer groups this broker
-  coordinates (membership, generations, assignments);
+- metadata.py, produce.py, fetch.py, list_offsets.py, offset_for_leader_epoch.py,
+  delete_records.py, init_producer_id.py, topics.py, coordinator.py: the handlers;
+  consumer_groups.py: the consumer groups this broker coordinates (membership, generations,
+  assignments); fencing.py: the client's current leader epoch against the broker's (KIP-320);
 - groups_admin.py (ListGroups, DescribeGroups), describe_configs.py (DescribeConfigs; and
   DescribeCluster in metadata.py): what admin tools read;
 - records.py: RecordBatch v2 <-> Kaska batch transcoding; producer_ids.py: Kafka's producer

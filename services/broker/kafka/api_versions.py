@@ -33,9 +33,11 @@ LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
 DESCRIBE_CONFIGS = 32
 DESCRIBE_CLUSTER = 60
+OFFSET_FOR_LEADER_EPOCH = 23
 
 # api key -> (min version, max version) served.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -53,11 +55,13 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
+    DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 4),
     DESCRIBE_GROUPS: (0, 6),
     LIST_GROUPS: (0, 5),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 2),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 
 

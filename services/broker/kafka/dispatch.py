@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kafka.protocol.admin import (
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
@@ -25,6 +26,7 @@ from kafka.protocol.consumer import (
     ListOffsetsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
@@ -33,12 +35,14 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from services.broker.kafka import (
     api_versions,
     coordinator,
+    delete_records,
     describe_configs,
     fetch,
     groups_admin,
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     topics,
 )
@@ -65,12 +69,15 @@ API_SPECS: dict[int, ApiSpec] = {
     api_versions.API_VERSIONS: ApiSpec(ApiVersionsRequest, api_versions.handle),
     api_versions.CREATE_TOPICS: ApiSpec(CreateTopicsRequest, topics.handle_create),
     api_versions.DELETE_TOPICS: ApiSpec(DeleteTopicsRequest, topics.handle_delete),
+    api_versions.DELETE_RECORDS: ApiSpec(DeleteRecordsRequest, delete_records.handle),
     api_versions.INIT_PRODUCER_ID: ApiSpec(InitProducerIdRequest, init_producer_id.handle),
     api_versions.DESCRIBE_GROUPS: ApiSpec(DescribeGroupsRequest, groups_admin.handle_describe),
     api_versions.LIST_GROUPS: ApiSpec(ListGroupsRequest, groups_admin.handle_list),
     api_versions.DESCRIBE_CONFIGS: ApiSpec(DescribeConfigsRequest, describe_configs.handle),
     api_versions.DESCRIBE_CLUSTER: ApiSpec(DescribeClusterRequest,
                                            metadata.handle_describe_cluster),
+    api_versions.OFFSET_FOR_LEADER_EPOCH: ApiSpec(OffsetForLeaderEpochRequest,
+                                                  offset_for_leader_epoch.handle),
 }
 assert set(API_SPECS) == set(api_versions.SUPPORTED)
 assert all(key == spec.request_class.API_KEY for key, spec in API_SPECS.items())

@@ -5,7 +5,9 @@ no aborted transactions; isolation levels read alike.
 Each partition is read by its `fetch` (cluster/partition.py), as a Kaska FETCH reads it:
 fetch_offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; between the high watermark
 and the log end (a new leader whose commit has not caught up) the answer is empty, as Kafka's.
-The first batch may start before fetch_offset (clients skip the records below it).
+The first batch may start before fetch_offset (clients skip the records below it). A
+partition's current leader epoch (v9+) is checked first (fencing.py: FENCED_LEADER_EPOCH,
+UNKNOWN_LEADER_EPOCH).
 
 Long poll: while fewer than min_bytes are ready, the request waits at most
 min(max_wait_ms, fetch_wait_ms_max) for a high watermark to pass a fetch offset
@@ -30,9 +32,10 @@ from kafka.protocol.consumer import FetchResponse
 
 from common.kaska.errors import KaskaError
 from common.kaska.record_batch import LENGTH_FIELD_END, parse_header, peek_total_bytes
-from services.broker.handlers.common import await_high_watermarks, led_partition
+from services.broker.handlers.common import await_high_watermarks
 from services.broker.kafka.context import KafkaContext
 from services.broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, NONE, kafka_code
+from services.broker.kafka.fencing import NO_EPOCH, led_partition_at
 from services.broker.kafka.records import kaska_to_kafka_parts
 
 NO_SESSION = 0
@@ -48,13 +51,15 @@ class Wanted:
     partition: int
     offset: int
     max_bytes: int
+    current_leader_epoch: int = NO_EPOCH
 
 
 def handle(kctx: KafkaContext, request) -> FetchResponse:
     if request.version >= 7 and request.session_epoch not in FULL_FETCH_EPOCHS:
         return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
                              session_id=NO_SESSION, responses=[])
-    wanted = [Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+    wanted = [Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                     p.current_leader_epoch)
               for topic in request.topics for p in topic.partitions]
     config = kctx.broker.config
     wait_s = max(0, min(request.max_wait_ms, config.network.fetch_wait_ms_max)) / 1000
@@ -92,7 +97,8 @@ def _read_partition(kctx: KafkaContext, item: Wanted, limit: int):
                              last_stable_offset=-1, log_start_offset=-1,
                              aborted_transactions=None, preferred_read_replica=-1, records=b"")
     try:
-        partition = led_partition(kctx.broker, item.topic, item.partition)
+        partition, _ = led_partition_at(kctx, item.topic, item.partition,
+                                        item.current_leader_epoch)
         # Named in an OFFSET_OUT_OF_RANGE answer too: where the client may start again.
         answer.log_start_offset = partition.log_start_offset
         answer.high_watermark = answer.last_stable_offset = partition.high_watermark()

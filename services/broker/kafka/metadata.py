@@ -80,10 +80,15 @@ def handle_describe_cluster(kctx: KafkaContext, request) -> DescribeClusterRespo
 
 
 def leader_for(kctx: KafkaContext, topic: str, partition: int) -> tuple[int, int]:
-    """(leader node id or -1, leader epoch) as Kafka clients may use them."""
+    """(leader node id or -1, leader epoch) as Kafka clients may use them. Without a leader
+    (none elected, or one without its lease yet), the epoch before the broker's: Raft's epoch
+    rises with a candidacy, before anyone leads it, while a Kafka client takes a rise of the
+    epoch for a new leader and validates its position then (KIP-320). librdkafka given the new
+    epoch with no leader skips that validation for good, and the leader's arrival at the same
+    epoch is no news; one epoch lower, the leader's epoch is news whenever it comes."""
     role = kctx.broker.replication.role(topic, partition)
     if role.leader_id == NO_LEADER or kctx.kafka_broker(role.leader_id) is None:
-        return NO_LEADER, role.leader_epoch
+        return NO_LEADER, max(role.leader_epoch - 1, 0)
     return role.leader_id, role.leader_epoch
 
 

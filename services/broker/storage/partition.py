@@ -1,9 +1,10 @@
 """PartitionLog: the segment list of one topic partition (Kafka's `Log`).
 
-On disk: one directory holding `%020d.log` + `%020d.index` per segment (segment.py and
-offset_index.py give the formats) and `%020d.snapshot` producer-table snapshots
-(producer_state.py). Quarantined files end in `.unreadable.<ns>`; `*.tmp` files are leftovers
-of an interrupted segment, index or snapshot creation and are removed on open.
+On disk: one directory holding `%020d.log` + `%020d.index` + `%020d.timeindex` per segment
+(segment.py, offset_index.py and time_index.py give the formats) and `%020d.snapshot`
+producer-table snapshots (producer_state.py). Quarantined files end in `.unreadable.<ns>`;
+`*.tmp` files are leftovers of an interrupted segment, index or snapshot creation and are
+removed on open.
 
 Invariants:
 - Segments are ordered by base offset and contiguous: each one's base offset is the previous
@@ -20,6 +21,9 @@ Invariants:
   Retention keeps (writing it first when missing) the one at the new log start and deletes
   the older ones; truncation deletes those above the new LEO (before cutting any segment);
   `restart_at` and truncation below the log start delete them all (first).
+- The leader epoch cache (leader_epochs.py) holds, for every epoch of the batches in
+  [log_start_offset, LEO), the first offset of it: fed by recovery's scan and every append, cut
+  with the log's end, trimmed with its start, emptied by `restart_at`.
 
 Recovery on open: every segment is scanned and CRC-checked in order; the first invalid batch
 ends the log (the segment holding it is cut there and every later segment is deleted, since
@@ -89,6 +93,7 @@ from services.broker.storage.errors import (
     ReplicaOffsetMismatchError,
     StorageFullError,
 )
+from services.broker.storage.leader_epochs import LeaderEpochCache
 from services.broker.storage.log_start import (
     LOG_START_FILE,
     read_log_start,
@@ -101,6 +106,8 @@ from services.broker.storage.producer_state import (
     snapshot_path,
 )
 from services.broker.storage.segment import FileSlice, LogSegment, copy_slices, log_path
+from services.broker.storage.time_index import time_index_path
+from services.broker.storage.timestamps import offset_for_timestamp
 
 __all__ = ["AppendResult", "FileSlice", "OnAppend", "PartitionLog", "StartMoved"]
 
@@ -152,6 +159,7 @@ class PartitionLog:
         self._lock = threading.Lock()
         self._closed = False
         self._producers = ProducerStateTable(config.producer_ids_max)
+        self._epochs = LeaderEpochCache()  # fed by recovery's scan and every append
         self._snapshots = ProducerSnapshots(self.directory)
         self._unflushed: list[LogSegment] = []
         self._dirty = False  # appended or truncated since the last flush
@@ -169,6 +177,8 @@ class PartitionLog:
         with self._lock:
             # A crash between persisting a start and deleting the segments below it.
             self._free_below_start_locked("delete records (recovered)")
+            self._epochs.truncate_from_end(self._leo)
+            self._epochs.truncate_from_start(self.log_start_offset)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -209,6 +219,18 @@ class PartitionLog:
 
     def segment_base_offsets(self) -> tuple[int, ...]:
         return self._view[1]
+
+    def end_offset_for_epoch(self, epoch: int, current_epoch: int | None = None
+                             ) -> tuple[int, int]:
+        """(epoch, end offset) of leader epoch `epoch` in this log, as OffsetForLeaderEpoch
+        answers it (leader_epochs.py; `current_epoch`: the epoch its leader writes in now).
+        Lock-free."""
+        log_end_offset = self._leo  # first: an epoch appended meanwhile starts at or above it
+        return self._epochs.end_offset_for(epoch, log_end_offset, current_epoch)
+
+    def leader_epochs(self) -> tuple[tuple[int, int], ...]:
+        """(epoch, first offset) of every leader epoch in the log, oldest first."""
+        return self._epochs.entries()
 
     def last_sequence(self, producer_id: bytes) -> int | None:
         with self._lock:
@@ -318,6 +340,7 @@ class PartitionLog:
             return AppendResult(original.base_offset, original.record_count, duplicate=True)
         self._dirty = True
         segment.commit(header, base_offset, leader_epoch)
+        self._epochs.assign(leader_epoch, base_offset)
         self._producers.record(header, base_offset)
         self._leo = base_offset + header.record_count
         self._note_written(segment)
@@ -416,6 +439,16 @@ class PartitionLog:
             i += 1
         return slices
 
+    def offset_for_timestamp(self, timestamp_ms: int, upto_offset: int | None = None
+                             ) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record from the log start, in the batches wholly
+        below `upto_offset` (the high watermark), stamped at or after `timestamp_ms`; None
+        when there is none (timestamps.py). Lock-free."""
+        end = self._leo
+        segments, _ = self._segments_snapshot()
+        limit = end if upto_offset is None else min(upto_offset, end)
+        return offset_for_timestamp(segments, self.log_start_offset, limit, timestamp_ms)
+
     def read_bytes(self, offset: int, max_bytes: int, upto_offset: int | None = None,
                    below_start: bool = False) -> bytes:
         """Same, copied (tests, replication)."""
@@ -441,6 +474,7 @@ class PartitionLog:
             else:
                 self._truncate_within_locked(segments, offset)
                 self._rebuild_producers_locked()
+            self._epochs.truncate_from_end(self._leo)
             if self._start > self._leo:
                 # Cut below the logical start (Kafka restarts the log at the target then): the
                 # start follows the end down, so later appends are not hidden behind it.
@@ -498,6 +532,7 @@ class PartitionLog:
             fresh = LogSegment.create(self.directory, offset, self.config, self._space)
             doomed = segments
         self._producers.clear()
+        self._epochs.clear()
         self._publish([fresh])
         self._leo = offset
         for segment in doomed:
@@ -567,6 +602,7 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(f"{self.directory}: cannot move the log start to "
                                             f"{offset}, the log ends at {self._leo}")
             self._persist_start_locked(offset)
+            self._epochs.truncate_from_start(offset)
             if offset == self._leo and not self._view[0][-1].is_empty:
                 self._dirty = True
                 try:
@@ -605,6 +641,7 @@ class PartitionLog:
         start = segments[doomed].base_offset
         self._ensure_snapshot_locked(segments, doomed)
         self._publish(segments[doomed:])
+        self._epochs.truncate_from_start(self.log_start_offset)
         for segment in segments[:doomed]:
             self._forget(segment)
             segment.delete()
@@ -724,7 +761,7 @@ class PartitionLog:
                 self._snapshots.load_into(self._producers, base_offset)
             try:
                 segment = LogSegment.open(self.directory, base_offset, self.config,
-                                          on_batch=self._producers.load, space=self._space)
+                                          on_batch=self._recovered_batch, space=self._space)
             except CorruptSegmentError as exc:
                 self._quarantine(base_offset, exc)
                 continue
@@ -738,10 +775,14 @@ class PartitionLog:
         segments[-1].activate()
         return segments
 
+    def _recovered_batch(self, header: BatchHeader) -> None:
+        self._producers.load(header)
+        self._epochs.assign(header.leader_epoch, header.base_offset)
+
     def _segment_files(self) -> list[int]:
         """Base offsets of the `.log` files, sorted; removes leftovers and orphan indexes."""
         bases: set[int] = set()
-        index_bases: dict[int, Path] = {}
+        index_bases: dict[int, list[Path]] = {}
         for path in self.directory.iterdir():
             if path.is_dir():
                 log.warning("%s: a directory among segment files; ignored", path)
@@ -752,15 +793,16 @@ class PartitionLog:
                 path.unlink()
             elif suffix == ".log" and named:
                 bases.add(int(stem))
-            elif suffix == ".index" and named:
-                index_bases[int(stem)] = path
+            elif suffix in (".index", ".timeindex") and named:
+                index_bases.setdefault(int(stem), []).append(path)
             elif is_snapshot_name(path) or path.name == LOG_START_FILE:
                 continue  # ProducerSnapshots' files, the persisted log start
             elif ".unreadable." not in path.name:
                 log.warning("%s: not a segment file; ignored", path)
-        for base_offset, path in index_bases.items():
+        for base_offset, paths in index_bases.items():
             if base_offset not in bases:
-                path.unlink()
+                for path in paths:
+                    path.unlink()
         return sorted(bases)
 
     def _quarantine(self, base_offset: int, exc: CorruptSegmentError) -> None:
@@ -769,6 +811,7 @@ class PartitionLog:
         log.warning("%s; skipped and renamed to %s", exc, aside.name)
         os.replace(path, aside)
         path.with_suffix(".index").unlink(missing_ok=True)
+        time_index_path(self.directory, base_offset).unlink(missing_ok=True)
 
     def _drop_after_gap(self, expected_offset: int, bases: list[int]) -> None:
         log.warning("%s: the log ends at offset %d but a segment starts at %d; deleting the "
@@ -778,6 +821,7 @@ class PartitionLog:
             path = log_path(self.directory, base_offset)
             path.unlink()
             path.with_suffix(".index").unlink(missing_ok=True)
+            time_index_path(self.directory, base_offset).unlink(missing_ok=True)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -1,4 +1,4 @@
-"""LogSegment: one log file plus its offset index (Kafka's LogSegment).
+"""LogSegment: one log file plus its offset index and time index (Kafka's LogSegment).
 
 File format (`%020d.log`, named by the base offset of its first batch), big-endian:
 
@@ -31,6 +31,14 @@ Invariants:
 - `(next_offset, end_position)` is published as one tuple, after the batch is stamped and
   indexed, so a lock-free reader sees whole committed batches only.
 - Nothing is stored through the map at or beyond `_reserved_end` (bytes backed by real blocks).
+- `max_timestamp_ms` is the largest batch timestamp (header `timestamp_ms`) of the committed
+  batches and `max_timestamp_offset` the base offset of the first batch holding it; the time
+  index (time_index.py) gets an entry (that pair) wherever the offset index is due one and the
+  largest timestamp grew since its last entry. A Kafka batch is indexed by its header's
+  timestamp, its first record's, not by its largest record timestamp as Kafka's brokers index
+  it: that would take a walk over every record of every batch on append, replication and
+  recovery, which the produce path's C loop budget cannot pay; the lookup by timestamp
+  (timestamps.py) looks into the batch before the first one at or after the target instead.
 
 Thread-safety: everything that writes (reserve, validate_reservation, commit, discard,
 truncate_to, activate, seal, flush, close, delete) runs under the owning partition's lock.
@@ -79,6 +87,7 @@ from services.broker.storage.offset_index import (
     OffsetIndex,
     index_path,
 )
+from services.broker.storage.time_index import TimeIndex, time_index_path
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +172,9 @@ class _Scan:
     end_position: int = DATA_START
     next_offset: int = 0
     max_timestamp_ms: int | None = None
+    max_timestamp_offset: int | None = None
     rebuilt_index: list[tuple[int, int]] = field(default_factory=list)
+    rebuilt_time_index: list[tuple[int, int]] = field(default_factory=list)  # (ts, relative)
     bytes_since_index: int = 0  # as the rebuilt index counts them
     kept_index: list[tuple[int, int]] | None = None  # stored entries that passed; None: rebuild
     stop_reason: str | None = None  # None: clean end (zeros or end of file)
@@ -173,13 +184,16 @@ class LogSegment:
     """One segment; see the module docstring for the file format and invariants."""
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int,
-                 index: OffsetIndex, space: DiskSpace | None = None):
+                 index: OffsetIndex, space: DiskSpace | None = None,
+                 time_index: TimeIndex | None = None):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
         self.path = log_path(directory, base_offset)
         self._file = SegmentFile(fd)
         self._index = index
+        self._time_index = time_index or TimeIndex(time_index_path(directory, base_offset),
+                                                   base_offset)
         self._space = space or DiskSpace(directory)
         self._mm: mmap.mmap | None = None
         self._reserved_end = DATA_START  # bytes of the active file backed by real blocks
@@ -187,6 +201,7 @@ class LogSegment:
         self._bytes_since_index = 0
         self._reservation: tuple[int, int, memoryview, memoryview] | None = None
         self.max_timestamp_ms: int | None = None
+        self.max_timestamp_offset: int | None = None
 
     # -- creation and recovery -----------------------------------------------------------
 
@@ -199,13 +214,15 @@ class LogSegment:
         path = log_path(directory, base_offset)
         tmp = path.with_name(path.name + ".tmp")
         index_file = index_path(directory, base_offset)
+        time_file = time_index_path(directory, base_offset)
         space = space or DiskSpace(directory)
         fd = -1
         try:
             with space.writing(path):
-                # The index first: a crash before the rename leaves an orphan index (removed
-                # on open) rather than a log without one.
+                # The indexes first: a crash before the rename leaves orphan indexes (removed
+                # on open) rather than a log without them.
                 index = OffsetIndex.rewrite(index_file, base_offset, [])
+                time_index = TimeIndex.rewrite(time_file, base_offset, [])
                 fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.pwrite(fd, _SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, 0,
                                                    base_offset), 0)
@@ -216,8 +233,9 @@ class LogSegment:
             # Nothing names these files yet; on a full disk their blocks are wanted back now.
             tmp.unlink(missing_ok=True)
             index_file.unlink(missing_ok=True)
+            time_file.unlink(missing_ok=True)
             raise
-        segment = cls(directory, base_offset, config, fd, index, space)
+        segment = cls(directory, base_offset, config, fd, index, space, time_index)
         segment.activate()
         return segment
 
@@ -241,10 +259,12 @@ class LogSegment:
                         scan.end_position, scan.stop_reason)
         space = space or DiskSpace(directory)
         index = _recovered_index(directory, base_offset, scan, space)
-        segment = cls(directory, base_offset, config, fd, index, space)
+        time_index = _recovered_time_index(directory, base_offset, scan, space)
+        segment = cls(directory, base_offset, config, fd, index, space, time_index)
         segment._committed = (scan.next_offset, scan.end_position)
         segment._bytes_since_index = scan.bytes_since_index
         segment.max_timestamp_ms = scan.max_timestamp_ms
+        segment.max_timestamp_offset = scan.max_timestamp_offset
         return segment
 
     # -- state ---------------------------------------------------------------------------
@@ -291,6 +311,7 @@ class LogSegment:
         self._close_map()
         os.ftruncate(self.fd, self.end_position)
         self._index.close()
+        self._time_index.close()
 
     def fits(self, total_bytes: int) -> bool:
         """Whether a batch of total_bytes can be appended here without rolling."""
@@ -348,13 +369,23 @@ class LogSegment:
         position, total_bytes, _, _ = self._reservation
         stamp(self._mm, base_offset, leader_epoch, position)
         self._release_reservation()
-        if (self._bytes_since_index >= self.config.index_interval_bytes
-                and self._index.append(base_offset, position)):
-            self._bytes_since_index = 0
-        self._bytes_since_index += total_bytes
         if self.max_timestamp_ms is None or header.timestamp_ms > self.max_timestamp_ms:
             self.max_timestamp_ms = header.timestamp_ms
+            self.max_timestamp_offset = base_offset
+        if self._bytes_since_index >= self.config.index_interval_bytes:
+            self._append_time_entry()
+            if self._index.append(base_offset, position):
+                self._bytes_since_index = 0
+        self._bytes_since_index += total_bytes
         self._committed = (base_offset + header.record_count, position + total_bytes)
+
+    def _append_time_entry(self) -> None:
+        """Index the largest timestamp so far, when it grew since the last entry (skipped, like
+        an offset index entry, when the file system has no room)."""
+        last = self._time_index.last_timestamp()
+        if self.max_timestamp_ms is not None and (last is None or self.max_timestamp_ms > last):
+            assert self.max_timestamp_offset is not None
+            self._time_index.append(self.max_timestamp_ms, self.max_timestamp_offset)
 
     def discard(self) -> None:
         """Wipe an abandoned reservation (rejected batch, duplicate, or a fill that raised)."""
@@ -462,6 +493,26 @@ class LogSegment:
     def read_bytes(self, position: int, nbytes: int) -> bytes:
         return os.pread(self._file.fd, nbytes, position)
 
+    def headers_from(self, offset: int) -> Iterator[tuple[BatchHeader, int]]:
+        """(header, position) of every committed batch from the one holding `offset` on (one
+        pread of a header each)."""
+        next_offset, end = self._committed
+        head = self._locate(offset, end) if offset < next_offset else None
+        position = end if head is None else head.position
+        while position < end:
+            raw = os.pread(self._file.fd, HEADER_BYTES, position)
+            if len(raw) < HEADER_BYTES:
+                return  # cut under a racing reader (above the high watermark only)
+            header = parse_header(raw)
+            yield header, position
+            position += header.total_bytes
+
+    def timestamp_search_start(self, timestamp_ms: int) -> int:
+        """An offset at or before the batch preceding the first batch stamped at or after
+        `timestamp_ms`: the time index's last entry below it, else the segment's base."""
+        below = self._time_index.offset_below(timestamp_ms)
+        return self.base_offset if below is None else below
+
     # -- truncation, durability, lifetime (under the partition lock) --------------------
 
     def truncate_to(self, position: int, next_offset: int) -> None:
@@ -470,11 +521,16 @@ class LogSegment:
         assert DATA_START <= position <= self.end_position and self._reservation is None
         self._close_map()
         self._index.truncate_to_position(position)
+        self._time_index.truncate_to_offset(next_offset)
         self._committed = (next_offset, position)
         last_indexed = self._index.last_position()
         self._bytes_since_index = position - (DATA_START if last_indexed is None
                                               else last_indexed)
-        self.max_timestamp_ms = max((h.timestamp_ms for h in self.iter_headers()), default=None)
+        self.max_timestamp_ms = self.max_timestamp_offset = None
+        for header in self.iter_headers():
+            if self.max_timestamp_ms is None or header.timestamp_ms > self.max_timestamp_ms:
+                self.max_timestamp_ms = header.timestamp_ms
+                self.max_timestamp_offset = header.base_offset
         self.activate()
 
     def flush(self) -> None:
@@ -483,17 +539,20 @@ class LogSegment:
         else:
             os.fsync(self._file.fd)
         self._index.flush()
+        self._time_index.flush()
 
     def close(self) -> None:
         """Unmap and close the index; the log descriptor closes with its last holder."""
         assert self._reservation is None
         self._close_map()
         self._index.close()
+        self._time_index.close()
 
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
         self._index.path.unlink(missing_ok=True)
+        self._time_index.path.unlink(missing_ok=True)
 
     def _close_map(self) -> None:
         mm, self._mm = self._mm, None
@@ -554,12 +613,14 @@ def _scan(mm: mmap.mmap, base_offset: int, config: LogConfig,
         if header is None:
             break
         checker.see(position, header.base_offset)
-        if scan.bytes_since_index >= config.index_interval_bytes:
-            scan.rebuilt_index.append((header.base_offset - base_offset, position))
-            scan.bytes_since_index = 0
-        scan.bytes_since_index += header.total_bytes
         if scan.max_timestamp_ms is None or header.timestamp_ms > scan.max_timestamp_ms:
             scan.max_timestamp_ms = header.timestamp_ms
+            scan.max_timestamp_offset = header.base_offset
+        if scan.bytes_since_index >= config.index_interval_bytes:
+            scan.rebuilt_index.append((header.base_offset - base_offset, position))
+            _rebuild_time_entry(scan, base_offset)
+            scan.bytes_since_index = 0
+        scan.bytes_since_index += header.total_bytes
         if on_batch is not None:
             on_batch(header)
         position += header.total_bytes
@@ -567,6 +628,14 @@ def _scan(mm: mmap.mmap, base_offset: int, config: LogConfig,
     scan.end_position = position
     scan.kept_index = checker.finish(position)
     return scan
+
+
+def _rebuild_time_entry(scan: _Scan, base_offset: int) -> None:
+    """The time index entry LogSegment.commit adds at this batch, if any."""
+    entries = scan.rebuilt_time_index
+    assert scan.max_timestamp_ms is not None and scan.max_timestamp_offset is not None
+    if not entries or scan.max_timestamp_ms > entries[-1][0]:
+        entries.append((scan.max_timestamp_ms, scan.max_timestamp_offset - base_offset))
 
 
 def _valid_batch_at(mm: mmap.mmap, position: int,
@@ -641,3 +710,25 @@ def _recovered_index(directory: Path, base_offset: int, scan: _Scan,
     os.truncate(path, len(entries) * ENTRY_BYTES)  # drops entries past the end of valid data
     scan.bytes_since_index = scan.end_position - (entries[-1][1] if entries else DATA_START)
     return OffsetIndex(path, base_offset, entries)
+
+
+def _recovered_time_index(directory: Path, base_offset: int, scan: _Scan,
+                          space: DiskSpace) -> TimeIndex:
+    """The time index the scan recomputed: the stored file is kept when it holds exactly
+    those entries, rewritten otherwise (missing, torn, cut, or sparser after a full disk);
+    started empty when there is no room to rewrite it (lookups then walk more headers)."""
+    path = time_index_path(directory, base_offset)
+    entries = scan.rebuilt_time_index
+    try:
+        if TimeIndex.read_entries(path) == entries:
+            return TimeIndex(path, base_offset, entries)
+    except FileNotFoundError:
+        log.warning("%s: time index missing; rebuilding it", path)
+    except CorruptIndexError as exc:
+        log.warning("%s; rebuilding it", exc)
+    try:
+        with space.writing(path):
+            return TimeIndex.rewrite(path, base_offset, entries)
+    except StorageFullError:
+        path.unlink(missing_ok=True)
+        return TimeIndex(path, base_offset, [])

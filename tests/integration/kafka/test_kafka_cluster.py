@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
@@ -22,6 +23,7 @@ from tests.integration.kafka.clients import (
     produce,
 )
 from tests.integration.kafka.kafka_broker import kafka_request, wait_for
+from tests.integration.metrics_scrape import scrape
 from tests.integration.replication.cluster import FAST_ELECTIONS, BrokerCluster
 from tests.unit.broker.kafka.kafka_batches import kafka_batch
 
@@ -78,6 +80,13 @@ def test_follower_refuses_and_clients_find_the_leader(kafka_cluster, topic_name)
             name=topic_name, partition_data=[Topic.PartitionProduceData(
                 index=0, records=kafka_batch([(None, b"v", [])]))])]))
     assert refused.responses[0].partition_responses[0].error_code == NOT_LEADER_OR_FOLLOWER
+    EpochTopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    epoch = metadata.topics[0].partitions[0].leader_epoch
+    unanswered = kafka_request(follower_address, OffsetForLeaderEpochRequest[4](
+        replica_id=-1, topics=[EpochTopic(topic=topic_name, partitions=[
+            EpochTopic.OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch,
+                                                leader_epoch=epoch)])]))
+    assert unanswered.topics[0].partitions[0].error_code == NOT_LEADER_OR_FOLLOWER
 
     # A client that knows only the follower produces and consumes through the leader.
     records = [(i % 2, None, f"r{i}".encode()) for i in range(1000)]
@@ -118,7 +127,17 @@ def test_idempotent_producer_survives_the_leader_being_killed(kafka_cluster, top
     assert [v for _p, _o, _k, v in consumed] == [v for _p, _k, v in records]
 
 
+def kafka_requests_answered(cluster: BrokerCluster, i: int, api: str) -> int:
+    """How many `api` requests broker i's Kafka listener answered ok (its metrics)."""
+    _text, samples = scrape(cluster.brokers[i].metrics_port)
+    return int(samples.get(("kaska_kafka_requests_total",
+                            (("api", api), ("outcome", "ok"))), 0))
+
+
 def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, topic_name):
+    """The group leader's broker is SIGKILLed while librdkafka reads: the consumer learns the
+    new leader epoch from Metadata, validates its position with OffsetForLeaderEpoch (KIP-320)
+    on the new leader, and reads on with no record skipped or repeated."""
     bootstrap = ",".join(kafka_cluster.kafka_address(i) for i in kafka_cluster.ids)
     create_topic(bootstrap, topic_name, 1)
     produce(bootstrap, topic_name, [(0, None, f"c{i}".encode()) for i in range(2000)])
@@ -136,6 +155,10 @@ def test_consumer_follows_the_new_leader_without_gaps_or_repeats(kafka_cluster, 
     finally:
         consumer.close()
     assert kafka_cluster.leader_id() != leader
+    validations = {i: kafka_requests_answered(kafka_cluster, i, "OffsetForLeaderEpoch")
+                   for i in kafka_cluster.others(leader)}
+    assert sum(validations.values()) >= 1, \
+        f"the consumer never validated its position after the kill: {validations}"
     assert [(offset, value) for _p, offset, _k, value in head + rest] == \
         [(i, f"c{i}".encode()) for i in range(3000)]
 

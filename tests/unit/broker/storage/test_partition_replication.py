@@ -239,7 +239,8 @@ def test_restart_at_empties_the_log_at_the_offset(part, tmp_path):
     assert (part.log_start_offset, part.log_end_offset) == (100, 100)
     assert part.segment_base_offsets() == (100,)
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "00000000000000000100.index", "00000000000000000100.log"]
+        "00000000000000000100.index", "00000000000000000100.log",
+        "00000000000000000100.timeindex"]
     assert part.last_sequence(pid) is None
     assert part.append(batch(b"x")).base_offset == 100
     part.close()
