@@ -38,7 +38,9 @@ class MutatedModule:
     timeout_s: float = 120
 
 
-# In priority order: where a surviving mutant could lose or double data or break safety.
+# In priority order: where a surviving mutant could lose or double data or break safety. The
+# tests are paths or globs, the module's own test file first: a killed mutant stops at its first
+# failing test (-x), so the test most likely to fail on it should run first.
 MODULES: dict[str, MutatedModule] = {
     "raft": MutatedModule(
         "services/broker/replication/raft.py",
@@ -51,41 +53,150 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/replication/test_in_sync.py",
             "tests/unit/broker/replication/test_raft_property.py",
         ),
+        timeout_s=60,
     ),
-    "segment": MutatedModule("services/broker/storage/segment.py", ("tests/unit/broker/storage",)),
-    "consumer": MutatedModule("common/kaska/consumer.py", ("tests/unit/kaska",)),
-    "bully": MutatedModule("healthchecker/bully.py", ("tests/unit/healthchecker",)),
+    "segment": MutatedModule(
+        "services/broker/storage/segment.py",
+        (
+            "tests/unit/broker/storage/test_log_segment.py",
+            "tests/unit/broker/storage/test_partition_recovery.py",
+            "tests/unit/broker/storage/test_*.py",
+        ),
+        timeout_s=60,
+    ),
+    "consumer": MutatedModule(
+        "common/kaska/consumer.py",
+        ("tests/unit/kaska/test_consumer_poll.py", "tests/unit/kaska/test_*.py"),
+        timeout_s=30,
+    ),
+    "bully": MutatedModule(
+        "healthchecker/bully.py",
+        ("tests/unit/healthchecker/test_bully.py", "tests/unit/healthchecker/test_*.py"),
+        timeout_s=30,
+    ),
     "derived_queries": MutatedModule(
         "spark/rules/derived_queries.py", ("tests/unit/spark/rules",), timeout_s=600
     ),
-    "resume": MutatedModule("client/resume.py", ("tests/unit/client",)),
+    "resume": MutatedModule(
+        "client/resume.py",
+        ("tests/unit/client/test_client_resume.py", "tests/unit/client/test_*.py"),
+        timeout_s=60,
+    ),
     "partition": MutatedModule(
-        "services/broker/cluster/partition.py", ("tests/unit/broker/cluster",)
+        "services/broker/cluster/partition.py",
+        (
+            "tests/unit/broker/cluster/test_partition.py",
+            "tests/unit/broker/storage/test_partition_*.py",
+            "tests/unit/broker/storage/test_producer_snapshots.py",
+            "tests/unit/broker/storage/test_storage_full.py",
+        ),
+        timeout_s=60,
     ),
     "replica_manager": MutatedModule(
-        "services/broker/cluster/replica_manager.py", ("tests/unit/broker/cluster",)
+        "services/broker/cluster/replica_manager.py",
+        (
+            "tests/unit/broker/cluster/test_partition.py",
+            "tests/unit/broker/test_topic_answers.py",
+            "tests/unit/broker/test_delete_records_answers.py",
+            "tests/unit/broker/replication/test_replica_fetch_incarnations.py",
+            "tests/unit/broker/replication/test_topic_mirror_nodes.py",
+            "tests/unit/broker/replication/test_replication_*.py",
+        ),
+        timeout_s=120,
     ),
     "peer_gate": MutatedModule(
-        "services/broker/network/peer_gate.py", ("tests/unit/broker/network",)
+        "services/broker/network/peer_gate.py",
+        (
+            "tests/unit/broker/network/test_peer_gate.py",
+            "tests/unit/broker/replication/test_peer_link.py",
+            "tests/unit/broker/replication/test_replication_identity.py",
+        ),
+        timeout_s=60,
     ),
     "peer_auth": MutatedModule(
         "services/broker/replication/wire/peer_auth.py",
-        ("tests/unit/broker/replication",),
-        timeout_s=300,
+        (
+            "tests/unit/broker/replication/test_peer_frames.py",
+            "tests/unit/broker/network/test_peer_gate.py",
+            "tests/unit/broker/replication/test_peer_link.py",
+            "tests/unit/broker/replication/test_replication_identity.py",
+            "tests/unit/broker/test_delete_records_answers.py",
+        ),
+        timeout_s=60,
     ),
     "supervision_machine": MutatedModule(
-        "healthchecker/supervision/machine.py", ("tests/unit/healthchecker",)
+        "healthchecker/supervision/machine.py",
+        ("tests/unit/healthchecker/test_supervision.py", "tests/unit/healthchecker/test_*.py"),
+        timeout_s=30,
     ),
 }
+
+
+# The operator replacements kept: the ones a real bug looks like. cosmic-ray plans every ordered
+# pair of its 12 binary and 8 comparison operators (`+` -> `**`, `<<`, `^`, ...; `<` -> `is`); those
+# outside these lists are marked skipped by its operators filter right after planning.
+# Arithmetic slips (+/-, * and /, / and //) and the set-algebra slips (| & -) stay.
+KEPT_BINARY = (
+    "Add_Sub",
+    "Sub_Add",
+    "Mul_Div",
+    "Div_Mul",
+    "Div_FloorDiv",
+    "FloorDiv_Div",
+    "BitOr_BitAnd",
+    "BitAnd_BitOr",
+    "Sub_BitOr",
+    "BitOr_Sub",
+)
+# Off-by-one at a boundary, a negated or reversed test; not `==` -> `is` (equivalent on small
+# ints) nor `<` -> `==`-style swaps that no slip of the hand produces.
+KEPT_COMPARISON = (
+    "Eq_NotEq",
+    "NotEq_Eq",
+    "Lt_LtE",
+    "LtE_Lt",
+    "Gt_GtE",
+    "GtE_Gt",
+    "Lt_GtE",
+    "GtE_Lt",
+    "Gt_LtE",
+    "LtE_Gt",
+    "Lt_Gt",
+    "Gt_Lt",
+    "LtE_GtE",
+    "GtE_LtE",
+    "Is_IsNot",
+    "IsNot_Is",
+)
+
+
+def excluded_operator_patterns() -> tuple[str, ...]:
+    """Regexes (matched at the start of an operator's name) of the replacements not run."""
+    return (
+        rf"core/ReplaceBinaryOperator_(?!(?:{'|'.join(KEPT_BINARY)})$)",
+        rf"core/ReplaceComparisonOperator_(?!(?:{'|'.join(KEPT_COMPARISON)})$)",
+    )
 
 
 class DirtyModuleError(RuntimeError):
     """The module had uncommitted changes before the run: mutating it would mix them in."""
 
 
+def test_paths(patterns: tuple[str, ...]) -> list[str]:
+    """The test files the patterns name, in order, each once (pytest would run a repeat twice)."""
+    paths: list[str] = []
+    for pattern in patterns:
+        if any(char in pattern for char in "*?["):
+            matches = [match.relative_to(REPO_ROOT).as_posix() for match in REPO_ROOT.glob(pattern)]
+        else:
+            matches = [pattern]
+        paths.extend(path for path in sorted(matches) if path not in paths)
+    return paths
+
+
 def write_config(name: str, module: MutatedModule) -> Path:
     """cosmic-ray's TOML config for one module: its file, its tests, one local worker."""
-    tests = " ".join(module.tests)
+    tests = " ".join(test_paths(module.tests))
     test_command = (
         f"{PYTHON} -m pytest -x -q -p no:cacheprovider --no-header "
         f"-o addopts= --timeout={int(module.timeout_s)} {tests}"
@@ -99,8 +210,15 @@ def write_config(name: str, module: MutatedModule) -> Path:
         f'test-command = "{test_command}"\n'
         "\n[cosmic-ray.distributor]\n"
         'name = "local"\n'
+        "\n[cosmic-ray.filters.operators-filter]\n"
+        f"exclude-operators = {toml_strings(excluded_operator_patterns())}\n"
     )
     return config_path
+
+
+def toml_strings(values: tuple[str, ...]) -> str:
+    """A TOML array of literal strings (single quotes: no escapes, so regexes stay as written)."""
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
 
 
 def source_digest(path: Path) -> str:
@@ -118,6 +236,17 @@ def plan_session(name: str, module: MutatedModule, fresh: bool) -> Path:
     )
     if fresh or stale:
         cosmic_ray("init", "--force", str(config_path), str(session_path))
+        subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "cosmic_ray.tools.filters.operators_filter",
+                str(session_path),
+                str(config_path),
+            ],
+            cwd=REPO_ROOT,
+            check=True,
+        )
         digest_path.write_text(digest)
     return session_path
 
@@ -146,14 +275,17 @@ def execute(name: str, session_path: Path, budget_minutes: float | None) -> floa
 def summarize(name: str, module: MutatedModule, session_path: Path, seconds: float) -> None:
     """One line of counts, then every surviving mutant's diff."""
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     counts = {"killed": 0, "survived": 0, "timed_out": 0, "incompetent": 0}
+    filtered = 0
     survivors = []
     with use_db(str(session_path), WorkDB.Mode.open) as db:
         total = db.num_work_items
         for _item, result in db.completed_work_items:
-            if result.test_outcome == TestOutcome.SURVIVED:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                filtered += 1
+            elif result.test_outcome == TestOutcome.SURVIVED:
                 counts["survived"] += 1
                 survivors.append(result.diff)
             elif result.test_outcome == TestOutcome.KILLED:
@@ -162,7 +294,8 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
                 counts["incompetent"] += 1
     done = sum(counts.values())
     print(
-        f"{name} ({module.path}): {done}/{total} mutants run, "
+        f"{name} ({module.path}): {total} planned, {filtered} filtered out, "
+        f"{done}/{total - filtered} run, "
         + ", ".join(f"{key} {value}" for key, value in counts.items())
         + f", this run {seconds:.0f} s"
     )
