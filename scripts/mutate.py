@@ -16,6 +16,7 @@ original bytes and writes them back if anything (an interrupt, a crash) leaves t
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import signal
 import subprocess
@@ -221,6 +222,60 @@ def toml_strings(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{value}'" for value in values) + "]"
 
 
+ANNOTATION_SKIP_OUTPUT = "In an annotation: unevaluated (from __future__ import annotations)"
+
+Position = tuple[int, int]
+
+
+def annotation_spans(source: str) -> list[tuple[Position, Position]]:
+    """(line, column) spans of the module's annotations, when the module leaves them unevaluated.
+
+    With `from __future__ import annotations` an annotation is a string nobody reads at run
+    time, so a mutant inside one (`int | None` -> `int & None`) is equivalent by construction.
+    """
+    tree = ast.parse(source)
+    postponed = any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(alias.name == "annotations" for alias in node.names)
+        for node in tree.body
+    )
+    if not postponed:
+        return []
+    annotations: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            annotations.append(node.returns)
+        elif isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation:
+            annotations.append(node.annotation)
+    return [
+        ((node.lineno, node.col_offset), (node.end_lineno or node.lineno, node.end_col_offset or 0))
+        for node in annotations
+    ]
+
+
+def skip_annotation_mutants(session_path: Path, module: MutatedModule) -> int:
+    """Mark the pending mutants that only touch annotations as skipped; returns how many."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    spans = annotation_spans((REPO_ROOT / module.path).read_text())
+    skipped = 0
+    with use_db(str(session_path), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            inside = all(
+                any(start <= tuple(m.start_pos) and tuple(m.end_pos) <= end for start, end in spans)
+                for m in item.mutations
+            )
+            if inside:
+                result = WorkResult(
+                    output=ANNOTATION_SKIP_OUTPUT, worker_outcome=WorkerOutcome.SKIPPED
+                )
+                db.set_result(item.job_id, result)
+                skipped += 1
+    return skipped
+
+
 def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -247,6 +302,7 @@ def plan_session(name: str, module: MutatedModule, fresh: bool) -> Path:
             cwd=REPO_ROOT,
             check=True,
         )
+        skip_annotation_mutants(session_path, module)
         digest_path.write_text(digest)
     return session_path
 
@@ -278,12 +334,14 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     counts = {"killed": 0, "survived": 0, "timed_out": 0, "incompetent": 0}
-    filtered = 0
+    filtered = in_annotations = 0
     survivors = []
     with use_db(str(session_path), WorkDB.Mode.open) as db:
         total = db.num_work_items
         for _item, result in db.completed_work_items:
-            if result.worker_outcome == WorkerOutcome.SKIPPED:
+            if result.output == ANNOTATION_SKIP_OUTPUT:
+                in_annotations += 1
+            elif result.worker_outcome == WorkerOutcome.SKIPPED:
                 filtered += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 counts["survived"] += 1
@@ -294,8 +352,8 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
                 counts["incompetent"] += 1
     done = sum(counts.values())
     print(
-        f"{name} ({module.path}): {total} planned, {filtered} filtered out, "
-        f"{done}/{total - filtered} run, "
+        f"{name} ({module.path}): {total} planned, {filtered} operators filtered out, "
+        f"{in_annotations} in annotations, {done}/{total - filtered - in_annotations} run, "
         + ", ".join(f"{key} {value}" for key, value in counts.items())
         + f", this run {seconds:.0f} s"
     )
