@@ -180,6 +180,16 @@ def test_a_refused_pre_vote_from_a_newer_epoch_is_adopted():
     assert not node.state.pre_voting and fetch_target(node.state) == 3
 
 
+def test_adopting_a_newer_epoch_sets_a_fresh_election_deadline_from_now():
+    # A vote request of a newer epoch from a less complete journal: refused, but its epoch is
+    # adopted, and the broker waits a whole election timeout from now before standing itself.
+    node = Node(1, epoch=1, log=_log((1, 3)), now=100.0)
+    actions = node(VoteRequest(2, 5, 0, 0))
+    assert PersistQuorum(5, None) in actions and _answer(actions).granted is False
+    assert node.state.epoch == 5 and node.state.role is Role.FOLLOWER
+    assert 100.0 + MIN_S <= node.state.election_deadline_s <= 100.0 + MAX_S
+
+
 def test_candidate_whose_election_times_out_goes_back_to_a_pre_vote():
     node = Node(1, epoch=3)
     node.timeout()
