@@ -362,7 +362,7 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
         f"{name} ({module.path}): {total} planned, {filtered} operators filtered out, "
         f"{in_annotations} in annotations, {done}/{total - filtered - in_annotations} run, "
         + ", ".join(f"{key} {value}" for key, value in counts.items())
-        + f", this run {seconds:.0f} s"
+        + (f", this run {seconds:.0f} s" if seconds else "")
     )
     for diff in survivors:
         print(diff)
@@ -418,6 +418,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(after adding tests)",
     )
     parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the saved sessions' counts and surviving mutants, run nothing",
+    )
+    parser.add_argument(
         "--list", action="store_true", help="print the module -> tests map and exit"
     )
     return parser.parse_args(argv)
@@ -428,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, module in MODULES.items():
             print(f"{name}: {module.path} <- {' '.join(module.tests)}")
+        return 0
+    if args.report:
+        for name in args.module or list(MODULES):
+            session_path = SESSION_DIR / f"{name}.sqlite"
+            if session_path.exists():
+                summarize(name, MODULES[name], session_path, 0.0)
         return 0
     SESSION_DIR.mkdir(exist_ok=True)
     for name in args.module or list(MODULES):

@@ -259,3 +259,37 @@ def test_truncate_to_cuts_index_and_reactivates(segment):
     assert all(pos < DATA_START + 500 for _, pos in segment._index.entries())
     append(segment, sized_batch(100, 77))
     assert [o for o, _ in records(read_all(segment))] == list(range(1000, 1006))
+
+
+def test_read_slice_from_a_low_base_offset_stops_at_the_byte_bound(tmp_path):
+    # Offsets and byte positions are different scales: at base 0 every offset lies below every
+    # position, so a bound on one compared with the other would show.
+    _filled_segment(tmp_path)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    piece, next_offset = segment.read_slice(3, 250, 10**9, at_least_one=True)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START + 300, 200, 5)
+    piece, next_offset = segment.read_slice(3, 250, 8, at_least_one=False)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START + 300, 200, 5)
+    segment.close()
+
+
+def test_a_clean_reopen_keeps_the_stored_index(tmp_path, caplog):
+    _filled_segment(tmp_path, count=20)
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 0))
+    inode = os.stat(index_path(tmp_path, 0)).st_ino
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.next_offset == 20 and len(expected) >= 3, "a segment with an index reopened"
+    assert "rebuil" not in caplog.text
+    assert os.stat(index_path(tmp_path, 0)).st_ino == inode, "the index file was not rewritten"
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == expected
+    segment.close()
+
+
+def test_a_new_segment_file_is_readable_by_all_writable_by_the_owner_only(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        LogSegment.create(tmp_path, 0, SMALL).close()
+    finally:
+        os.umask(umask)
+    assert os.stat(log_path(tmp_path, 0)).st_mode & 0o777 == 0o644
