@@ -160,7 +160,11 @@ def test_refusals_are_logged_once_per_peer(gate, caplog):
             open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), secret=b"x"),
                       PeerSession("10.0.0.66"))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "10.0.0.66" in warnings[0].getMessage()
+    debugs = [r for r in caplog.records if r.levelno == logging.DEBUG and "10.0.0.66" in
+              r.getMessage()]
+    assert len(warnings) == 1 and "10.0.0.66" in warnings[0].getMessage() and len(debugs) == 4
+    assert "further refusals from it are counted" in warnings[0].getMessage()
+    assert not any("further refusals" in r.getMessage() for r in debugs)
     assert refused(gate, "unauthenticated") == 5
 
 

@@ -213,6 +213,7 @@ def test_missing_index_is_rebuilt(tmp_path, caplog):
     b"\x01\x02\x03",                                   # torn
     bytes.fromhex("00000009 00000010".replace(" ", "")),  # ordered, but inside batch 0
     bytes.fromhex("00000004 0000013c".replace(" ", "")),  # batch start, wrong offset
+    bytes.fromhex("00000003 0000013c 00000013 000007ae".replace(" ", "")),  # inside the last
 ])
 def test_garbage_index_is_rebuilt(tmp_path, garbage):
     _filled_segment(tmp_path, count=20)
@@ -293,3 +294,15 @@ def test_a_new_segment_file_is_readable_by_all_writable_by_the_owner_only(tmp_pa
     finally:
         os.umask(umask)
     assert os.stat(log_path(tmp_path, 0)).st_mode & 0o777 == 0o644
+
+
+def test_the_index_keeps_its_interval_across_a_reopen(tmp_path):
+    _filled_segment(tmp_path, count=10)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    segment.activate()
+    for i in range(10, 20):
+        append(segment, sized_batch(100, i))
+    assert segment.next_offset == 20
+    # As in a segment never closed (test_index_gets_an_entry_every_interval): every third.
+    assert [rel for rel, _ in segment._index.entries()] == [3, 6, 9, 12, 15, 18]
+    segment.close()
