@@ -1,3 +1,4 @@
+import errno
 import logging
 import os
 import struct
@@ -6,7 +7,7 @@ import pytest
 
 from common.kaska.errors import CorruptBatchError
 from common.kaska.record_batch import parse_header
-from services.broker.storage.errors import CorruptSegmentError
+from services.broker.storage.errors import CorruptSegmentError, StorageFullError
 from services.broker.storage.offset_index import OffsetIndex, index_path
 from services.broker.storage.segment import DATA_START, LogSegment, log_path
 
@@ -306,3 +307,18 @@ def test_the_index_keeps_its_interval_across_a_reopen(tmp_path):
     # As in a segment never closed (test_index_gets_an_entry_every_interval): every third.
     assert [rel for rel, _ in segment._index.entries()] == [3, 6, 9, 12, 15, 18]
     segment.close()
+
+
+def test_a_create_that_fails_before_the_file_is_opened_closes_no_descriptor(tmp_path,
+                                                                             monkeypatch):
+    def no_room(path, *_args):
+        raise StorageFullError(path, OSError(errno.ENOSPC, "No space left on device"))
+
+    closed: list[int] = []
+    monkeypatch.setattr(OffsetIndex, "rewrite", no_room)
+    # Recorded, not closed: a stray close would hit whatever file the process holds there.
+    monkeypatch.setattr(os, "close", closed.append)
+    with pytest.raises(StorageFullError):
+        LogSegment.create(tmp_path, 0, SMALL)
+    monkeypatch.undo()
+    assert closed == [] and list(tmp_path.iterdir()) == []
