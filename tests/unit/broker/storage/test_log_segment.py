@@ -322,3 +322,16 @@ def test_a_create_that_fails_before_the_file_is_opened_closes_no_descriptor(tmp_
         LogSegment.create(tmp_path, 0, SMALL)
     monkeypatch.undo()
     assert closed == [] and list(tmp_path.iterdir()) == []
+
+
+def test_an_index_entry_at_the_valid_end_is_dropped_without_a_rebuild(tmp_path, caplog):
+    path = _filled_segment(tmp_path, count=20)
+    with open(path, "r+b") as f:
+        f.truncate(DATA_START + 900)  # cut right before batch 9, which is indexed
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.next_offset == 9
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == [(3, DATA_START + 300),
+                                                                (6, DATA_START + 600)]
+    assert "rebuil" not in caplog.text
+    segment.close()
