@@ -85,6 +85,7 @@ MODULES: dict[str, MutatedModule] = {
         "services/broker/cluster/partition.py",
         (
             "tests/unit/broker/cluster/test_partition.py",
+            "tests/unit/broker/test_delete_records_answers.py",
             "tests/unit/broker/storage/test_partition_*.py",
             "tests/unit/broker/storage/test_producer_snapshots.py",
             "tests/unit/broker/storage/test_storage_full.py",
