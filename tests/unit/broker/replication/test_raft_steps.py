@@ -425,6 +425,10 @@ def test_check_quorum_leader_steps_down_without_fetches_from_a_majority():
     assert state.election_deadline_s > leader.now
     # Stepped down, it answers fetches of its epoch NOT_LEADER, naming nobody.
     assert leader(FetchRequest(2, 1, 1, 1)) == [AnswerFetch(Outcome.NOT_LEADER, 1, None, 1)]
+    # It runs no pre-vote round yet: grants it never asked for start no election.
+    assert leader(VoteResponse(2, 2, True, pre_vote=True)) == []
+    assert leader(VoteResponse(3, 2, True, pre_vote=True)) == []
+    assert leader.state.role is Role.FOLLOWER and leader.state.epoch == 1
 
 
 def test_check_quorum_in_five_counts_distinct_recent_followers():

@@ -335,3 +335,23 @@ def test_an_index_entry_at_the_valid_end_is_dropped_without_a_rebuild(tmp_path, 
                                                                 (6, DATA_START + 600)]
     assert "rebuil" not in caplog.text
     segment.close()
+
+
+def test_the_index_of_a_segment_based_above_0_is_kept_or_rebuilt_relative_to_its_base(tmp_path,
+                                                                                     caplog):
+    # Index entries hold offsets relative to the segment's base: at base 0 relative and
+    # absolute agree, so only a segment based elsewhere shows which one is stored.
+    segment = LogSegment.create(tmp_path, 1000, SMALL)
+    for i in range(20):
+        append(segment, sized_batch(100, i))
+    segment.close()
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 1000))
+    assert expected[:2] == [(3, DATA_START + 300), (6, DATA_START + 600)]
+    with caplog.at_level(logging.WARNING):
+        LogSegment.open(tmp_path, 1000, SMALL).close()
+    assert "rebuil" not in caplog.text, "a sound index is kept"
+    index_path(tmp_path, 1000).unlink()
+    reopened = LogSegment.open(tmp_path, 1000, SMALL)
+    assert OffsetIndex.read_entries(index_path(tmp_path, 1000)) == expected
+    assert reopened.locate(1013) == (DATA_START + 1300, 1013)
+    reopened.close()
