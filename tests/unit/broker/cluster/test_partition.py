@@ -61,7 +61,7 @@ def test_an_acknowledged_append_is_below_the_high_watermark_and_fetched(leader):
     assert partition.high_watermark() == 2 == partition.log.log_end_offset
     fetched = partition.fetch(0, 1 << 20)
     assert (fetched.high_watermark, fetched.log_start_offset) == (2, 0)
-    assert not fetched.caught_up
+    assert not fetched.caught_up and not fetched.above_high_watermark
     assert records(fetched.copy()) == [(0, b"one"), (1, b"two")]
     bounds_only = partition.fetch(0, 0)  # no room asked for: not even the first batch
     assert (bounds_only.high_watermark, bounds_only.slices) == (2, [])

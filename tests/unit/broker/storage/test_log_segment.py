@@ -355,3 +355,13 @@ def test_the_index_of_a_segment_based_above_0_is_kept_or_rebuilt_relative_to_its
     assert OffsetIndex.read_entries(index_path(tmp_path, 1000)) == expected
     assert reopened.locate(1013) == (DATA_START + 1300, 1013)
     reopened.close()
+
+
+def test_a_segment_whose_index_is_gone_is_deleted_whole(tmp_path):
+    # A restart on a full disk can leave a segment without its index file (the rebuild had
+    # no room): deleting that segment must still remove its log.
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    index_path(tmp_path, 0).unlink()
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
