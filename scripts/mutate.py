@@ -1,13 +1,15 @@
 """Mutation testing of the modules where a bug loses or doubles data or breaks safety.
 
-    python -m scripts.mutate [--module NAME] [--minutes M] [--fresh] [--list]
+    python -m scripts.mutate [--module NAME] [--minutes M] [--fresh] [--retest] [--report] [--list]
 
 Each module in MODULES is mutated by cosmic-ray (docs/mutation.md says why that tool) and
 judged by its own narrow unit tests only, so a run fits in minutes. The session (every mutant
 and its verdict) is kept in `.mutation/<name>.sqlite`: a run resumes where the last one stopped
 and only re-plans the mutants when the module's source changed since (or with `--fresh`).
 `--minutes` stops a run after that budget (the mutant in flight is rolled back); the next run
-goes on from there. One test process at a time: cosmic-ray's local distributor.
+goes on from there. One test process at a time (cosmic-ray's local distributor) and one run per
+checkout (a lock in .mutation/): the mapped modules import each other, so two runs at once would
+let a mutant of one module fail, and so "kill", a mutant of another.
 
 cosmic-ray edits the module's file in place while a mutant is under test. This driver keeps the
 original bytes and writes them back if anything (an interrupt, a crash) leaves the file changed.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import hashlib
 import signal
 import subprocess
@@ -171,6 +174,10 @@ def excluded_operator_patterns() -> tuple[str, ...]:
         rf"core/ReplaceBinaryOperator_(?!(?:{'|'.join(KEPT_BINARY)})$)",
         rf"core/ReplaceComparisonOperator_(?!(?:{'|'.join(KEPT_COMPARISON)})$)",
     )
+
+
+class MutationRunInProgressError(RuntimeError):
+    """Another mutation run holds this checkout: two at once would judge each other's mutants."""
 
 
 class DirtyModuleError(RuntimeError):
@@ -442,8 +449,17 @@ def main(argv: list[str] | None = None) -> int:
                 summarize(name, MODULES[name], session_path, 0.0)
         return 0
     SESSION_DIR.mkdir(exist_ok=True)
-    for name in args.module or list(MODULES):
-        run_module(name, args.minutes, args.fresh, args.retest)
+    # One run per checkout: a module's tests import the other mapped modules (partition's
+    # tests run raft.py and segment.py), so a mutant of one would fail another's tests there.
+    with open(SESSION_DIR / "run.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MutationRunInProgressError(
+                f"another make mutate runs in {REPO_ROOT}; wait for it (one run per checkout)"
+            ) from None
+        for name in args.module or list(MODULES):
+            run_module(name, args.minutes, args.fresh, args.retest)
     return 0
 
 
