@@ -365,3 +365,15 @@ def test_a_segment_whose_index_is_gone_is_deleted_whole(tmp_path):
     index_path(tmp_path, 0).unlink()
     segment.delete()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_that_exactly_fills_the_segment_fits_and_the_file_keeps_its_size(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    room = SMALL.segment_bytes_max - DATA_START
+    append(segment, sized_batch(room // 2, 0))
+    last = room - room // 2
+    assert segment.fits(last) and not segment.fits(last + 1)
+    append(segment, sized_batch(last, 1))
+    assert segment.end_position == SMALL.segment_bytes_max
+    assert os.path.getsize(log_path(tmp_path, 0)) == SMALL.segment_bytes_max, "nothing past it"
+    segment.close()
