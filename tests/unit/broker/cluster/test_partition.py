@@ -90,6 +90,25 @@ def test_a_batch_not_yet_committed_is_in_the_log_but_not_fetched(leader):
     assert partition.fetch(0, 0).slices == []  # no room asked for: the bounds only
 
 
+def test_a_leader_whose_lease_lapsed_is_refused_for_reads_not_for_writes(leader):
+    # Reads (fetch, list offsets) ask for the lease by default; a write waits for it itself.
+    node, partitions = leader
+    partition = partitions.get("t", 0)
+    assert partition.require_leader().is_leader
+    node._clock.now_s += 60.0  # a pause far beyond the lease; no tick has run since
+    with pytest.raises(NotLeaderError, match="lease expired"):
+        partition.require_leader()
+    assert partition.require_leader(lease=False).is_leader
+
+
+def test_deleting_records_up_to_offset_0_answers_the_start_at_once(leader):
+    _node, partitions = leader
+    partition = partitions.get("t", 0)
+    assert partition.delete_records_deferred(0)() == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.delete_records_deferred(-2)
+
+
 def test_an_acks_all_append_no_majority_confirms_is_not_enough_replicas(leader):
     node, _partitions = leader
     impatient = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=0.2)
