@@ -67,7 +67,7 @@ def test_an_acknowledged_append_is_below_the_high_watermark_and_fetched(leader):
     assert (bounds_only.high_watermark, bounds_only.slices) == (2, [])
     assert records(partition.fetch(0, 1).copy()) == [(0, b"one"), (1, b"two")], "at least one"
     at_end = partition.fetch(2, 1 << 20)
-    assert at_end.caught_up and at_end.slices == []
+    assert at_end.caught_up and at_end.slices == [] and not at_end.above_high_watermark
     with pytest.raises(OffsetOutOfRangeError):
         partition.fetch(3, 1 << 20)
 
