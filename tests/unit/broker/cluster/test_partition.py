@@ -31,7 +31,7 @@ from tests.unit.broker.replication.test_topic_mirror_nodes import DATA_GROUP, el
 from tests.unit.broker.replication.test_topic_mirror_nodes import (
     brokers as brokers,  # noqa: F401 (fixture)
 )
-from tests.unit.broker.storage.batches import SMALL, batch, records
+from tests.unit.broker.storage.batches import SMALL, batch, new_producer_id, records
 
 
 def one_group(log: Log, manager: ReplicaManager) -> PartitionTable:
@@ -107,6 +107,19 @@ def test_deleting_records_up_to_offset_0_answers_the_start_at_once(leader):
     assert partition.delete_records_deferred(0)() == 0
     with pytest.raises(OffsetOutOfRangeError):
         partition.delete_records_deferred(-2)
+
+
+def test_an_acks_all_retry_of_an_appended_batch_is_answered_with_its_offsets(leader):
+    # An idempotent producer's retry appends nothing (so journals nothing): its answer waits
+    # for the original batch's entry, found in the journal.
+    node, partitions = leader
+    partition = partitions.get("t", 0)
+    data = batch(b"once", producer_id=new_producer_id(), sequence=0)
+    with follower_keeping_up(node):
+        first = partition.append(data, ACKS_ALL)
+        retry = partition.append(data, ACKS_ALL)
+    assert (retry.base_offset, retry.record_count) == (first.base_offset, 1) == (0, 1)
+    assert partition.log.log_end_offset == 1
 
 
 def test_an_acks_all_append_no_majority_confirms_is_not_enough_replicas(leader):
