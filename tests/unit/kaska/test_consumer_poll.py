@@ -112,3 +112,11 @@ def test_a_subscriber_with_nothing_committed_starts_at_the_end():
     consumer = _consumer(cluster)
     consumer.subscribe(TOPIC)
     assert consumer.position(TOPIC) == 1 and consumer.poll(0) is None
+
+
+def test_a_poll_with_no_time_left_makes_one_fetch_round():
+    cluster = FakeCluster([[b"a"]])
+    consumer = _consumer(cluster)
+    consumer.seek(TOPIC, 1)  # at the end: nothing to read
+    assert consumer.poll(0) is None
+    assert cluster.fetched_from == [1], "one round, then the answer: nothing"
