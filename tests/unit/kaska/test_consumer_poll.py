@@ -139,3 +139,13 @@ def test_a_negative_offset_is_refused():
     consumer = _consumer(FakeCluster([[b"a"]]))
     with pytest.raises(ValueError, match=">= 0"):
         consumer.seek(TOPIC, -1)
+
+
+def test_a_topic_named_by_one_string_is_one_topic():
+    cluster = FakeCluster([[b"a"]], committed=0)
+    asked: list[str] = []
+    cluster.partition_count = lambda topic: asked.append(topic) or 0  # no partition to assign
+    consumer = _consumer(cluster)
+    consumer.subscribe("flights")
+    consumer.subscribe(["flights", "airports"])
+    assert asked == ["flights", "flights", "airports"]
