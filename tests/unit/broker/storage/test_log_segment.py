@@ -377,3 +377,18 @@ def test_a_batch_that_exactly_fills_the_segment_fits_and_the_file_keeps_its_size
     assert segment.end_position == SMALL.segment_bytes_max
     assert os.path.getsize(log_path(tmp_path, 0)) == SMALL.segment_bytes_max, "nothing past it"
     segment.close()
+
+
+def test_a_sealed_segment_reopens_without_a_warning(tmp_path, caplog):
+    # Sealed, the file ends right after its last batch: a clean end, not a torn tail.
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(5):
+        append(segment, sized_batch(100, i))
+    segment.seal()
+    segment.close()
+    assert os.path.getsize(log_path(tmp_path, 0)) == DATA_START + 500
+    with caplog.at_level(logging.WARNING):
+        reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert reopened.next_offset == 5
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    reopened.close()
