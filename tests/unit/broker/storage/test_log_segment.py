@@ -392,3 +392,11 @@ def test_a_sealed_segment_reopens_without_a_warning(tmp_path, caplog):
     assert reopened.next_offset == 5
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     reopened.close()
+
+
+def test_a_segment_whose_log_file_is_gone_is_deleted_whole(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    log_path(tmp_path, 0).unlink()
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
