@@ -400,3 +400,12 @@ def test_a_segment_whose_log_file_is_gone_is_deleted_whole(tmp_path):
     log_path(tmp_path, 0).unlink()
     segment.delete()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_segment_is_active_until_sealed(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    assert segment.active is True
+    append(segment, sized_batch(100, 0))
+    segment.seal()
+    assert segment.active is False
+    segment.close()
