@@ -665,3 +665,10 @@ def test_config_majority_and_peers():
     assert RaftConfig(1, frozenset({1, 2})).majority == 2
     config = RaftConfig(2, frozenset({1, 2, 3, 4, 5}), 0.5, 0.5, 0.5)
     assert config.majority == 3 and config.peers == {1, 3, 4, 5}
+
+
+def test_no_epoch_is_the_journals_no_epoch():
+    # The leader's DIVERGING answer compares the journal's end_of_epoch with raft's view.
+    from services.broker.replication import journal
+
+    assert NO_EPOCH == journal.NO_EPOCH == -1
