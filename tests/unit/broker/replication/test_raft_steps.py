@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from services.broker.replication import journal
 from services.broker.replication.raft import (
     NO_EPOCH,
     AnswerFetch,
@@ -669,6 +670,4 @@ def test_config_majority_and_peers():
 
 def test_no_epoch_is_the_journals_no_epoch():
     # The leader's DIVERGING answer compares the journal's end_of_epoch with raft's view.
-    from services.broker.replication import journal
-
     assert NO_EPOCH == journal.NO_EPOCH == -1
