@@ -1,5 +1,7 @@
 """The resume checkpoint: round trip through the checkpoint store, mismatches refused."""
 
+import logging
+
 import pytest
 
 from client.resume import (
@@ -9,6 +11,7 @@ from client.resume import (
     ResumeState,
     SessionCheckpoint,
 )
+from common.checkpoint import CheckpointTooLargeError
 from common.flights.session_records import SessionEnded
 
 CID = "5f0c7f0e-8a4e-4a57-9d0e-2f3a1c9b7e11"
@@ -78,3 +81,48 @@ def test_a_checkpoint_from_before_the_ack_loads_as_not_saved():
 def test_a_non_boolean_flag_is_corrupt():
     with pytest.raises(CorruptResumeStateError):
         ResumeState.from_json({**fresh().to_json(), "results_saved": "yes"})
+
+
+# A checkpoint as a format-1 client wrote it, for a fresh session: what a newer client must
+# keep reading, and what a fresh session starts from (no message acknowledged yet).
+FORMAT_1_FRESH = {
+    "format": 1,
+    "client_id": CID,
+    "partitions": 4,
+    "batch_rows": 300,
+    "files": {
+        "airports": {"bytes": 10, "messages_acked": 0, "rows_sent": None, "rows_rejected": None},
+        "flights": {"bytes": 1000, "messages_acked": 0, "rows_sent": None, "rows_rejected": None},
+    },
+    "session_started": False,
+    "session_ended": None,
+    "results_saved": False,
+    "results_acked": False,
+}
+
+
+def test_a_fresh_session_is_saved_as_format_1_with_no_message_acknowledged():
+    assert fresh().to_json() == FORMAT_1_FRESH
+
+
+def test_a_format_1_checkpoint_loads(tmp_path):
+    SessionCheckpoint(tmp_path, CID).store.save_json(FORMAT_1_FRESH)
+    loaded = SessionCheckpoint(tmp_path, CID).load_or(fresh())
+    assert loaded.resumed
+    assert loaded == fresh()
+
+
+def test_a_checkpoint_the_store_refuses_is_logged_and_the_session_goes_on(tmp_path, caplog):
+    checkpoint = SessionCheckpoint(tmp_path, CID)
+    assert checkpoint.save_quietly(fresh()) is True
+    state = fresh()
+    state.files["flights"].messages_acked = 7
+
+    def refuse(_value):
+        raise CheckpointTooLargeError("checkpoint of 2 MiB exceeds 1 MiB")
+
+    checkpoint.store.save_json = refuse
+    with caplog.at_level(logging.ERROR, logger="client.resume"):
+        assert checkpoint.save_quietly(state) is False
+    assert "exceeds 1 MiB" in caplog.text
+    assert checkpoint.load_or(fresh()).files["flights"].messages_acked == 0, "the last good one"

@@ -4,6 +4,8 @@ the records before it (and not the one at it). Driven with a fake cluster; no so
 
 from types import SimpleNamespace
 
+import pytest
+
 from common.kaska.consumer import Consumer
 from common.kaska.protocol import (
     FetchCommittedRequest,
@@ -32,6 +34,7 @@ class FakeCluster:
         self.end_offset = base
         self.committed = NO_COMMITTED_OFFSET if committed is None else committed
         self.fetched_from: list[int] = []
+        self.server_waits_s: list[float] = []
 
     def partition_count(self, topic: str) -> int:
         assert topic == TOPIC
@@ -40,6 +43,7 @@ class FakeCluster:
     def call(self, request, route=None, server_wait_s=None):
         if isinstance(request, FetchRequest):
             self.fetched_from.append(request.offset)
+            self.server_waits_s.append(server_wait_s)
             return SimpleNamespace(records=self._batches_from(request.offset))
         if isinstance(request, FetchCommittedRequest):
             return SimpleNamespace(offset=self.committed)
@@ -112,3 +116,36 @@ def test_a_subscriber_with_nothing_committed_starts_at_the_end():
     consumer = _consumer(cluster)
     consumer.subscribe(TOPIC)
     assert consumer.position(TOPIC) == 1 and consumer.poll(0) is None
+
+
+def test_a_poll_with_no_time_left_makes_one_fetch_round():
+    cluster = FakeCluster([[b"a"]])
+    consumer = _consumer(cluster)
+    consumer.seek(TOPIC, 1)  # at the end: nothing to read
+    assert consumer.poll(0) is None
+    assert cluster.fetched_from == [1], "one round, then the answer: nothing"
+
+
+def test_a_poll_at_the_end_asks_the_broker_to_wait_out_its_timeout():
+    # One partition: the fetch itself waits at the broker for what is left of the timeout.
+    cluster = FakeCluster([[b"a"]])
+    consumer = _consumer(cluster)
+    consumer.seek(TOPIC, 1)
+    assert consumer.poll(0.3) is None
+    assert cluster.server_waits_s[0] == pytest.approx(0.3, abs=0.05)
+
+
+def test_a_negative_offset_is_refused():
+    consumer = _consumer(FakeCluster([[b"a"]]))
+    with pytest.raises(ValueError, match=">= 0"):
+        consumer.seek(TOPIC, -1)
+
+
+def test_a_topic_named_by_one_string_is_one_topic():
+    cluster = FakeCluster([[b"a"]], committed=0)
+    asked: list[str] = []
+    cluster.partition_count = lambda topic: asked.append(topic) or 0  # no partition to assign
+    consumer = _consumer(cluster)
+    consumer.subscribe("flights")
+    consumer.subscribe(["flights", "airports"])
+    assert asked == ["flights", "flights", "airports"]

@@ -31,7 +31,7 @@ from tests.unit.broker.replication.test_topic_mirror_nodes import DATA_GROUP, el
 from tests.unit.broker.replication.test_topic_mirror_nodes import (
     brokers as brokers,  # noqa: F401 (fixture)
 )
-from tests.unit.broker.storage.batches import SMALL, batch, records
+from tests.unit.broker.storage.batches import SMALL, batch, new_producer_id, records
 
 
 def one_group(log: Log, manager: ReplicaManager) -> PartitionTable:
@@ -61,10 +61,13 @@ def test_an_acknowledged_append_is_below_the_high_watermark_and_fetched(leader):
     assert partition.high_watermark() == 2 == partition.log.log_end_offset
     fetched = partition.fetch(0, 1 << 20)
     assert (fetched.high_watermark, fetched.log_start_offset) == (2, 0)
-    assert not fetched.caught_up
+    assert not fetched.caught_up and not fetched.above_high_watermark
     assert records(fetched.copy()) == [(0, b"one"), (1, b"two")]
+    bounds_only = partition.fetch(0, 0)  # no room asked for: not even the first batch
+    assert (bounds_only.high_watermark, bounds_only.slices) == (2, [])
+    assert records(partition.fetch(0, 1).copy()) == [(0, b"one"), (1, b"two")], "at least one"
     at_end = partition.fetch(2, 1 << 20)
-    assert at_end.caught_up and at_end.slices == []
+    assert at_end.caught_up and at_end.slices == [] and not at_end.above_high_watermark
     with pytest.raises(OffsetOutOfRangeError):
         partition.fetch(3, 1 << 20)
 
@@ -85,6 +88,38 @@ def test_a_batch_not_yet_committed_is_in_the_log_but_not_fetched(leader):
     above = partition.fetch(1, 1 << 20)
     assert above.above_high_watermark and above.slices == []
     assert partition.fetch(0, 0).slices == []  # no room asked for: the bounds only
+
+
+def test_a_leader_whose_lease_lapsed_is_refused_for_reads_not_for_writes(leader):
+    # Reads (fetch, list offsets) ask for the lease by default; a write waits for it itself.
+    node, partitions = leader
+    partition = partitions.get("t", 0)
+    assert partition.require_leader().is_leader
+    node._clock.now_s += 60.0  # a pause far beyond the lease; no tick has run since
+    with pytest.raises(NotLeaderError, match="lease expired"):
+        partition.require_leader()
+    assert partition.require_leader(lease=False).is_leader
+
+
+def test_deleting_records_up_to_offset_0_answers_the_start_at_once(leader):
+    _node, partitions = leader
+    partition = partitions.get("t", 0)
+    assert partition.delete_records_deferred(0)() == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.delete_records_deferred(-2)
+
+
+def test_an_acks_all_retry_of_an_appended_batch_is_answered_with_its_offsets(leader):
+    # An idempotent producer's retry appends nothing (so journals nothing): its answer waits
+    # for the original batch's entry, found in the journal.
+    node, partitions = leader
+    partition = partitions.get("t", 0)
+    data = batch(b"once", producer_id=new_producer_id(), sequence=0)
+    with follower_keeping_up(node):
+        first = partition.append(data, ACKS_ALL)
+        retry = partition.append(data, ACKS_ALL)
+    assert (retry.base_offset, retry.record_count) == (first.base_offset, 1) == (0, 1)
+    assert partition.log.log_end_offset == 1
 
 
 def test_an_acks_all_append_no_majority_confirms_is_not_enough_replicas(leader):

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 import pytest
 
 from common.kaska.protocol.frames import VERSION, Api
-from services.broker.network.peer_gate import REQUEST, PeerGate, PeerSession
+from services.broker.network.peer_gate import (
+    LOGGED_PEERS_MAX,
+    REQUEST,
+    PeerGate,
+    PeerRefusals,
+    PeerSession,
+)
 from services.broker.replication.wire.peer_auth import (
     ForgedPeerFrameError,
     ImpostorPeerFrameError,
@@ -160,8 +166,24 @@ def test_refusals_are_logged_once_per_peer(gate, caplog):
             open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10), secret=b"x"),
                       PeerSession("10.0.0.66"))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "10.0.0.66" in warnings[0].getMessage()
+    debugs = [r for r in caplog.records if r.levelno == logging.DEBUG and "10.0.0.66" in
+              r.getMessage()]
+    assert len(warnings) == 1 and "10.0.0.66" in warnings[0].getMessage() and len(debugs) == 4
+    assert "further refusals from it are counted" in warnings[0].getMessage()
+    assert not any("further refusals" in r.getMessage() for r in debugs)
     assert refused(gate, "unauthenticated") == 5
+
+
+def test_at_most_logged_peers_max_peers_are_logged_at_warning(caplog):
+    # A flood from ever new addresses must not flood the log: past the bound, DEBUG only.
+    caplog.set_level(logging.DEBUG, logger="services.broker.network.peer_gate")
+    refusals = PeerRefusals()
+    for i in range(LOGGED_PEERS_MAX + 1):
+        peer = f"10.0.{i // 256}.{i % 256}"
+        refusals.refused(REQUEST, ForgedPeerFrameError("bad tag"), peer)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(caplog.records) == LOGGED_PEERS_MAX + 1 == 1025
+    assert len(warnings) == LOGGED_PEERS_MAX and caplog.records[-1].levelno == logging.DEBUG
 
 
 @dataclass(frozen=True)
@@ -227,3 +249,18 @@ def test_an_answer_is_bound_to_its_requests_group():
         "data_incarnation", "learner")}, "group": 2})
     with pytest.raises(ForgedPeerFrameError):
         open_answer(SECRET, Api.VOTE, other, 1, answer)
+
+
+def test_a_slice_cut_short_under_the_seal_ends_the_seal_there(gate, tmp_path):
+    # The file shrank under the send (a segment deleted and truncated): the seal covers what
+    # is there, and the MAC will not hold for the bytes promised.
+    opened = open_vote(gate, vote_frame(VoteRequest(2, 5, 4, 10)))
+    path = tmp_path / "segment"
+    path.write_bytes(b"DATA" * 10)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        trailer = gate.seal(opened, b"prefix", [Slice(fd, 0, 4000)])
+    finally:
+        os.close(fd)
+    assert bytes(open_answer(SECRET, Api.VOTE, opened.stamp, 1, b"prefix" + b"DATA" * 10 +
+                             trailer)) == b"prefix" + b"DATA" * 10

@@ -237,3 +237,14 @@ def test_a_wiped_broker_named_leader_of_its_old_epoch_does_not_follow_itself():
     assert PersistQuorum(11, None) in actions, "the scenario: a newer epoch, adopted"
     assert learner.state.epoch == 11 and learner.state.role is Role.FOLLOWER
     assert learner.state.leader_id is None, "never its own follower"
+
+
+def test_a_learner_told_to_stand_by_its_leader_does_not():
+    # A leader never hands over to a learner; a learner refuses a TIMEOUT_NOW all the same,
+    # as it refuses to stand on an election timeout.
+    learner = Learner()
+    learner(FetchAnswered(1, Outcome.ENTRIES, 2, 1), at=1.0)
+    assert learner.state.learner and (learner.state.epoch, learner.state.leader_id) == (2, 1)
+    actions = learner(FetchAnswered(1, Outcome.TIMEOUT_NOW, 2, 1), at=1.1)
+    assert not _has(actions, SendVotes) and not _has(actions, PersistQuorum)
+    assert learner.state.role is Role.FOLLOWER and learner.state.epoch == 2

@@ -92,6 +92,19 @@ def test_five_voters_need_two_confirming_peers_and_the_lease_follows_the_older()
     assert lease_end_s(leader.config, leader.state) == pytest.approx(1.5 + LEASE_S)
 
 
+def test_a_learner_confirming_answers_gives_no_lease_a_voter_does():
+    # A learner holds no vote to refuse, so its confirmations prove nothing about who else can
+    # be elected: the lease rests on voters only, as the commit and check-quorum counts do.
+    leader = _leading_with_noop_committed(at=10.0)
+    leader(FetchRequest(3, 1, 1, 1, learner=True), at=10.1)
+    leader(FetchRequest(3, 1, 1, 1, learner=True, confirmed_s=10.1), at=10.3)
+    assert leader.state.learners == {3} and leader.state.heard_s.get(3) == 10.1
+    assert lease_end_s(leader.config, leader.state) == float("-inf")
+    assert not holds_lease(leader.config, leader.state, 10.3)
+    leader(FetchRequest(2, 1, 1, 1, confirmed_s=10.0), at=10.4)
+    assert lease_end_s(leader.config, leader.state) == pytest.approx(10.0 + LEASE_S)
+
+
 def test_a_new_leader_has_no_lease_until_its_noop_is_committed():
     """Its commit index may be older than its predecessor's until then (Raft thesis §6.4): a
     LIST_OFFSETS would return a stale end."""

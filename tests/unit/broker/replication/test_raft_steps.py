@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from services.broker.replication import journal
 from services.broker.replication.raft import (
     NO_EPOCH,
     AnswerFetch,
@@ -178,6 +179,16 @@ def test_a_refused_pre_vote_from_a_newer_epoch_is_adopted():
     actions = node(VoteResponse(2, 7, False, leader_id=3, pre_vote=True))
     assert actions == [PersistQuorum(7, None), RoleChanged(Role.FOLLOWER, 7, 3)]
     assert not node.state.pre_voting and fetch_target(node.state) == 3
+
+
+def test_adopting_a_newer_epoch_sets_a_fresh_election_deadline_from_now():
+    # A vote request of a newer epoch from a less complete journal: refused, but its epoch is
+    # adopted, and the broker waits a whole election timeout from now before standing itself.
+    node = Node(1, epoch=1, log=_log((1, 3)), now=100.0)
+    actions = node(VoteRequest(2, 5, 0, 0))
+    assert PersistQuorum(5, None) in actions and _answer(actions).granted is False
+    assert node.state.epoch == 5 and node.state.role is Role.FOLLOWER
+    assert 100.0 + MIN_S <= node.state.election_deadline_s <= 100.0 + MAX_S
 
 
 def test_candidate_whose_election_times_out_goes_back_to_a_pre_vote():
@@ -415,6 +426,10 @@ def test_check_quorum_leader_steps_down_without_fetches_from_a_majority():
     assert state.election_deadline_s > leader.now
     # Stepped down, it answers fetches of its epoch NOT_LEADER, naming nobody.
     assert leader(FetchRequest(2, 1, 1, 1)) == [AnswerFetch(Outcome.NOT_LEADER, 1, None, 1)]
+    # It runs no pre-vote round yet: grants it never asked for start no election.
+    assert leader(VoteResponse(2, 2, True, pre_vote=True)) == []
+    assert leader(VoteResponse(3, 2, True, pre_vote=True)) == []
+    assert leader.state.role is Role.FOLLOWER and leader.state.epoch == 1
 
 
 def test_check_quorum_in_five_counts_distinct_recent_followers():
@@ -651,3 +666,8 @@ def test_config_majority_and_peers():
     assert RaftConfig(1, frozenset({1, 2})).majority == 2
     config = RaftConfig(2, frozenset({1, 2, 3, 4, 5}), 0.5, 0.5, 0.5)
     assert config.majority == 3 and config.peers == {1, 3, 4, 5}
+
+
+def test_no_epoch_is_the_journals_no_epoch():
+    # The leader's DIVERGING answer compares the journal's end_of_epoch with raft's view.
+    assert NO_EPOCH == journal.NO_EPOCH == -1

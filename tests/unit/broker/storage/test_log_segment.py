@@ -1,3 +1,4 @@
+import errno
 import logging
 import os
 import struct
@@ -6,7 +7,7 @@ import pytest
 
 from common.kaska.errors import CorruptBatchError
 from common.kaska.record_batch import parse_header
-from services.broker.storage.errors import CorruptSegmentError
+from services.broker.storage.errors import CorruptSegmentError, StorageFullError
 from services.broker.storage.offset_index import OffsetIndex, index_path
 from services.broker.storage.segment import DATA_START, LogSegment, log_path
 
@@ -213,6 +214,7 @@ def test_missing_index_is_rebuilt(tmp_path, caplog):
     b"\x01\x02\x03",                                   # torn
     bytes.fromhex("00000009 00000010".replace(" ", "")),  # ordered, but inside batch 0
     bytes.fromhex("00000004 0000013c".replace(" ", "")),  # batch start, wrong offset
+    bytes.fromhex("00000003 0000013c 00000013 000007ae".replace(" ", "")),  # inside the last
 ])
 def test_garbage_index_is_rebuilt(tmp_path, garbage):
     _filled_segment(tmp_path, count=20)
@@ -259,3 +261,151 @@ def test_truncate_to_cuts_index_and_reactivates(segment):
     assert all(pos < DATA_START + 500 for _, pos in segment._index.entries())
     append(segment, sized_batch(100, 77))
     assert [o for o, _ in records(read_all(segment))] == list(range(1000, 1006))
+
+
+def test_read_slice_from_a_low_base_offset_stops_at_the_byte_bound(tmp_path):
+    # Offsets and byte positions are different scales: at base 0 every offset lies below every
+    # position, so a bound on one compared with the other would show.
+    _filled_segment(tmp_path)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    piece, next_offset = segment.read_slice(3, 250, 10**9, at_least_one=True)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START + 300, 200, 5)
+    piece, next_offset = segment.read_slice(3, 250, 8, at_least_one=False)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START + 300, 200, 5)
+    segment.close()
+
+
+def test_a_clean_reopen_keeps_the_stored_index(tmp_path, caplog):
+    _filled_segment(tmp_path, count=20)
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 0))
+    inode = os.stat(index_path(tmp_path, 0)).st_ino
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.next_offset == 20 and len(expected) >= 3, "a segment with an index reopened"
+    assert "rebuil" not in caplog.text
+    assert os.stat(index_path(tmp_path, 0)).st_ino == inode, "the index file was not rewritten"
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == expected
+    segment.close()
+
+
+def test_a_new_segment_file_is_readable_by_all_writable_by_the_owner_only(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        LogSegment.create(tmp_path, 0, SMALL).close()
+    finally:
+        os.umask(umask)
+    assert os.stat(log_path(tmp_path, 0)).st_mode & 0o777 == 0o644
+
+
+def test_the_index_keeps_its_interval_across_a_reopen(tmp_path):
+    _filled_segment(tmp_path, count=10)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    segment.activate()
+    for i in range(10, 20):
+        append(segment, sized_batch(100, i))
+    assert segment.next_offset == 20
+    # As in a segment never closed (test_index_gets_an_entry_every_interval): every third.
+    assert [rel for rel, _ in segment._index.entries()] == [3, 6, 9, 12, 15, 18]
+    segment.close()
+
+
+def test_a_create_that_fails_before_the_file_is_opened_closes_no_descriptor(tmp_path,
+                                                                             monkeypatch):
+    def no_room(path, *_args):
+        raise StorageFullError(path, OSError(errno.ENOSPC, "No space left on device"))
+
+    closed: list[int] = []
+    monkeypatch.setattr(OffsetIndex, "rewrite", no_room)
+    # Recorded, not closed: a stray close would hit whatever file the process holds there.
+    monkeypatch.setattr(os, "close", closed.append)
+    with pytest.raises(StorageFullError):
+        LogSegment.create(tmp_path, 0, SMALL)
+    monkeypatch.undo()
+    assert closed == [] and list(tmp_path.iterdir()) == []
+
+
+def test_an_index_entry_at_the_valid_end_is_dropped_without_a_rebuild(tmp_path, caplog):
+    path = _filled_segment(tmp_path, count=20)
+    with open(path, "r+b") as f:
+        f.truncate(DATA_START + 900)  # cut right before batch 9, which is indexed
+    with caplog.at_level(logging.WARNING):
+        segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.next_offset == 9
+    assert OffsetIndex.read_entries(index_path(tmp_path, 0)) == [(3, DATA_START + 300),
+                                                                (6, DATA_START + 600)]
+    assert "rebuil" not in caplog.text
+    segment.close()
+
+
+def test_the_index_of_a_segment_based_above_0_is_kept_or_rebuilt_relative_to_its_base(tmp_path,
+                                                                                     caplog):
+    # Index entries hold offsets relative to the segment's base: at base 0 relative and
+    # absolute agree, so only a segment based elsewhere shows which one is stored.
+    segment = LogSegment.create(tmp_path, 1000, SMALL)
+    for i in range(20):
+        append(segment, sized_batch(100, i))
+    segment.close()
+    expected = OffsetIndex.read_entries(index_path(tmp_path, 1000))
+    assert expected[:2] == [(3, DATA_START + 300), (6, DATA_START + 600)]
+    with caplog.at_level(logging.WARNING):
+        LogSegment.open(tmp_path, 1000, SMALL).close()
+    assert "rebuil" not in caplog.text, "a sound index is kept"
+    index_path(tmp_path, 1000).unlink()
+    reopened = LogSegment.open(tmp_path, 1000, SMALL)
+    assert OffsetIndex.read_entries(index_path(tmp_path, 1000)) == expected
+    assert reopened.locate(1013) == (DATA_START + 1300, 1013)
+    reopened.close()
+
+
+def test_a_segment_whose_index_is_gone_is_deleted_whole(tmp_path):
+    # A restart on a full disk can leave a segment without its index file (the rebuild had
+    # no room): deleting that segment must still remove its log.
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    index_path(tmp_path, 0).unlink()
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_that_exactly_fills_the_segment_fits_and_the_file_keeps_its_size(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    room = SMALL.segment_bytes_max - DATA_START
+    append(segment, sized_batch(room // 2, 0))
+    last = room - room // 2
+    assert segment.fits(last) and not segment.fits(last + 1)
+    append(segment, sized_batch(last, 1))
+    assert segment.end_position == SMALL.segment_bytes_max
+    assert os.path.getsize(log_path(tmp_path, 0)) == SMALL.segment_bytes_max, "nothing past it"
+    segment.close()
+
+
+def test_a_sealed_segment_reopens_without_a_warning(tmp_path, caplog):
+    # Sealed, the file ends right after its last batch: a clean end, not a torn tail.
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(5):
+        append(segment, sized_batch(100, i))
+    segment.seal()
+    segment.close()
+    assert os.path.getsize(log_path(tmp_path, 0)) == DATA_START + 500
+    with caplog.at_level(logging.WARNING):
+        reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert reopened.next_offset == 5
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    reopened.close()
+
+
+def test_a_segment_whose_log_file_is_gone_is_deleted_whole(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    log_path(tmp_path, 0).unlink()
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_segment_is_active_until_sealed(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    assert segment.active is True
+    append(segment, sized_batch(100, 0))
+    segment.seal()
+    assert segment.active is False
+    segment.close()
