@@ -72,8 +72,12 @@ def kafka_consumer(bootstrap: str, group: str = "kaska-tests", **conf) -> Consum
                      "fetch.wait.max.ms": 100, **conf})
 
 
-def consume(consumer: Consumer, count: int) -> list[tuple[int, int, bytes | None, bytes]]:
-    """(partition, offset, key, value) of the next `count` records, raising on errors."""
+def consume(consumer: Consumer, count: int, as_row=None) -> list:
+    """A row per record of the next `count` ones, raising on errors: `as_row(message)`, by
+    default (partition, offset, key, value)."""
+    if as_row is None:
+        def as_row(message):
+            return message.partition(), message.offset(), message.key(), message.value()
     got = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     while len(got) < count:
@@ -83,7 +87,7 @@ def consume(consumer: Consumer, count: int) -> list[tuple[int, int, bytes | None
             continue
         if message.error() is not None:
             raise KafkaException(message.error())
-        got.append((message.partition(), message.offset(), message.key(), message.value()))
+        got.append(as_row(message))
     return got
 
 

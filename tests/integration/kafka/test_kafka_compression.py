@@ -6,10 +6,8 @@ counted; the broker serves on."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
@@ -22,6 +20,7 @@ from common.kaska.kafka_compression import CODEC_NAMES, codec_of
 from common.kaska.record_batch import iter_batches
 from tests.integration.kafka.clients import (
     CLIENT_TIMEOUT_S,
+    consume,
     create_topic,
     kafka_consumer,
     kaska_read,
@@ -97,21 +96,15 @@ PRODUCERS = {"confluent-kafka": produce_confluent, "kafka-python": produce_kafka
 
 def read_confluent(bootstrap: str, topic: str, count: int) -> list:
     consumer = kafka_consumer(bootstrap)
-    got = []
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} records consumed"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error() is not None:
-                raise KafkaException(message.error())
-            got.append((message.offset(), message.key(), message.value(), message.headers() or []))
+        return consume(
+            consumer,
+            count,
+            lambda m: (m.offset(), m.key(), m.value(), m.headers() or []),
+        )
     finally:
         consumer.close()
-    return got
 
 
 def read_kafka_python(bootstrap: str, topic: str, count: int) -> list:

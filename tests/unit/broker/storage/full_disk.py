@@ -52,7 +52,7 @@ class _OsWithFullDisk:
 
 
 def refuse_writes(monkeypatch, module) -> FullDisk:
-    """Every os.write of `module` (journal.py, offset_index.py) fails while the disk is full."""
+    """Every os.write of `module` (journal.py, index_file.py) fails while the disk is full."""
     disk = FullDisk()
     monkeypatch.setattr(module, "os", _OsWithFullDisk(disk))
     return disk

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from common.kaska.errors import KaskaStorageError, error_for_code
-from services.broker.storage import offset_index
+from services.broker.storage import index_file
 from services.broker.storage.disk_space import DiskSpace
 from services.broker.storage.errors import StorageFullError
 from services.broker.storage.log import Log
@@ -96,10 +96,11 @@ def test_refused_roll_keeps_the_active_segment(tmp_path, monkeypatch, owner, nam
 def test_index_entry_without_room_is_skipped_not_a_failed_append(tmp_path, monkeypatch):
     part = PartitionLog(tmp_path / "p", dataclasses.replace(SMALL, index_interval_bytes=1))
     part.append(batch(b"a"))
-    disk = refuse_writes(monkeypatch, offset_index)
-    part.append(batch(b"b"))  # stamped and visible; its index entry had no room
+    disk = refuse_writes(monkeypatch, index_file)  # the index files' writes
+    part.append(batch(b"b"))  # stamped and visible; its index entries had no room
     part.append(batch(b"c"))
-    assert disk.refused == 2 and values(part) == [b"a", b"b", b"c"]
+    # b's and c's offset index entry and time index entry (no time entry yet: each tried)
+    assert disk.refused == 4 and values(part) == [b"a", b"b", b"c"]
     disk.free()
     part.append(batch(b"d"))
     assert [records(part.read_bytes(offset, 1))[0][0] for offset in range(4)] == [0, 1, 2, 3]

@@ -6,7 +6,7 @@ import pytest
 from common.kaska.kafka_record import ATTR_KAFKA_RECORDS
 from common.kaska.record_batch import parse_header
 from services.broker.kafka.records import kafka_to_kaska
-from services.broker.storage import time_index as time_index_module
+from services.broker.storage import index_file
 from services.broker.storage.errors import CorruptIndexError
 from services.broker.storage.partition import PartitionLog
 from services.broker.storage.time_index import TimeIndex, time_index_path
@@ -57,7 +57,7 @@ def test_torn_and_unordered_files_are_corrupt(tmp_path):
 
 
 def test_an_entry_without_room_is_skipped(index, monkeypatch):
-    disk = refuse_writes(monkeypatch, time_index_module)
+    disk = refuse_writes(monkeypatch, index_file)  # the index files' writes
     index.close()  # the next write reopens the file through the full disk
     assert not index.append(4_000, 111)
     assert disk.refused == 1 and len(index) == 3
