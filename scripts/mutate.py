@@ -69,6 +69,15 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/storage/test_*.py",
         ),
     ),
+    "index_file": MutatedModule(
+        "services/broker/storage/index_file.py",
+        (
+            "tests/unit/broker/storage/test_offset_index.py",
+            "tests/unit/broker/storage/test_time_index.py",
+            "tests/unit/broker/storage/test_storage_full.py",
+            "tests/unit/broker/storage/test_log_segment.py",
+        ),
+    ),
     "consumer": MutatedModule(
         "common/kaska/consumer.py",
         ("tests/unit/kaska/test_consumer_poll.py", "tests/unit/kaska/test_*.py"),
