@@ -3,6 +3,7 @@ import logging
 import os
 import struct
 
+import crc32c
 import pytest
 
 from common.kaska.errors import CorruptBatchError
@@ -78,9 +79,13 @@ def test_length_must_match_the_reserved_region(segment):
     segment.discard()
 
 
-def test_record_count_bounded_by_batch_size(segment):
+@pytest.mark.parametrize("claimed", [1000, 2])
+def test_record_count_bounded_by_batch_size(segment, claimed):
+    """A 65-byte batch holds one 1-byte record: it cannot claim 1000, nor even 2 (its CRC
+    made right again, so the bound alone refuses it)."""
     data = bytearray(batch(b"x"))
-    struct.pack_into(">I", data, 24, 1000)  # 1000 records cannot fit in 65 bytes
+    struct.pack_into(">I", data, 24, claimed)
+    struct.pack_into(">I", data, 16, crc32c.crc32c(memoryview(data)[20:]))
     region = segment.reserve(len(data))
     region[:] = data
     del region
