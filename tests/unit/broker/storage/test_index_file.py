@@ -63,20 +63,24 @@ def test_an_index_file_is_readable_by_all_writable_by_the_owner_only(tmp_path):
     assert stat.S_IMODE(time_index_path(tmp_path, 0).stat().st_mode) == 0o644
 
 
-def _open_descriptors() -> set[int]:
-    return {int(name) for name in os.listdir("/proc/self/fd")}
+def _refers_to(fd: int, path: Path) -> bool:
+    """Whether descriptor `fd` is open on `path` (a closed number may be reused for another
+    file meanwhile: compared by inode)."""
+    try:
+        return os.fstat(fd).st_ino == path.stat().st_ino
+    except OSError:
+        return False
 
 
 def test_close_releases_the_descriptor_and_a_later_write_reopens_it(tmp_path):
     index = _offset_index(tmp_path)
-    before = _open_descriptors()
     index.append(110, 500)
-    opened = _open_descriptors() - before
-    assert len(opened) == 1  # the scenario: the first write opened the file
+    fd = index._fd
+    assert _refers_to(fd, index.path)  # the scenario: the first write opened the file
     index.close()
-    assert not opened & _open_descriptors(), "close left the descriptor open"
+    assert not _refers_to(fd, index.path), "close left the descriptor open"
     index.append(120, 900)
-    assert len(_open_descriptors() - before) == 1
+    assert _refers_to(index._fd, index.path)
     index.close()
     assert OffsetIndex.read_entries(index_path(tmp_path, 100)) == [(10, 500), (20, 900)]
 
