@@ -3,7 +3,7 @@
 File format: back-to-back fixed-size entries (the subclass's `ENTRY` struct), each naming a
 batch by its offset relative to the segment's base offset, beside one value (a file position,
 a timestamp); no header. The subclass says in which order the two sit in an entry
-(`_split` / `_join`).
+(`RELATIVE_FIRST`).
 
 Invariants: relative offsets and values are both strictly increasing; the file holds exactly
 the entries in memory, whole entries only (a write the file system cut short is cut back). An
@@ -38,6 +38,7 @@ class IndexFile:
 
     ENTRY: ClassVar[struct.Struct]
     VALUE_TYPECODE: ClassVar[str]  # the `array` typecode of the values
+    RELATIVE_FIRST: ClassVar[bool]  # the relative offset is an entry's first field
 
     def __init__(self, path: Path, base_offset: int, entries: Iterable[Entry] = ()):
         self.path = path
@@ -50,15 +51,15 @@ class IndexFile:
         self._entries = (relatives, values)
         self._fd = -1  # opened on the first write: sealed segments hold no index descriptor
 
-    @staticmethod
-    def _split(entry: Entry) -> tuple[int, int]:
+    @classmethod
+    def _split(cls, entry: Entry) -> tuple[int, int]:
         """(relative offset, value) of an entry in file order."""
-        raise NotImplementedError
+        return (entry[0], entry[1]) if cls.RELATIVE_FIRST else (entry[1], entry[0])
 
-    @staticmethod
-    def _join(rel: int, value: int) -> Entry:
+    @classmethod
+    def _join(cls, rel: int, value: int) -> Entry:
         """The entry in file order."""
-        raise NotImplementedError
+        return (rel, value) if cls.RELATIVE_FIRST else (value, rel)
 
     # -- opening -------------------------------------------------------------------------
 

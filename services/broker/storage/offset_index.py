@@ -42,14 +42,8 @@ class OffsetIndex(IndexFile):
     ENTRY = struct.Struct(">II")
     assert ENTRY.size == ENTRY_BYTES
     VALUE_TYPECODE = "I"
+    RELATIVE_FIRST = True
 
-    @staticmethod
-    def _split(entry: tuple[int, int]) -> tuple[int, int]:
-        return entry
-
-    @staticmethod
-    def _join(rel: int, value: int) -> tuple[int, int]:
-        return rel, value
 
     # -- reading (lock-free) -------------------------------------------------------------
 

@@ -41,15 +41,8 @@ class TimeIndex(IndexFile):
 
     ENTRY = struct.Struct(">qI")  # 12 bytes
     VALUE_TYPECODE = "q"
+    RELATIVE_FIRST = False
 
-    @staticmethod
-    def _split(entry: tuple[int, int]) -> tuple[int, int]:
-        timestamp_ms, rel = entry
-        return rel, timestamp_ms
-
-    @staticmethod
-    def _join(rel: int, value: int) -> tuple[int, int]:
-        return value, rel
 
     # -- reading (lock-free) -------------------------------------------------------------
 
