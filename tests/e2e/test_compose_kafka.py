@@ -65,12 +65,7 @@ def test_kcat_and_confluent_kafka_on_the_host_produce_and_consume_through_the_pu
     published = deployment.kafka_bootstrap.split(",")
     assert len(published) == 3
     first_only = published[0]  # what a user types; Metadata must lead the client to the rest
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while (metadata := cluster_metadata(first_only)) is None:
-        assert time.monotonic() < deadline, (
-            f"no Kafka Metadata with a controller from {first_only} in {READY_TIMEOUT_S} s\n"
-            + deployment.diagnostics(tail_lines=30))
-        time.sleep(1.0)
+    metadata = wait_for_metadata(lambda: cluster_metadata(first_only), first_only, deployment)
     advertised = {broker["id"]: broker["name"] for broker in metadata["brokers"]}
     assert advertised == {i: address for i, address in enumerate(published, start=1)}, (
         "each broker must advertise its published host address")
