@@ -164,6 +164,80 @@ def test_next_timer_at_follows_the_role():
     assert next_timer_at(leader) == pytest.approx(1.0 + CONFIG_DEFAULTS["announce_interval_s"])
 
 
+def test_only_the_leader_says_it_is_the_leader():
+    leader, _ = step(_node(3, {1, 2}), Start(), now=0.0)
+    electing, _ = step(_node(1, {2, 3}), Start(), now=0.0)
+    follower, _ = step(electing, Received(Message(Kind.COORDINATOR, 3)), now=0.1)
+    assert leader.is_leader is True
+    assert electing.is_leader is False and follower.is_leader is False
+
+
+def test_every_election_a_node_starts_is_counted_for_the_metrics():
+    leader, _ = step(_node(3, {1, 2}), Start(), now=0.0)
+    assert leader.elections_started == 1, "leader at once is still one election"
+    state, _ = step(_node(1, {2, 3}), Start(), now=0.0)
+    assert state.elections_started == 1
+    state, _ = step(state, Received(Message(Kind.ANSWER, 3)), now=0.1)
+    state, _ = step(state, Tick(), now=0.1 + COORDINATOR_TIMEOUT_S)  # no COORDINATOR came
+    assert state.role is Role.ELECTING and state.elections_started == 2
+    state, _ = step(state, Received(Message(Kind.COORDINATOR, 3)), now=1.0)
+    state, _ = step(state, PeerDown(3), now=1.1)
+    assert state.role is Role.ELECTING and state.elections_started == 3
+
+
+def test_a_higher_coordinator_moves_a_follower_to_the_new_leader():
+    state, _ = step(_node(1, {2, 3}), Start(), now=0.0)
+    state, _ = step(state, Received(Message(Kind.COORDINATOR, 2)), now=0.1)
+    state, _ = step(state, Tick(), now=0.2)
+    state, actions = step(state, Received(Message(Kind.COORDINATOR, 3)), now=0.3)
+    assert actions == [BecameFollower(3)] and state.leader_id == 3
+    _, actions = step(state, Tick(), now=0.3)
+    assert actions == [Send(3, Message(Kind.HEALTHCHECK, 1))], "the new leader is pinged at once"
+
+
+def test_the_leader_s_periodic_announcement_keeps_a_follower_quietly():
+    state, _ = step(_node(1, {3}), Start(), now=0.0)
+    state, _ = step(state, Received(Message(Kind.COORDINATOR, 3)), now=0.0)
+    state, _ = step(state, Tick(), now=0.0)
+    state, actions = step(state, Received(Message(Kind.COORDINATOR, 3)), now=0.3)
+    assert actions == [] and state.leader_id == 3
+    assert next_timer_at(state) == pytest.approx(INTERVAL_S), "the ping schedule is unchanged"
+
+
+def test_the_leader_reannounces_itself_each_announce_interval():
+    announce_s = CONFIG_DEFAULTS["announce_interval_s"]
+    state, _ = step(_node(2, {1}), Start(), now=0.0)
+    state, actions = step(state, Tick(), now=announce_s / 2)
+    assert actions == []
+    state, actions = step(state, Tick(), now=announce_s)
+    assert actions == [Send(1, Message(Kind.COORDINATOR, 2))]
+    assert next_timer_at(state) == pytest.approx(2 * announce_s)
+
+
+def test_an_answer_counts_only_for_an_electing_node_and_only_from_a_higher_id():
+    follower, _ = step(_node(2, {1, 3}), Start(), now=0.0)
+    follower, _ = step(follower, Received(Message(Kind.COORDINATOR, 3)), now=0.1)
+    electing, _ = step(_node(2, {1, 3}), Start(), now=0.0)
+    for state, sender in ((follower, 3), (electing, 1)):  # a late answer; a lower node's
+        new_state, actions = step(state, Received(Message(Kind.ANSWER, sender)), now=0.2)
+        assert (new_state, actions) == (state, [])
+
+
+def test_a_healthcheck_reply_from_a_former_leader_is_ignored():
+    state, _ = step(_node(1, {2, 3}), Start(), now=0.0)
+    state, _ = step(state, Received(Message(Kind.COORDINATOR, 2)), now=0.0)
+    state, _ = step(state, Received(Message(Kind.COORDINATOR, 3)), now=0.1)
+    for named in (2, 3, None):  # 2's answer to a ping sent while it led, whatever it says now
+        late_reply = Message(Kind.HEALTHCHECK_REPLY, 2, leader=named)
+        new_state, actions = step(state, Received(late_reply), now=0.2)
+        assert (new_state, actions) == (state, []), f"a reply naming {named} from a non-leader"
+
+
+def test_node_ids_start_at_0():
+    cluster = _converged((0, 1))
+    assert cluster.known_leaders() == {0: 1, 1: 1}
+
+
 # --- scenarios on a simulated network ------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from tests.integration.healthchecker.local_cluster import REPO_ROOT
         ({"healthcheck_misses_max": 0}, "healthcheck_misses_max must be an integer >= 1"),
         ({"peer_ids": frozenset({1, 2})}, "node 1 is among its own peers"),
         ({"node_id": -1, "peer_ids": frozenset()}, "node_id must be an integer >= 0"),
+        ({"peer_ids": frozenset({2, -1})}, "a peer id must be an integer >= 0"),
     ],
 )
 def test_election_config_errors(overrides, message):
@@ -99,6 +100,12 @@ REQUIRED = ["--node-id", "1", "--peers", "1@127.0.0.1:9001,2@127.0.0.1:9002",
             "--listen", "127.0.0.1:9001", "--secret", "s", "--backend", "process",
             "--registry", "/tmp/registry"]
 
+
+
+def test_the_election_defaults_in_code_are_the_command_line_s():
+    # Declared twice (the flags and the dataclass): a config built in code times like a checker.
+    config = build_config(build_parser().parse_args(REQUIRED), b"s")
+    assert config.election == ElectionConfig(1, frozenset({2}))
 
 
 def test_peers_in_the_old_id_equals_syntax_are_read_with_one_warning(capsys):
