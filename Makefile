@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 ROWS ?= 200000
 SEED ?= 1
 DATA_DIR ?= data
+# pytest-xdist processes for `make test`: the Docker tests run in one of them, one after the
+# other (tests/conftest.py), the rest spread over all. 0: one process, no xdist.
+TEST_WORKERS ?= 2
 
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
@@ -28,7 +31,7 @@ lint: $(STAMP)
 
 #: ruff, then the whole pytest suite (unit, integration; the Docker tests where an engine answers)
 test: $(STAMP) lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 #: generate `DATA_DIR/itineraries.csv` and `airports.csv` (`ROWS`, `SEED`) unless they are there
 data: $(STAMP)

@@ -59,6 +59,7 @@ def docker_problem() -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     _deselect_soaks(config, items)
+    _refuse_docker_tests_outside_the_suite(items)
     if not any(item.get_closest_marker("docker") for item in items):
         return
     problem = docker_problem()
@@ -72,3 +73,35 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("docker"):
             item.add_marker(skip)
+
+
+# The Docker suite's tests share fixed host ports, one image build and one shared deployment:
+# under pytest-xdist (`make test` runs `pytest -n TEST_WORKERS`, whose default distribution is
+# "load") they are one unit of work, run by one worker in their order while the other workers
+# take the rest one test at a time. xdist's own `--dist loadgroup` would say this with a mark,
+# but with pytest 9.2 it no longer groups (pytest-dev/pytest-xdist#1386).
+DOCKER_SUITE_PREFIX = "tests/e2e/"
+
+
+def _refuse_docker_tests_outside_the_suite(items) -> None:
+    outside = [item.nodeid for item in items if item.get_closest_marker("docker")
+               and not item.nodeid.startswith(DOCKER_SUITE_PREFIX)]
+    if outside:
+        raise pytest.UsageError(f"Docker-marked tests outside {DOCKER_SUITE_PREFIX} would run "
+                                f"beside the Docker suite under xdist: {outside}")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DockerSuiteInOneWorker(LoadScopeScheduling):
+        """Every other test is a unit of its own; the largest unit, the Docker suite, is
+        handed out first (xdist's --loadscope-reorder), so it never waits for the rest."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return DOCKER_SUITE_PREFIX if nodeid.startswith(DOCKER_SUITE_PREFIX) else nodeid
+
+    return DockerSuiteInOneWorker(config, log)
