@@ -86,6 +86,10 @@ def _shared_row(row: object) -> SharedRecord:
             0 <= value <= SHARED_COUNT_MAX
         ):
             raise SharedStateError(f"bad count {value!r:.40}")
+    if phase is Phase.UP and seen is None:
+        # The table's invariant (an UP record has been seen): adopted, such a row would fail
+        # the next tick's expiry of UP records.
+        raise SharedStateError(f"an up row with no last-seen age: {name!r:.80}")
     return SharedRecord(name, phase, float(since), _float_or_none(seen), restarts, flaps, misses,
                         _float_or_none(restart), float(backoff), bool(in_flight))
 

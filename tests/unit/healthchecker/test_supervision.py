@@ -16,6 +16,7 @@ from healthchecker.supervision import (
     Restart,
     RestartDone,
     Seen,
+    SharedStateError,
     ShareState,
     Stalled,
     SupervisionConfig,
@@ -678,14 +679,24 @@ def test_shared_state_is_bounded_and_checked():
     for index in range(100):
         _up(machine, f"svc-{index}")
     assert len(to_shared(machine.state, 0.0)) == 48
-    for bad in ([["x"]], "nope", [["a", "up", -1, None, 0, 0, 0, None, 0, 0]],
-                [["a", "zombie", 0, None, 0, 0, 0, None, 0, 0]],
-                [["", "up", 0, None, 0, 0, 0, None, 0, 0]],
-                [["a", "up", 0, None, True, 0, 0, None, 0, 0]],
-                [["a", "up", 0, None, 0, 0, 0, None, 0, 2]],
-                [["a", "up", 0, None, 0, 0, 0, None, 0, 0]] * 49):
+    good = ["a", "up", 0, 0.5, 0, 0, 0, None, 0, 0]
+    assert shared_from_json([good])[0].last_seen_age_s == 0.5
+    for bad in ([["x"]], "nope", [["a", "up", -1, 0.5, 0, 0, 0, None, 0, 0]],
+                [["a", "zombie", 0, 0.5, 0, 0, 0, None, 0, 0]],
+                [["", "up", 0, 0.5, 0, 0, 0, None, 0, 0]],
+                [["a", "up", 0, 0.5, True, 0, 0, None, 0, 0]],
+                [["a", "up", 0, 0.5, 0, 0, 0, None, 0, 2]],
+                [["a", "up", 0, None, 0, 0, 0, None, 0, 0]],
+                [good] * 49):
         with pytest.raises(ValueError):
             shared_from_json(bad)
+
+
+def test_a_peers_up_row_never_seen_is_refused_before_it_reaches_the_table():
+    # Adopted, an UP record with no last sighting would stop the next tick (the expiry of UP
+    # records reads it); the row is refused where peer state is read, like any malformed row.
+    with pytest.raises(SharedStateError, match="no last-seen age"):
+        shared_from_json([["broker-1", "up", 0, None, 0, 0, 0, None, 0, 0]])
 
 
 # --- checkpoints ------------------------------------------------------------------------------
