@@ -35,8 +35,13 @@ from services.broker.replication.wire.replica_fetch import (
 )
 from services.broker.replication.wire.vote import VoteRequest, VoteResponse
 
-BATCH_A = encode_batch([b"one", b"two"], producer_id=bytes(range(16)), sequence=0)
-BATCH_B = encode_batch([b"three"], producer_id=bytes(range(16)), sequence=1)
+# A fixed timestamp: the responses' reprs are test ids, which must be the same in every
+# pytest-xdist worker's collection.
+BATCHED_AT_MS = 1_700_000_000_000
+BATCH_A = encode_batch([b"one", b"two"], producer_id=bytes(range(16)), sequence=0,
+                       timestamp_ms=BATCHED_AT_MS)
+BATCH_B = encode_batch([b"three"], producer_id=bytes(range(16)), sequence=1,
+                       timestamp_ms=BATCHED_AT_MS)
 
 ENTRIES = (
     EntryHeader(0, 1, EntryKind.NOOP),
