@@ -140,8 +140,11 @@ def _replaced_after_all(name: str, record: ServiceRecord, now: float, what: str)
 
 
 def _on_departed(record: ServiceRecord | None, event: Departed, now: float):
-    if record is not None and record.phase is Phase.STARTING and event.instance and (
-        event.instance == record.replaced_instance
+    # The goodbye of an instance a restart replaced (late, or sent as the restart stopped it)
+    # says nothing of the service: it is still to be started, also while a failed restart
+    # waits out its back-off (DEAD), lest it count as stopped on purpose and never return.
+    if record is not None and record.phase in (Phase.STARTING, Phase.DEAD) and (
+        event.instance and event.instance == record.replaced_instance
     ):
         return None, []
     if record is not None and record.phase is Phase.DEPARTED:

@@ -556,6 +556,19 @@ def test_a_failed_restart_is_retried_after_a_backoff():
     assert "restart failed: RestartFailedError: engine down" in retry.cause
 
 
+def test_the_replaced_instances_goodbye_during_a_failed_restarts_back_off_stops_no_retry():
+    machine = _up(Machine(), "broker-1")
+    machine.on(Lost("broker-1", "h:1"))
+    (restart,) = machine.restarts(machine.on(Tick()))
+    machine.on(RestartDone("broker-1", ok=False, detail="RestartFailedError: engine down"))
+    assert machine.phase("broker-1") is Phase.DEAD
+    # The instance the restart replaced says goodbye late (it was stopping as it was killed).
+    assert machine.at(0.5).on(Departed("broker-1", "h:1")) == []
+    assert machine.phase("broker-1") is Phase.DEAD
+    (retry,) = machine.restarts(machine.tick_until(1.1))
+    assert retry.name == "broker-1"
+
+
 # --- the node's own stalls --------------------------------------------------------------------
 
 
