@@ -42,6 +42,7 @@ from tests.unit.broker.replication.test_replication_safety import (
     answer,
     cluster_node,
     diverging,
+    elect,
     follower_keeping_up,
     leader_with_topic,
 )
@@ -213,6 +214,58 @@ def test_a_follower_lists_committed_topics_only_and_sends_list_topics_to_the_lea
             assert handlers.metadata_topics() == {"t", GHOST}
         finally:
             handlers.close()
+    finally:
+        node.stop()
+
+
+def test_a_create_of_a_name_whose_delete_is_not_committed_yet_creates_it_once_it_is(
+        leader, monkeypatch, in_thread):
+    """d's delete is journaled but no follower has fetched it, so d is still on disk: a
+    create of d waits for that delete's commit and then creates d's next incarnation (never
+    TOPIC_ALREADY_EXISTS for a topic whose delete was already decided)."""
+    node, manager = leader.node, leader.manager
+    with follower_keeping_up(node):
+        first = manager.create_topic("d", 1)
+    waiting = []
+    real_wait = node.wait_changed
+
+    def counted_wait(predicate, timeout_s):
+        waiting.append(threading.current_thread())
+        return real_wait(predicate, timeout_s)
+
+    monkeypatch.setattr(node, "wait_changed", counted_wait)
+    deleted = in_thread(lambda: manager.delete_topic("d", lambda _name: None))
+    _wait_for(lambda: len(waiting) == 1, "the delete journaled and waits for its commit")
+    created = in_thread(lambda: manager.create_topic("d", 2))
+    _wait_for(lambda: created.done() or len(waiting) == 2, "the create waits")
+    assert not created.done(), f"answered before the delete's commit: {created.exception(0)!r}"
+    assert "d" in leader.log.topics()
+    with follower_keeping_up(node):
+        second = created.result(WAIT_S)
+        deleted.result(WAIT_S)
+    assert second != first
+    assert manager.committed_topics()["d"].topic_id == second
+    assert leader.log.topics()["d"] == 2
+
+
+def test_already_exists_at_a_leader_of_a_later_epoch_is_told_without_waiting(log):
+    """The leader of epoch 2 holds t from epoch 1 and its own NOOP(2) last, all committed:
+    "already exists" rests on that NOOP, committed, so it is told at once. (An ack timeout
+    of 0.2 s: an answer that waited for an entry that never commits would be
+    NOT_ENOUGH_REPLICAS.)"""
+    clock = Clock()
+    node = cluster_node(1, log, clock)
+    try:
+        node._absorb_fetch(2, answer(1, 2, [
+            EntryHeader(0, 1, EntryKind.NOOP),
+            EntryHeader(1, 1, EntryKind.CREATE_TOPIC, "t", partitions=1)]))
+        elect(node, clock)
+        with follower_keeping_up(node):
+            _wait_for(lambda: node.state.commit == 3, "epoch 2's NOOP committed")
+        assert [node.journal.epoch_of(index) for index in range(3)] == [1, 1, 2]
+        impatient = ReplicaManager(node, ("127.0.0.1", 9092), log, ack_timeout_s=0.2)
+        with pytest.raises(TopicAlreadyExistsError):
+            impatient.create_topic("t", 1)
     finally:
         node.stop()
 

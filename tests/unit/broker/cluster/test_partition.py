@@ -17,6 +17,7 @@ from common.kaska.protocol.produce import ACKS_ALL, ACKS_LEADER
 from services.broker.cluster.partition_table import PartitionTable
 from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.cluster.replication_groups import ReplicationGroup, ReplicationGroups
+from services.broker.metrics import BrokerCounters
 from services.broker.replication.committed_topics import CommittedTopics
 from services.broker.storage.log import Log
 from tests.unit.broker.cluster.test_topic_admin_delete import commit_both
@@ -99,6 +100,36 @@ def test_a_leader_whose_lease_lapsed_is_refused_for_reads_not_for_writes(leader)
     with pytest.raises(NotLeaderError, match="lease expired"):
         partition.require_leader()
     assert partition.require_leader(lease=False).is_leader
+
+
+def test_a_read_at_a_leader_whose_lease_lapsed_is_refused_without_a_lease_wait(leader):
+    # Only writes wait for the lease (`lease_wait_s`); a read's refusal is counted as a lease
+    # refusal, never as a lease wait (`lease_waits` counts held writes).
+    node, _partitions = leader
+    counters = BrokerCounters()
+    manager = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=WAIT_S,
+                             counters=counters)
+    partition = one_group(node._log, manager).get("t", 0)
+    node._clock.now_s += 60.0
+    with pytest.raises(NotLeaderError, match="lease expired"):
+        partition.require_leader()
+    assert counters.lease_refusals == 1
+    assert node.counters.lease_waits == 0
+
+
+def test_client_bytes_are_counted_once_per_batch_and_never_for_a_dropped_retry(leader):
+    node, _partitions = leader
+    counters = BrokerCounters()
+    manager = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=WAIT_S,
+                             counters=counters)
+    partition = one_group(node._log, manager).get("t", 0)
+    data = batch(b"once", b"twice", producer_id=new_producer_id(), sequence=0)
+    with follower_keeping_up(node):
+        assert not partition.append(data, ACKS_ALL).duplicate
+        counted = counters.snapshot()
+        assert (counted.bytes_in, counted.records_in) == (len(data), 2)
+        assert partition.append(data, ACKS_ALL).duplicate
+    assert counters.snapshot() == counted
 
 
 def test_deleting_records_up_to_offset_0_answers_the_start_at_once(leader):
