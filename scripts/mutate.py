@@ -111,6 +111,7 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/test_delete_records_answers.py",
             "tests/unit/broker/replication/test_replica_fetch_incarnations.py",
             "tests/unit/broker/replication/test_topic_mirror_nodes.py",
+            "tests/unit/broker/replication/test_lease_backpressure.py",
             "tests/unit/broker/replication/test_replication_*.py",
         ),
     ),
