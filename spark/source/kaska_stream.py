@@ -25,7 +25,9 @@ calls is closed by `stop()`.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
@@ -33,6 +35,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from common.backoff import Backoff
 from common.kaska.cluster import Cluster
 from common.kaska.consumer import Consumer
 from common.kaska.errors import UnknownTopicOrPartitionError
@@ -61,11 +64,27 @@ from spark.source.kaska_read import (
 log = logging.getLogger(__name__)
 
 
+# The client says "no leader known" (an election under way) as UnknownTopicOrPartitionError,
+# as it says "no such topic". Only a topic missing from the listing is gone; one still listed
+# is asked again, with these pauses, for at most the options' retryDeadlineS.
+NOT_LED_BACKOFF = Backoff(initial_s=0.05, max_s=1.0)
+
+
+class TopicNotLedError(RuntimeError):
+    """A listed topic's partition had no leader for the whole retry deadline: the micro-batch's
+    planning fails (the query restarts) rather than guess the partition's offsets."""
+
+
 class TopicProbe:
     """What the brokers hold of the topics a stream follows (driver side)."""
 
-    def __init__(self, options: KaskaOptions) -> None:
-        self._cluster = Cluster(options.brokers, token=options.token)
+    def __init__(self, options: KaskaOptions, cluster: Cluster | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._cluster = cluster or Cluster(options.brokers, token=options.token)
+        self._retry_deadline_s = options.retry_deadline_s
+        self._clock = clock
+        self._sleep = sleep
 
     def observe(self, follows: Callable[[str], bool]) -> Observed:
         """{topic: {partition: (log start, high watermark)}} of every existing topic that
@@ -78,7 +97,7 @@ class TopicProbe:
             try:
                 observed[topic] = {p: self.bounds(topic, p) for p in range(partition_count)}
             except UnknownTopicOrPartitionError:
-                log.info("%s: gone (or not yet led) while listed; next time", topic)
+                log.info("%s: deleted while listed", topic)
         return observed
 
     def log_starts(self, wanted: Mapping[str, list[int]]) -> dict[str, dict[int, int]]:
@@ -92,10 +111,29 @@ class TopicProbe:
         return starts
 
     def bounds(self, topic: str, partition: int) -> Bounds:
-        response = self._cluster.call(ListOffsetsRequest(topic, partition),
-                                      route=(topic, partition),
-                                      no_retry=(UnknownTopicOrPartitionError,))
-        return response.log_start_offset, response.log_end_offset
+        """(log start, high watermark); UnknownTopicOrPartitionError only for a topic the
+        brokers no longer list. Taking an election for a deletion cost a new topic its first
+        micro-batch: planned from a log start never learned, its range was empty, and the
+        stream's offsets moved past records it never read."""
+        deadline = self._clock() + self._retry_deadline_s
+        for attempt in itertools.count():
+            try:
+                response = self._cluster.call(ListOffsetsRequest(topic, partition),
+                                              route=(topic, partition),
+                                              no_retry=(UnknownTopicOrPartitionError,))
+                return response.log_start_offset, response.log_end_offset
+            except UnknownTopicOrPartitionError as error:
+                if not self._listed(topic):
+                    raise
+                if self._clock() >= deadline:
+                    raise TopicNotLedError(
+                        f"{topic}/{partition} is listed but no broker led it for "
+                        f"{self._retry_deadline_s:g} s: {error}") from error
+                self._sleep(NOT_LED_BACKOFF.delay_s(attempt))
+        raise AssertionError("unreachable")
+
+    def _listed(self, topic: str) -> bool:
+        return topic in self._cluster.call(ListTopicsRequest(False)).topics
 
     def close(self) -> None:
         self._cluster.close()
