@@ -159,14 +159,8 @@ def test_an_uncommitted_create_is_never_listed_and_truncation_removes_it(leader,
     assert handlers.metadata_topics() == {"t"}
 
 
-def test_already_exists_is_told_only_once_the_existing_create_is_committed(leader,
-                                                                           monkeypatch,
-                                                                           in_thread):
-    """A second create of a name whose CREATE is not committed waits for that commit: here
-    the leader is deposed and the entry truncated, so both answer NOT_LEADER (retriable: the
-    client's retry creates it at the new leader). Before, the second one answered
-    TOPIC_ALREADY_EXISTS at once, for a topic that was never to exist."""
-    handlers, node = leader.handlers, leader.node
+def _waits_counted(monkeypatch, node) -> list:
+    """The threads that waited on the node, one entry per wait, as they begin waiting."""
     waiting = []
     real_wait = node.wait_changed
 
@@ -175,6 +169,18 @@ def test_already_exists_is_told_only_once_the_existing_create_is_committed(leade
         return real_wait(predicate, timeout_s)
 
     monkeypatch.setattr(node, "wait_changed", counted_wait)
+    return waiting
+
+
+def test_already_exists_is_told_only_once_the_existing_create_is_committed(leader,
+                                                                           monkeypatch,
+                                                                           in_thread):
+    """A second create of a name whose CREATE is not committed waits for that commit: here
+    the leader is deposed and the entry truncated, so both answer NOT_LEADER (retriable: the
+    client's retry creates it at the new leader). Before, the second one answered
+    TOPIC_ALREADY_EXISTS at once, for a topic that was never to exist."""
+    handlers, node = leader.handlers, leader.node
+    waiting = _waits_counted(monkeypatch, node)
     first = in_thread(lambda: handlers.call(create_topic, CreateTopicRequest(GHOST, 1)))
     _wait_for(lambda: len(waiting) == 1, "the first create appended and waits")
     assert GHOST in leader.log.topics()
@@ -226,14 +232,7 @@ def test_a_create_of_a_name_whose_delete_is_not_committed_yet_creates_it_once_it
     node, manager = leader.node, leader.manager
     with follower_keeping_up(node):
         first = manager.create_topic("d", 1)
-    waiting = []
-    real_wait = node.wait_changed
-
-    def counted_wait(predicate, timeout_s):
-        waiting.append(threading.current_thread())
-        return real_wait(predicate, timeout_s)
-
-    monkeypatch.setattr(node, "wait_changed", counted_wait)
+    waiting = _waits_counted(monkeypatch, node)
     deleted = in_thread(lambda: manager.delete_topic("d", lambda _name: None))
     _wait_for(lambda: len(waiting) == 1, "the delete journaled and waits for its commit")
     created = in_thread(lambda: manager.create_topic("d", 2))

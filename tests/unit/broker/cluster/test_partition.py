@@ -102,14 +102,19 @@ def test_a_leader_whose_lease_lapsed_is_refused_for_reads_not_for_writes(leader)
     assert partition.require_leader(lease=False).is_leader
 
 
+def _partition_counted_in(node, counters: BrokerCounters):
+    """Partition t/0 of a replica manager that counts into `counters`."""
+    manager = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=WAIT_S,
+                             counters=counters)
+    return one_group(node._log, manager).get("t", 0)
+
+
 def test_a_read_at_a_leader_whose_lease_lapsed_is_refused_without_a_lease_wait(leader):
     # Only writes wait for the lease (`lease_wait_s`); a read's refusal is counted as a lease
     # refusal, never as a lease wait (`lease_waits` counts held writes).
     node, _partitions = leader
     counters = BrokerCounters()
-    manager = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=WAIT_S,
-                             counters=counters)
-    partition = one_group(node._log, manager).get("t", 0)
+    partition = _partition_counted_in(node, counters)
     node._clock.now_s += 60.0
     with pytest.raises(NotLeaderError, match="lease expired"):
         partition.require_leader()
@@ -120,9 +125,7 @@ def test_a_read_at_a_leader_whose_lease_lapsed_is_refused_without_a_lease_wait(l
 def test_client_bytes_are_counted_once_per_batch_and_never_for_a_dropped_retry(leader):
     node, _partitions = leader
     counters = BrokerCounters()
-    manager = ReplicaManager(node, ("127.0.0.1", 9092), node._log, ack_timeout_s=WAIT_S,
-                             counters=counters)
-    partition = one_group(node._log, manager).get("t", 0)
+    partition = _partition_counted_in(node, counters)
     data = batch(b"once", b"twice", producer_id=new_producer_id(), sequence=0)
     with follower_keeping_up(node):
         assert not partition.append(data, ACKS_ALL).duplicate
