@@ -115,6 +115,22 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/replication/test_replication_*.py",
         ),
     ),
+    "replica_fetch": MutatedModule(
+        "services/broker/handlers/replica_fetch.py",
+        (
+            "tests/unit/broker/replication/test_replica_fetch_answer.py",
+            "tests/unit/broker/replication/test_replica_fetch_incarnations.py",
+            "tests/unit/broker/replication/test_replica_objects_property.py",
+        ),
+    ),
+    "flight_fields": MutatedModule(
+        "spark/rules/flight_fields.py",
+        (
+            "tests/unit/spark/rules/test_flight_fields.py",
+            "tests/unit/spark/rules/test_airport_distances.py",
+            "tests/unit/spark/rules/test_route_id.py",
+        ),
+    ),
     "peer_gate": MutatedModule(
         "services/broker/network/peer_gate.py",
         (
