@@ -149,6 +149,34 @@ def test_a_batch_of_the_current_incarnation_in_the_log_but_not_published_ends_th
         leader.stop()
 
 
+def test_an_unpublished_batch_ends_the_answer_even_before_published_entries_after_it(logs):
+    """An answer is a prefix of the journal: a follower appends its entries in order, so the
+    unpublished batch is neither skipped nor sent as SKIPPED while later entries (here another
+    topic's batch, published) go ahead of it."""
+    leader_log, _ = logs
+    leader, _ = lagged_across_recreate(leader_log, [b"a" * 40], [b"x" * 40, b"y" * 40])
+    try:
+        manager = ReplicaManager(leader, ("127.0.0.1", 9092), leader_log, ack_timeout_s=WAIT_S)
+        with follower_keeping_up(leader):
+            manager.create_topic("e", 1)
+        unpublished = [entry for entry in leader.journal.entries(0)
+                       if entry.kind is EntryKind.BATCH and entry.topic == "d"][-1]
+        produce(manager, "e", b"e" * 40)
+        later = leader.journal.entries(leader.journal.end - 1)[0]
+        assert later.topic == "e" and later.kind is EntryKind.BATCH
+        assert unpublished.index < later.index, "the scenario: a published entry after it"
+        leader_log.partition("d", 0).truncate_to(unpublished.base_offset)
+        response, slices = replica_fetch_answer(
+            leader, leader_log, ReplicaFetchRequest(LAGGING, leader.state.epoch, 0, 0,
+                                                    1 << 20, 0))
+        assert [header.index for header in response.entries] == \
+            list(range(unpublished.index)), "every entry before it, none from it on"
+        assert sum(piece.nbytes for piece in slices) == sum(
+            header.data_bytes for header in response.entries)
+    finally:
+        leader.stop()
+
+
 def test_a_batch_the_log_disagrees_with_is_refused_not_sent(logs):
     """Within one incarnation, a journal entry whose bytes the log holds otherwise is an
     error, never bytes sent as something else."""
