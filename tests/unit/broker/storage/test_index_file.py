@@ -5,6 +5,8 @@ a rewrite or delete that fails or finds nothing."""
 import errno
 import os
 import stat
+from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,37 @@ def test_a_rewrite_that_fails_before_its_file_exists_raises_that_failure(tmp_pat
     monkeypatch.setattr(Path, "write_bytes", refused)
     with pytest.raises(OSError, match="Permission denied"):
         TimeIndex.rewrite(time_index_path(tmp_path, 0), 0, [(1_000, 1)])
+
+
+class _ValuesSeenMidAppend(array):
+    """An index's values array that lets `read` run right after it grew by one, before the
+    relative offsets grow too: where a lock-free reader racing `_append` may look."""
+
+    read: Callable[[], None]
+
+    def append(self, value: int) -> None:
+        super().append(value)
+        self.read()
+
+
+@pytest.mark.parametrize(("index_class", "first", "second"),
+                         [(OffsetIndex, (110, 500), (120, 900)),  # (offset, position)
+                          (TimeIndex, (1_000, 110), (2_000, 120))],  # (timestamp, offset)
+                         ids=["offset", "time"])
+def test_a_reader_racing_an_append_counts_only_the_entries_it_can_read(tmp_path, index_class,
+                                                                        first, second):
+    index = index_class(tmp_path / "i", 100)
+    index.append(*first)
+    relatives, values = index._entries
+    values = _ValuesSeenMidAppend(values.typecode, values)
+    index._entries = (relatives, values)
+    seen: list[tuple[int, int, list]] = []  # (values, len(index), entries()) mid-append
+    values.read = lambda: seen.append((len(values), len(index), index.entries()))
+    assert index.append(*second)
+    assert [values_then for values_then, _, _ in seen] == [2], "the reader came mid-append"
+    # The value was there and its relative offset not yet: the reader counts one entry, the
+    # one it can read whole.
+    (_, count_then, entries_then), = seen
+    assert count_then == len(entries_then) == 1 and entries_then == index.entries()[:1]
+    assert len(index) == 2
+    index.close()

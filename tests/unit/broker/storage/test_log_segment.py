@@ -10,7 +10,7 @@ from common.kaska.errors import CorruptBatchError
 from common.kaska.record_batch import parse_header
 from services.broker.storage.errors import CorruptSegmentError, StorageFullError
 from services.broker.storage.offset_index import OffsetIndex, index_path
-from services.broker.storage.segment import DATA_START, LogSegment, log_path
+from services.broker.storage.segment import DATA_START, LogSegment, copy_slices, log_path
 
 from .batches import SMALL, batch, records, sized_batch
 
@@ -414,3 +414,40 @@ def test_a_segment_is_active_until_sealed(tmp_path):
     segment.seal()
     assert segment.active is False
     segment.close()
+
+
+def cut_under_the_reader(segment: LogSegment, position: int, next_offset: int,
+                         then_seal: bool) -> list[int]:
+    """Make `segment.truncate_to(position, next_offset)` happen in the middle of a lock-free
+    `read_slice`: right after the reader took its snapshot of the committed end and located its
+    first batch, when it asks the index where to start the walk to its byte bound (the race a
+    follower's truncation makes with a fetch). `then_seal`: the segment is also sealed (a roll
+    right after the cut), so the file ends at the cut: what a reader sees while `activate`
+    has cut the file and not yet extended it again. The list records when the cut happened."""
+    cuts: list[int] = []
+    real_lookup_position = segment._index.lookup_position
+
+    def cut_then_look_up(target: int) -> tuple[int, int] | None:
+        if not cuts:
+            segment.truncate_to(position, next_offset)
+            if then_seal:
+                segment.seal()
+            cuts.append(target)
+        return real_lookup_position(target)
+
+    segment._index.lookup_position = cut_then_look_up
+    return cuts
+
+
+@pytest.mark.parametrize("then_seal", [False, True],
+                         ids=["cut-and-zeroed", "file-ends-at-the-cut"])
+def test_a_reader_racing_a_truncation_gets_the_batches_before_the_cut_only(segment, then_seal):
+    # Beyond the cut the reader meets zeros (a zero batch length) or the end of the file (a
+    # short read): either means "no batch here", never a batch made of zeros or a crash.
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    cuts = cut_under_the_reader(segment, DATA_START + 100, 1001, then_seal)
+    piece, next_offset = segment.read_slice(1000, 250, 10**9, at_least_one=True)
+    assert cuts == [DATA_START + 250], "the cut came between the reader's snapshot and walk"
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START, 100, 1001)
+    assert [offset for offset, _ in records(copy_slices([piece]))] == [1000]

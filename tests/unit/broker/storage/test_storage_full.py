@@ -160,3 +160,21 @@ def test_episode_lasts_while_the_disk_has_less_than_the_resume_margin(tmp_path):
     space.refused(StorageFullError(tmp_path, OSError(28, "No space left on device")))
     space.written()  # a partition with reserved room still appends: the episode goes on
     assert space.full and space.status() == f"storage full on {tmp_path}"
+
+
+def test_a_refused_reservation_is_counted_in_the_logs_full_disk_state(tmp_path, monkeypatch):
+    # The broker's heartbeat and metrics read the Log's DiskSpace: a segment must report its
+    # block reservations there, not to a DiskSpace of its own that nobody reads.
+    with Log(tmp_path / "data", EXACT) as log:
+        log.space.free_bytes_resume = 0  # the episode ends on the next write, however full /tmp
+        log.create_topic("t", 1)
+        part = log.partition("t", 0)
+        part.append(batch(b"before"))
+        disk = refuse_reservations(monkeypatch)
+        with pytest.raises(StorageFullError):
+            part.append(batch(b"refused"))
+        assert disk.refused == 1, "the append asked the file system for blocks"
+        assert (log.space.full, log.space.refusals, log.space.episodes) == (True, 1, 1)
+        disk.free()
+        part.append(batch(b"after"))  # room again: the write ends the episode
+        assert not log.space.full and values(part) == [b"before", b"after"]
