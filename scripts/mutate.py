@@ -5,7 +5,10 @@
 Each module in MODULES is mutated by cosmic-ray (docs/mutation.md says why that tool) and
 judged by its own narrow unit tests only, so a run fits in minutes. The session (every mutant
 and its verdict) is kept in `.mutation/<name>.sqlite`: a run resumes where the last one stopped
-and only re-plans the mutants when the module's source changed since (or with `--fresh`).
+and only re-plans the mutants when the module's source changed since (or with `--fresh`). The
+verdicts are also written to `docs/mutation-ledger/<name>.jsonl`, in git: a session planned
+afresh (a fresh clone) takes the verdicts the ledger holds for the same source and goes on from
+there (scripts/mutation_ledger.py).
 `--minutes` stops a run after that budget (the mutant in flight is rolled back); the next run
 goes on from there. One test process at a time (cosmic-ray's local distributor) and one run per
 checkout (a lock in .mutation/): the mapped modules import each other, so two runs at once would
@@ -28,8 +31,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts import mutation_ledger
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SESSION_DIR = REPO_ROOT / ".mutation"
+LEDGER_DIR = REPO_ROOT / "docs" / "mutation-ledger"  # the verdicts, in git (mutation_ledger.py)
 PYTHON = sys.executable
 
 
@@ -344,8 +350,16 @@ def plan_session(name: str, module: MutatedModule, fresh: bool) -> Path:
             check=True,
         )
         skip_annotation_mutants(session_path, module)
+        if not fresh:
+            restored = mutation_ledger.restore(session_path, ledger_path(name), digest)
+            if restored:
+                print(f"{name}: {restored} verdicts taken from {ledger_path(name)}")
         digest_path.write_text(digest)
     return session_path
+
+
+def ledger_path(name: str) -> Path:
+    return LEDGER_DIR / f"{name}.jsonl"
 
 
 def cosmic_ray(*args: str) -> None:
@@ -419,6 +433,7 @@ def run_module(name: str, budget_minutes: float | None, fresh: bool, retest: boo
     finally:
         if source_path.read_bytes() != original:
             source_path.write_bytes(original)
+    mutation_ledger.save(session_path, ledger_path(name), source_digest(source_path))
     summarize(name, module, session_path, seconds)
 
 
@@ -443,7 +458,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop each module's run after this many minutes; the next run resumes (default: none)",
     )
     parser.add_argument(
-        "--fresh", action="store_true", help="discard the saved sessions and re-plan the mutants"
+        "--fresh",
+        action="store_true",
+        help="discard the saved sessions and the ledgers' verdicts and re-plan the mutants",
     )
     parser.add_argument(
         "--retest",
