@@ -121,6 +121,13 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/replication/test_replication_*.py",
         ),
     ),
+    "commit_apply": MutatedModule(
+        "services/broker/replication/commit_apply.py",
+        (
+            "tests/unit/broker/replication/test_replication_safety.py",
+            "tests/unit/broker/replication/test_replica_objects_property.py",
+        ),
+    ),
     "replica_fetch": MutatedModule(
         "services/broker/handlers/replica_fetch.py",
         (
