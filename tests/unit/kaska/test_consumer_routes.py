@@ -5,7 +5,12 @@ where the broker stores every group's positions. A recording fake cluster; no so
 from types import SimpleNamespace
 
 from common.kaska.consumer import Consumer
-from common.kaska.protocol import CommitOffsetRequest, ListOffsetsRequest, MessageLengthRequest
+from common.kaska.protocol import (
+    CommitOffsetRequest,
+    FetchCommittedRequest,
+    ListOffsetsRequest,
+    MessageLengthRequest,
+)
 from common.kaska.topic_name import OFFSETS_TOPIC
 
 
@@ -17,7 +22,7 @@ class RecordingCluster:
 
     def call(self, request, route=None, server_wait_s=None):
         self.calls.append((request, route))
-        return SimpleNamespace(log_start_offset=3, log_end_offset=9, length=5)
+        return SimpleNamespace(log_start_offset=3, log_end_offset=9, length=5, offset=6)
 
     def close(self) -> None:
         pass
@@ -59,4 +64,16 @@ def test_a_commit_names_its_partition_and_goes_to_the_leader_of_offsets_partitio
     assert isinstance(first, CommitOffsetRequest) and isinstance(second, CommitOffsetRequest)
     assert (first.group, first.topic, first.partition, first.offset) == ("g", "t", 0, 7)
     assert (second.partition, second.offset) == (1, 8)
+    assert first_route == second_route == (OFFSETS_TOPIC, 0)
+
+
+def test_a_committed_lookup_without_a_partition_asks_for_partition_0_at_offsets_partition_0():
+    consumer, cluster = _consumer()
+    assert consumer.committed("t") == 6
+    assert consumer.committed("t", 2) == 6
+    assert len(cluster.calls) == 2
+    (first, first_route), (second, second_route) = cluster.calls
+    assert isinstance(first, FetchCommittedRequest) and isinstance(second, FetchCommittedRequest)
+    assert (first.group, first.topic, first.partition) == ("g", "t", 0)
+    assert second.partition == 2
     assert first_route == second_route == (OFFSETS_TOPIC, 0)
