@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oracle import reference
-from spark.rules.airport_distances import AirportCoordinates
+from spark.rules.airport_distances import AirportCoordinates, haversine_miles
 from spark.rules.contract import FLIGHT_COLUMNS
 from spark.rules.flight_fields import DERIVED_SCHEMA, derive, duration_minutes, parse_number
 from spark.rules.route_id import AIRPORT_CODES, airport_code_number, route_of
@@ -157,3 +157,60 @@ _ARRIVALS = st.one_of(st.none(), st.lists(st.sampled_from(["BOS", "ORD", "ATL", 
 }), max_size=30))
 def test_random_rows_derive_as_the_reference_classifies_them(rows):
     _assert_rows_equal(_derive(rows), [_expected(row) for row in rows])
+
+
+# A chain far longer than 4 x ATL-BOS (test_hand_worked_rows works it out).
+_DETOUR_ARRIVALS = "ORD||ATL||ORD||ATL||ORD||ATL||ORD||BOS"
+
+
+def test_a_row_exactly_on_q2s_boundary_is_no_q2_row():
+    """docs/queries.md: Q2 wants total_distance > 4 * direct_distance, strictly."""
+    atl_bos = reference.haversine_miles(AIRPORTS["ATL"], AIRPORTS["BOS"])
+    (atl_lat, atl_lon), (bos_lat, bos_lon) = AIRPORTS["ATL"], AIRPORTS["BOS"]
+    columnar = haversine_miles([atl_lat], [atl_lon], [bos_lat], [bos_lon])[0]
+    assert columnar == atl_bos  # both paths' direct distance, to the bit: the row is on the bar
+    on_the_bar = repr(4 * atl_bos)  # times 4 is exact; repr round-trips the double
+    assert float(on_the_bar) == 4 * atl_bos
+    rows = [
+        # A zero-length chain: total 0 by its one leg, direct 0.
+        {**_row("same", "1", "", arrivals="ATL"), "destinationAirport": "ATL"},
+        _row("given", "1", on_the_bar),
+        _row("above", "1", repr(math.nextafter(4 * atl_bos, math.inf))),
+    ]
+    derived = _derive(rows)
+    assert [row["endpoints_known"] for row in derived] == [True, True, True]
+    assert [row["totalDistance"] for row in derived] == [None, None,
+                                                         math.nextafter(4 * atl_bos, math.inf)]
+    assert [row["legId"] for row in derived] == [None, None, "above"]
+    _assert_rows_equal(derived, [_expected(row) for row in rows])
+
+
+def test_a_given_distance_counts_only_above_zero_else_the_legs_are_summed():
+    """docs/queries.md: total_distance is totalTravelDistance when present and > 0, otherwise
+    the legs' sum; on a detour chain only the given distances that count keep it off Q2."""
+    rows = [_row(distance, "1", distance, arrivals=_DETOUR_ARRIVALS)
+            for distance in ["0", "-0", "-0.5", "0.5", "1"]]
+    derived = _derive(rows)
+    assert all(row["invalid_kind"] is None and row["endpoints_known"] for row in derived)
+    summed = {row["legId"] for row in derived if row["totalDistance"] is not None}
+    assert summed == {"0", "-0", "-0.5"}
+    _assert_rows_equal(derived, [_expected(row) for row in rows])
+
+
+def test_only_a_negative_fare_is_a_bad_fare():
+    """docs/queries.md: totalFare parses as a finite number >= 0."""
+    fares = ["-0.5", "-1", "-0.0001", "-0", "0", "0.5"]
+    rows = [_row(fare, fare, "5") for fare in fares]
+    derived = _derive(rows)
+    assert [row["invalid_kind"] for row in derived] == ["bad_fare"] * 3 + [None] * 3
+    _assert_rows_equal(derived, [_expected(row) for row in rows])
+
+
+def test_three_segments_are_two_stopovers_and_no_q1_row():
+    """docs/queries.md: stopover_count is the number of segments minus 1; Q1 wants >= 3."""
+    rows = [_row(arrivals, "1", "5", arrivals=arrivals)
+            for arrivals in ["ORD||ATL||BOS", "ORD||ATL||ORD||BOS"]]
+    derived = _derive(rows)
+    assert [row["stopovers"] for row in derived] == [None, "ORD||ATL||ORD"]
+    assert [row["duration_minutes"] for row in derived] == [None, 60]
+    _assert_rows_equal(derived, [_expected(row) for row in rows])
