@@ -124,6 +124,7 @@ MODULES: dict[str, MutatedModule] = {
     "commit_apply": MutatedModule(
         "services/broker/replication/commit_apply.py",
         (
+            "tests/unit/broker/replication/test_commit_apply.py",
             "tests/unit/broker/replication/test_replication_safety.py",
             "tests/unit/broker/replication/test_replica_objects_property.py",
         ),
