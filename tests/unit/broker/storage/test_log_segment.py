@@ -1,15 +1,20 @@
+import dataclasses
 import errno
 import logging
 import os
+import shutil
 import struct
+import tempfile
+from pathlib import Path
 
 import crc32c
 import pytest
 
 from common.kaska.errors import CorruptBatchError
 from common.kaska.record_batch import parse_header
+from services.broker.storage import segment as segment_module
 from services.broker.storage.errors import CorruptSegmentError, StorageFullError
-from services.broker.storage.offset_index import OffsetIndex, index_path
+from services.broker.storage.offset_index import RELATIVE_OFFSET_MAX, OffsetIndex, index_path
 from services.broker.storage.segment import DATA_START, LogSegment, copy_slices, log_path
 
 from .batches import SMALL, batch, records, sized_batch
@@ -451,3 +456,105 @@ def test_a_reader_racing_a_truncation_gets_the_batches_before_the_cut_only(segme
     assert cuts == [DATA_START + 250], "the cut came between the reader's snapshot and walk"
     assert (piece.position, piece.nbytes, next_offset) == (DATA_START, 100, 1001)
     assert [offset for offset, _ in records(copy_slices([piece]))] == [1000]
+
+
+def test_an_active_segment_reopens_without_a_warning(tmp_path, caplog):
+    # Closed unsealed (a restart), the file goes on with zeros after its last batch: the valid
+    # data ends cleanly at the first zero length field, not at a torn tail.
+    path = _filled_segment(tmp_path, count=10)
+    assert os.path.getsize(path) == SMALL.segment_bytes_max, "the file ends in zeros, unsealed"
+    with caplog.at_level(logging.WARNING):
+        reopened = LogSegment.open(tmp_path, 0, SMALL)
+    assert (reopened.next_offset, reopened.end_position) == (10, DATA_START + 1000)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    reopened.close()
+
+
+def test_an_empty_sealed_segment_reopens_empty(tmp_path):
+    # Sealed before its first batch, the file is its header alone: a segment, not a torn one.
+    segment = LogSegment.create(tmp_path, 1000, SMALL)
+    segment.seal()
+    segment.close()
+    assert os.path.getsize(log_path(tmp_path, 1000)) == DATA_START
+    reopened = LogSegment.open(tmp_path, 1000, SMALL)
+    assert reopened.is_empty and reopened.end_position == DATA_START
+    reopened.close()
+
+
+def test_a_segment_based_past_the_relative_offset_range_fits_batches(tmp_path):
+    # Only offsets relative to the segment's base are bounded (index entries hold them), so a
+    # log whose offsets grew past 2**32 still appends to a new segment.
+    base = RELATIVE_OFFSET_MAX + 1
+    segment = LogSegment.create(tmp_path, base, SMALL)
+    assert segment.fits(100)
+    assert append(segment, sized_batch(100, 0)) == base
+    assert segment.fits(100)
+    segment.close()
+
+
+def test_a_segment_fits_batches_until_its_next_relative_offset_passes_the_bound(tmp_path,
+                                                                                 monkeypatch):
+    # 2**32 records cannot be appended in a test: the bound is lowered to 3 instead.
+    monkeypatch.setattr(segment_module, "RELATIVE_OFFSET_MAX", 3)
+    segment = LogSegment.create(tmp_path, 1000, SMALL)
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    assert segment.next_offset - segment.base_offset == 3
+    assert segment.fits(100), "the next batch's relative offset, 3, is within the bound"
+    append(segment, sized_batch(100, 3))
+    assert not segment.fits(100), "the next batch's relative offset, 4, is past it"
+    segment.close()
+
+
+def test_a_sealed_segment_flushes_through_its_descriptor(tmp_path, monkeypatch):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    segment.seal()
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def record_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    segment.flush()
+    assert segment.fd in synced
+    segment.close()
+
+
+def test_truncate_to_keeps_the_largest_timestamp_of_the_batches_it_keeps(segment):
+    for i, timestamp_ms in enumerate([5_000, 9_000, 9_000, 7_000, 12_000]):
+        append(segment, sized_batch(100, i, timestamp_ms=timestamp_ms))
+    assert (segment.max_timestamp_ms, segment.max_timestamp_offset) == (12_000, 1004)
+    segment.truncate_to(DATA_START + 400, 1004)
+    assert (segment.max_timestamp_ms, segment.max_timestamp_offset) == (9_000, 1001)
+    segment.truncate_to(DATA_START + 100, 1001)
+    assert (segment.max_timestamp_ms, segment.max_timestamp_offset) == (5_000, 1000)
+
+
+@pytest.fixture
+def tmpfs_path():
+    """A directory on tmpfs (/dev/shm), where reading a never-written page through a map
+    allocates it: what a full disk turns into a SIGBUS."""
+    path = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_restart_allocates_no_page_past_the_data(tmpfs_path):
+    # Two batches, each reserved exactly, end the data at a page boundary where the file's
+    # first hole starts: recovery must find the clean end there without reading the hole.
+    config = dataclasses.replace(SMALL, segment_bytes_max=4 * 4096, reserve_ahead_bytes=0)
+    segment = LogSegment.create(tmpfs_path, 0, config)
+    for i in range(2):
+        append(segment, sized_batch((4096 - DATA_START) // 2, i))
+    segment.close()
+    path = log_path(tmpfs_path, 0)
+    with open(path, "rb") as f:
+        assert os.lseek(f.fileno(), 0, os.SEEK_HOLE) == 4096 < os.path.getsize(path)
+    blocks = os.stat(path).st_blocks
+    reopened = LogSegment.open(tmpfs_path, 0, config)
+    assert (reopened.next_offset, reopened.end_position) == (2, 4096)
+    assert os.stat(path).st_blocks == blocks, "the page after the data was allocated"
+    reopened.close()
