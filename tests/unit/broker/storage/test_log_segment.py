@@ -16,6 +16,7 @@ from services.broker.storage import segment as segment_module
 from services.broker.storage.errors import CorruptSegmentError, StorageFullError
 from services.broker.storage.offset_index import RELATIVE_OFFSET_MAX, OffsetIndex, index_path
 from services.broker.storage.segment import DATA_START, LogSegment, copy_slices, log_path
+from services.broker.storage.time_index import TimeIndex, time_index_path
 
 from .batches import SMALL, batch, records, sized_batch
 
@@ -558,3 +559,114 @@ def test_a_restart_allocates_no_page_past_the_data(tmpfs_path):
     assert (reopened.next_offset, reopened.end_position) == (2, 4096)
     assert os.stat(path).st_blocks == blocks, "the page after the data was allocated"
     reopened.close()
+
+
+def test_locate_never_finds_a_batch_still_being_filled(tmp_path):
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    region = segment.reserve(100)
+    region[:] = sized_batch(100, 0)  # a producer's batch, base offset 0, not committed
+    del region
+    assert segment.locate(0) is None
+    segment.discard()
+    segment.close()
+
+
+def test_read_slice_takes_the_batches_that_end_exactly_at_max_bytes(segment):
+    for i in range(5):
+        append(segment, sized_batch(100, i))
+    # From the first batch: no index entry lies at the bound, so the walk decides.
+    piece, next_offset = segment.read_slice(1000, 200, 10**9, at_least_one=False)
+    assert (piece.position, piece.nbytes, next_offset) == (DATA_START, 200, 1002)
+
+
+def test_read_slice_never_returns_the_batch_holding_upto_offset(segment):
+    append(segment, batch(b"a", b"b", b"c"))
+    assert segment.read_slice(1000, 10**6, 1001, at_least_one=True) is None
+
+
+def test_truncate_to_the_end_reactivates_a_sealed_segment_whole(segment):
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    segment.seal()
+    segment.truncate_to(DATA_START + 300, 1003)
+    assert segment.active and (segment.next_offset, segment.end_position) == (1003,
+                                                                               DATA_START + 300)
+    assert [o for o, _ in records(read_all(segment))] == [1000, 1001, 1002]
+
+
+def test_a_segment_whose_time_index_is_gone_is_deleted_whole(tmp_path):
+    # A restart on a full disk can leave a segment without its time index file.
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    append(segment, sized_batch(100, 0))
+    time_index_path(tmp_path, 0).unlink()
+    segment.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _segment_with_a_flat_timestamp_tail(tmp_path):
+    """20 batches stamped 1000, 2000, ... up to 8000, then 8000 on: the time index stops
+    growing while the offset index goes on."""
+    segment = LogSegment.create(tmp_path, 0, SMALL)
+    for i in range(20):
+        append(segment, sized_batch(100, i, timestamp_ms=1_000 * (min(i, 7) + 1)))
+    segment.close()
+
+
+def test_a_clean_reopen_keeps_the_stored_time_index(tmp_path):
+    _segment_with_a_flat_timestamp_tail(tmp_path)
+    stored = TimeIndex.read_entries(time_index_path(tmp_path, 0))
+    assert len(stored) >= 3 and stored[-1][0] == 8_000, "a time index that stopped growing"
+    LogSegment.open(tmp_path, 0, SMALL).close()
+    assert TimeIndex.read_entries(time_index_path(tmp_path, 0)) == stored
+
+
+def test_a_reopened_segment_starts_timestamp_searches_at_its_time_index_entries(tmp_path):
+    _segment_with_a_flat_timestamp_tail(tmp_path)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert segment.timestamp_search_start(9_000) == 7  # the first batch stamped 8000
+    segment.close()
+
+
+def test_a_file_system_without_hole_support_recovers_the_whole_file(tmp_path, monkeypatch):
+    _filled_segment(tmp_path, count=10)
+    real_lseek = os.lseek
+
+    def no_seek_hole(fd: int, position: int, whence: int) -> int:
+        if whence == os.SEEK_HOLE:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_lseek(fd, position, whence)
+
+    monkeypatch.setattr(os, "lseek", no_seek_hole)
+    segment = LogSegment.open(tmp_path, 0, SMALL)
+    assert (segment.next_offset, segment.end_position) == (10, DATA_START + 1000)
+    segment.close()
+
+
+def test_an_index_entry_inside_a_batch_is_reported_at_its_byte(tmp_path, caplog):
+    _filled_segment(tmp_path, count=20)
+    index_path(tmp_path, 0).write_bytes(
+        bytes.fromhex("00000003 0000013c 00000013 000007ae".replace(" ", "")))
+    with caplog.at_level(logging.WARNING):
+        LogSegment.open(tmp_path, 0, SMALL).close()
+    assert "index entry at byte 1966 names no batch" in caplog.text
+
+
+def test_headers_racing_a_truncation_that_ends_the_file_stop_at_the_cut(segment):
+    # The cut (and a roll: the file ends at it) lands after the walk took its snapshot of
+    # the committed end, when it asks the index where to start: a short read is the end.
+    for i in range(3):
+        append(segment, sized_batch(100, i))
+    cuts: list[int] = []
+    real_lookup = segment._index.lookup
+
+    def cut_then_look_up(offset: int) -> tuple[int, int] | None:
+        if not cuts:
+            segment.truncate_to(DATA_START + 100, 1001)
+            segment.seal()
+            cuts.append(offset)
+        return real_lookup(offset)
+
+    segment._index.lookup = cut_then_look_up
+    walked = [(header.base_offset, position) for header, position in segment.headers_from(1000)]
+    assert cuts == [1000], "the cut came between the walk's snapshot and its first read"
+    assert walked == [(1000, DATA_START)]
