@@ -163,7 +163,8 @@ bench: $(STAMP)
 # Mutation testing (docs/mutation.md): cosmic-ray mutates each data- or safety-critical module
 # (MUTATE_MODULE: one of them; empty: all, in priority order) and runs only that module's unit
 # tests against each mutant, one test process at a time, for at most MUTATE_MINUTES per module;
-# the session in .mutation/ resumes on the next run. A benchmark-style run, not part of `make test`.
+# the session in .mutation/ resumes on the next run, and its verdicts in docs/mutation-ledger/ (in git)
+# let a fresh clone resume too. A benchmark-style run, not part of `make test`.
 MUTATE_MODULE ?=
 MUTATE_MINUTES ?= 10
 .PHONY: mutate
