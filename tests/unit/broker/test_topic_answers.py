@@ -19,7 +19,12 @@ from types import SimpleNamespace
 import pytest
 from kafka.protocol.metadata import MetadataRequest as KafkaMetadataRequest
 
-from common.kaska.errors import NotLeaderError, TopicAlreadyExistsError, UnknownTopicIdError
+from common.kaska.errors import (
+    InvalidPartitionsError,
+    NotLeaderError,
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+)
 from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
 from common.kaska.protocol.list_topics import ListTopicsRequest, ListTopicsResponse
@@ -35,6 +40,7 @@ from services.broker.network.body import RequestBody
 from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
 from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
+from services.broker.storage.log import PARTITIONS_MAX
 from tests.unit.broker.replication.test_replication_lease import Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
@@ -303,3 +309,65 @@ def test_an_unnamed_delete_still_deletes_the_live_incarnation(leader):
         handlers.call(create_topic, CreateTopicRequest("d", 1))
         handlers.call(delete_topic, DeleteTopicRequest("d"))
     assert "d" not in handlers.listed().topics
+
+
+def test_already_exists_is_told_by_a_leader_whose_lease_lapsed(leader):
+    """Topic writes wait for their commit, so they never need the lease (`lease=False`):
+    a lapsed lease must not turn TOPIC_ALREADY_EXISTS of a committed topic into NOT_LEADER."""
+    node = leader.node
+    leader.clock.now_s += node.raft_config.lease_timeout_s + 0.05
+    assert node.state.role is raft.Role.LEADER and not node.holds_lease()
+    with pytest.raises(TopicAlreadyExistsError):
+        leader.manager.create_topic("t", 1)
+
+
+def test_the_partition_counts_at_the_bounds_are_taken_and_those_past_them_refused(leader):
+    """1..PARTITIONS_MAX: a count outside is refused before anything is journaled (a
+    CREATE_TOPIC of 0 partitions would reach every follower)."""
+    node, manager = leader.node, leader.manager
+    for refused in (0, PARTITIONS_MAX + 1):
+        end = node.journal.end
+        with pytest.raises(InvalidPartitionsError):
+            manager.journal_create(f"refused{refused}", refused)
+        assert node.journal.end == end, f"{refused} partitions journaled"
+    entry, _epoch = manager.journal_create("widest", PARTITIONS_MAX)
+    assert entry.kind is EntryKind.CREATE_TOPIC and entry.partitions == PARTITIONS_MAX
+    assert leader.log.topics()["widest"] == PARTITIONS_MAX
+
+
+def _stale_on_disk(leader, monkeypatch, freed_before_attempt: int | None) -> list[int]:
+    """Topic "stale" is on disk here but in no committed entry (as a create truncated away
+    leaves it, until its files go): every create attempt finds it, unless its files are
+    removed before attempt `freed_before_attempt` (a delete committed meanwhile). The
+    attempts' numbers, as they are made."""
+    leader.log.create_topic("stale", 1)
+    attempts = []
+    real_journal_create = leader.manager.journal_create
+
+    def journal_create(name, partitions, opens=None):
+        attempts.append(len(attempts) + 1)
+        if attempts[-1] == freed_before_attempt:
+            leader.log.delete_topic(name)
+        return real_journal_create(name, partitions, opens)
+
+    monkeypatch.setattr(leader.manager, "journal_create", journal_create)
+    return attempts
+
+
+def test_a_create_tries_three_times_for_a_name_held_on_disk_then_says_it_exists(
+        leader, monkeypatch):
+    """Once for an uncommitted delete, once more for a concurrent re-create: a third time,
+    and no more, since every attempt waits for the journal's commit."""
+    attempts = _stale_on_disk(leader, monkeypatch, freed_before_attempt=None)
+    with pytest.raises(TopicAlreadyExistsError, match="neither committed"):
+        leader.manager.create_topic("stale", 1)
+    assert attempts == [1, 2, 3]
+
+
+def test_a_create_whose_name_is_freed_before_its_third_attempt_creates_it(leader,
+                                                                        monkeypatch):
+    attempts = _stale_on_disk(leader, monkeypatch, freed_before_attempt=3)
+    with follower_keeping_up(leader.node):
+        topic_id = leader.manager.create_topic("stale", 1)
+    assert attempts == [1, 2, 3]
+    assert leader.manager.committed_topics()["stale"].topic_id == topic_id
