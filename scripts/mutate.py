@@ -112,6 +112,7 @@ MODULES: dict[str, MutatedModule] = {
     "replica_manager": MutatedModule(
         "services/broker/cluster/replica_manager.py",
         (
+            "tests/unit/broker/cluster/test_replica_manager_waits.py",
             "tests/unit/broker/cluster/test_partition.py",
             "tests/unit/broker/test_topic_answers.py",
             "tests/unit/broker/test_delete_records_answers.py",
