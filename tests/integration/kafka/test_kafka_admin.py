@@ -188,7 +188,13 @@ def _segments(broker: KafkaBroker, topic: str) -> dict[int, int]:
     """Base offset -> size of the partition's sealed segment files (the active one is
     preallocated to the broker's --segment-bytes-max, so its file size says nothing)."""
     paths = sorted((broker.data_dir / topic / "0").glob("*.log"))
-    return {int(path.stem): path.stat().st_size for path in paths[:-1]}
+    sizes = {}
+    for path in paths[:-1]:
+        try:
+            sizes[int(path.stem)] = path.stat().st_size
+        except FileNotFoundError:
+            continue  # retention deleted it between the listing and the stat: it is gone
+    return sizes
 
 
 def _low_watermark(bootstrap: str, topic: str) -> int:
