@@ -7,6 +7,7 @@ log, across a restart) or refused naming the ones it has not. Marked integration
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
@@ -187,7 +188,11 @@ def test_both_admin_clients_are_refused_unsupported_configs_by_name(kafka_broker
 def _segments(broker: KafkaBroker, topic: str) -> dict[int, int]:
     """Base offset -> size of the partition's sealed segment files (the active one is
     preallocated to the broker's --segment-bytes-max, so its file size says nothing)."""
-    paths = sorted((broker.data_dir / topic / "0").glob("*.log"))
+    return _sealed_sizes(broker.data_dir / topic / "0")
+
+
+def _sealed_sizes(partition_dir: Path) -> dict[int, int]:
+    paths = sorted(partition_dir.glob("*.log"))
     sizes = {}
     for path in paths[:-1]:
         try:
@@ -274,8 +279,7 @@ def _topic_config_on(address: str, topic: str, name: str) -> tuple[str, int] | N
 def _sealed_on(broker, topic: str, partition: int, groups: int) -> dict[int, int]:
     """Base offset -> size of a partition's sealed segments in a broker's data directory."""
     directory = group_directory(broker.data_dir, group_of(topic, partition, groups))
-    paths = sorted((directory / topic / str(partition)).glob("*.log"))
-    return {int(path.stem): path.stat().st_size for path in paths[:-1]}
+    return _sealed_sizes(directory / topic / str(partition))
 
 
 @pytest.mark.slow
