@@ -24,6 +24,7 @@ from common.kaska.errors import (
     NotLeaderError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 from common.kaska.protocol.create_topic import CreateTopicRequest, CreateTopicResponse
 from common.kaska.protocol.delete_topic import DeleteTopicRequest
@@ -371,3 +372,87 @@ def test_a_create_whose_name_is_freed_before_its_third_attempt_creates_it(leader
         topic_id = leader.manager.create_topic("stale", 1)
     assert attempts == [1, 2, 3]
     assert leader.manager.committed_topics()["stale"].topic_id == topic_id
+
+
+# -- a delete at a leader whose lease lapsed, raced, or deposed ------------------------------------
+
+
+def _lapse_lease(leader) -> None:
+    node = leader.node
+    leader.clock.now_s += node.raft_config.lease_timeout_s + 0.05
+    assert node.state.role is raft.Role.LEADER and not node.holds_lease()
+
+
+def test_a_delete_is_carried_out_by_a_leader_whose_lease_lapsed(leader, in_thread):
+    """As a create: a delete waits for its commit, so late confirmations (a lapsed lease)
+    must not turn it into NOT_LEADER; nor the data group's close of a deleted incarnation
+    (journal_delete), which a leader journals without waiting."""
+    node, manager = leader.node, leader.manager
+    with follower_keeping_up(node):
+        manager.create_topic("d", 1)
+    _lapse_lease(leader)
+    end = node.journal.end
+    deleted = in_thread(lambda: manager.delete_topic("d", lambda _name: None))
+    _wait_for(lambda: deleted.done() or node.journal.end == end + 1, "the delete journaled")
+    assert not deleted.done(), f"refused: {deleted.exception(0)!r}"
+    with follower_keeping_up(node):
+        entry = deleted.result(WAIT_S)
+    assert entry.kind is EntryKind.DELETE_TOPIC and "d" not in manager.committed_topics()
+    _lapse_lease(leader)
+    closed = manager.journal_delete("t")
+    assert closed.kind is EntryKind.DELETE_TOPIC and manager.pending_deletes() == ["t"]
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_delete_whose_topic_another_delete_took_meanwhile_decides_afresh(leader, named):
+    """Two deletes of d: each finds d live, then journals its DELETE_TOPIC. The second finds d
+    gone under the lock the appends take and decides again, on the journal as it is now:
+    done, for a delete naming the incarnation the other one deleted; UNKNOWN_TOPIC_OR_PARTITION
+    for an unnamed one (Kafka's DeleteTopics) -- one DELETE_TOPIC journaled, never two."""
+    node, manager = leader.node, leader.manager
+    others = []
+
+    def the_other_delete_lands_first(name: str) -> None:
+        if not others:
+            others.append(manager.journal_delete(name))
+
+    with follower_keeping_up(node):
+        first = manager.create_topic("d", 1)
+        if named:
+            assert manager.delete_topic("d", the_other_delete_lands_first, first) is None
+        else:
+            with pytest.raises(UnknownTopicOrPartitionError, match="no topic"):
+                manager.delete_topic("d", the_other_delete_lands_first)
+    assert len(others) == 1, "the scenario: the other delete journaled first"
+    deletes = [entry for entry in node.journal.entries() if entry.kind is EntryKind.DELETE_TOPIC]
+    assert deletes == others and "d" not in manager.committed_topics()
+
+
+def test_a_delete_whose_append_is_fenced_leaves_the_topic_writable(leader):
+    """The leader is deposed between its checks and the DELETE_TOPIC's append, which the
+    journal fences (NotLeaderError): nothing is journaled, so t must not stay refused here as
+    "being deleted" -- this broker leads t again after the next election, and takes writes."""
+    node, manager, clock = leader.node, leader.manager, leader.clock
+    with pytest.raises(NotLeaderError):
+        manager.delete_topic("t", lambda _name: _deposed_by_epoch_2(node))
+    assert not any(entry.kind is EntryKind.DELETE_TOPIC for entry in node.journal.entries())
+    assert manager.pending_deletes() == []
+    elect(node, clock)
+    with follower_keeping_up(node):
+        appended = manager.partition("t", 0).append(batch(b"after"))
+    assert appended.base_offset == 1
+
+
+def test_the_topic_list_counts_a_lease_refusal_only_where_the_lease_lapsed(leader):
+    """`kaska_leader_lease_refusals_total` counts a leader refusing for want of its lease, not
+    a follower sending LIST_TOPICS to the leader it names."""
+    node, handlers = leader.node, leader.handlers
+    _lapse_lease(leader)
+    with pytest.raises(NotLeaderError, match="no leader lease"):
+        handlers.listed()
+    assert handlers.counters.lease_refusals == 1
+    _deposed_by_epoch_2(node)
+    with pytest.raises(NotLeaderError) as refused:
+        handlers.listed()
+    assert refused.value.leader == "127.0.0.1:1", "names broker 2, the leader"
+    assert handlers.counters.lease_refusals == 1

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from common.kaska.errors import NotLeaderError
+from common.kaska.errors import NotEnoughReplicasError, NotLeaderError
 from common.kaska.protocol.produce import ACKS_ALL
 from services.broker.cluster.replica_manager import ReplicaManager
 from services.broker.replication import raft
@@ -194,6 +194,50 @@ def test_a_retry_is_acknowledged_by_its_originals_entry(log):
             await_retry()
             await_first()
         assert node.entry_committed(2, 1)
+    finally:
+        node.stop()
+
+
+def test_a_retry_of_a_batch_compacted_away_is_acknowledged(log):
+    """A producer's retry of a batch committed so long ago that journal compaction folded its
+    entry into the snapshot: the log finds the duplicate, the journal no entry, and the
+    compacted prefix vouches for it (committed) -- a success, never NOT_ENOUGH_REPLICAS,
+    which would make the producer retry forever."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    try:
+        data = batch(b"long ago", producer_id=new_producer_id(), sequence=0)
+        partition = manager.partition("t", 0)
+        with follower_keeping_up(node):
+            first = partition.append(data)
+        assert node.state.commit == node.applied == node.journal.end == 3
+        assert node.journal.compact(3)
+        assert node.journal.find_batch("t", 0, first.base_offset) is None  # the scenario
+        retry = partition.append(data)
+        assert retry.duplicate and retry.base_offset == first.base_offset
+        assert values(log, "t") == [(0, b"long ago")]
+        with pytest.raises(NotEnoughReplicasError, match="no journal entry"):
+            manager.batch_entry("t", 0, first.base_offset + 1)  # never written: not vouched
+    finally:
+        node.stop()
+
+
+def test_a_leader_that_steps_down_in_its_own_epoch_answers_not_leader_at_once(log):
+    """Check-quorum deposes a leader without a newer epoch (no follower fetched for the
+    quorum timeout): its state says FOLLOWER of the same epoch. An acks=all write waiting
+    for its entry is answered NOT_LEADER when that step is taken, not NOT_ENOUGH_REPLICAS
+    after the whole ack timeout: the entry may still be committed by a successor, so the
+    client must look for the leader."""
+    clock = Clock()
+    node, manager = leader_with_topic(log, clock)
+    try:
+        _result, await_acks = produce_deferred(manager, log, "t", batch(b"held"))
+        epoch = node.state.epoch
+        clock.now_s += node.raft_config.quorum_timeout_s + 1.0
+        node.tick()
+        assert (node.state.role, node.state.epoch) == (raft.Role.FOLLOWER, epoch)
+        with pytest.raises(NotLeaderError):
+            await_acks()
     finally:
         node.stop()
 
