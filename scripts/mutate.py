@@ -48,6 +48,9 @@ class MutatedModule:
     # A mutant whose tests outrun this counts as timed out (killed): generous, since a run on a
     # loaded machine must not pass off a slow surviving mutant as a killed one.
     timeout_s: float = 300
+    # Only these functions (methods by name) of the module are mutated; () = the whole module.
+    # For a large module whose one concern is mapped (node.py's commit checks).
+    functions: tuple[str, ...] = ()
 
 
 # In priority order: where a surviving mutant could lose or double data or break safety. The
@@ -136,6 +139,30 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/replication/test_replica_fetch_answer.py",
             "tests/unit/broker/replication/test_replica_fetch_incarnations.py",
             "tests/unit/broker/replication/test_replica_objects_property.py",
+        ),
+    ),
+    "node_commit": MutatedModule(
+        "services/broker/replication/node.py",
+        (
+            "tests/unit/broker/replication/test_replication_safety.py",
+            "tests/unit/broker/replication/test_replication_fsync.py",
+            "tests/unit/broker/replication/test_replica_fetch_commit_wake.py",
+            "tests/unit/broker/replication/test_lease_backpressure.py",
+            "tests/unit/broker/test_topic_answers.py",
+            "tests/unit/broker/replication/test_replication_*.py",
+            "tests/unit/broker/replication/test_replica_objects_property.py",
+        ),
+        # The acknowledgement path's commit checks: which entry is committed, the waits on it,
+        # the fsync before the leader's own copy counts, applying and persisting commits.
+        functions=(
+            "entry_committed",
+            "wait_changed",
+            "leader_appended",
+            "sync_appended",
+            "_apply_commits_locked",
+            "_persist_applied_locked",
+            "_commit_persist_due_locked",
+            "_persist_commit",
         ),
     ),
     "flight_fields": MutatedModule(
@@ -296,25 +323,56 @@ def annotation_spans(source: str) -> list[tuple[Position, Position]]:
     ]
 
 
-def skip_annotation_mutants(session_path: Path, module: MutatedModule) -> int:
-    """Mark the pending mutants that only touch annotations as skipped; returns how many."""
+OUTSIDE_FUNCTIONS_OUTPUT = "Outside the module's mapped functions"
+
+
+def function_spans(source: str, names: tuple[str, ...]) -> list[tuple[Position, Position]]:
+    """(line, column) spans of the functions and methods named `names` (every definition of
+    each name); ValueError for a name the module does not define (a stale map)."""
+    tree = ast.parse(source)
+    found = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names
+    ]
+    missing = set(names) - {node.name for node in found}
+    if missing:
+        raise ValueError(f"no function named {', '.join(sorted(missing))} in the module")
+    return [
+        ((node.lineno, node.col_offset), (node.end_lineno or node.lineno, node.end_col_offset or 0))
+        for node in found
+    ]
+
+
+def _within(item, spans: list[tuple[Position, Position]]) -> bool:
+    return all(
+        any(start <= tuple(m.start_pos) and tuple(m.end_pos) <= end for start, end in spans)
+        for m in item.mutations
+    )
+
+
+def skip_unmapped_mutants(session_path: Path, module: MutatedModule) -> int:
+    """Mark the pending mutants that only touch annotations, or (for a module mapped by
+    function) lie outside its mapped functions, as skipped; returns how many."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-    spans = annotation_spans((REPO_ROOT / module.path).read_text())
+    source = (REPO_ROOT / module.path).read_text()
+    annotations = annotation_spans(source)
+    scope = function_spans(source, module.functions) if module.functions else None
     skipped = 0
     with use_db(str(session_path), WorkDB.Mode.open) as db:
         for item in list(db.pending_work_items):
-            inside = all(
-                any(start <= tuple(m.start_pos) and tuple(m.end_pos) <= end for start, end in spans)
-                for m in item.mutations
+            if _within(item, annotations):
+                output = ANNOTATION_SKIP_OUTPUT
+            elif scope is not None and not _within(item, scope):
+                output = OUTSIDE_FUNCTIONS_OUTPUT
+            else:
+                continue
+            db.set_result(
+                item.job_id, WorkResult(output=output, worker_outcome=WorkerOutcome.SKIPPED)
             )
-            if inside:
-                result = WorkResult(
-                    output=ANNOTATION_SKIP_OUTPUT, worker_outcome=WorkerOutcome.SKIPPED
-                )
-                db.set_result(item.job_id, result)
-                skipped += 1
+            skipped += 1
     return skipped
 
 
@@ -358,7 +416,7 @@ def plan_session(name: str, module: MutatedModule, fresh: bool) -> Path:
             cwd=REPO_ROOT,
             check=True,
         )
-        skip_annotation_mutants(session_path, module)
+        skip_unmapped_mutants(session_path, module)
         if not fresh:
             restored = mutation_ledger.restore(session_path, ledger_path(name), digest)
             if restored:
@@ -398,13 +456,15 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     counts = {"killed": 0, "survived": 0, "timed_out": 0, "incompetent": 0}
-    filtered = in_annotations = 0
+    filtered = in_annotations = outside = 0
     survivors = []
     with use_db(str(session_path), WorkDB.Mode.open) as db:
         total = db.num_work_items
         for _item, result in db.completed_work_items:
             if result.output == ANNOTATION_SKIP_OUTPUT:
                 in_annotations += 1
+            elif result.output == OUTSIDE_FUNCTIONS_OUTPUT:
+                outside += 1
             elif result.worker_outcome == WorkerOutcome.SKIPPED:
                 filtered += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
@@ -417,7 +477,9 @@ def summarize(name: str, module: MutatedModule, session_path: Path, seconds: flo
     done = sum(counts.values())
     print(
         f"{name} ({module.path}): {total} planned, {filtered} operators filtered out, "
-        f"{in_annotations} in annotations, {done}/{total - filtered - in_annotations} run, "
+        f"{in_annotations} in annotations, "
+        + (f"{outside} outside the mapped functions, " if module.functions else "")
+        + f"{done}/{total - filtered - in_annotations - outside} run, "
         + ", ".join(f"{key} {value}" for key, value in counts.items())
         + (f", this run {seconds:.0f} s" if seconds else "")
     )
