@@ -81,6 +81,7 @@ MODULES: dict[str, MutatedModule] = {
     "index_file": MutatedModule(
         "services/broker/storage/index_file.py",
         (
+            "tests/unit/broker/storage/test_index_file.py",
             "tests/unit/broker/storage/test_offset_index.py",
             "tests/unit/broker/storage/test_time_index.py",
             "tests/unit/broker/storage/test_storage_full.py",
@@ -110,6 +111,7 @@ MODULES: dict[str, MutatedModule] = {
             "tests/unit/broker/storage/test_partition_*.py",
             "tests/unit/broker/storage/test_producer_snapshots.py",
             "tests/unit/broker/storage/test_storage_full.py",
+            "tests/unit/broker/replication/test_replication_lease.py",
         ),
     ),
     "replica_manager": MutatedModule(
@@ -184,6 +186,7 @@ MODULES: dict[str, MutatedModule] = {
     "peer_auth": MutatedModule(
         "services/broker/replication/wire/peer_auth.py",
         (
+            "tests/unit/broker/replication/test_peer_auth.py",
             "tests/unit/broker/replication/test_peer_frames.py",
             "tests/unit/broker/network/test_peer_gate.py",
             "tests/unit/broker/replication/test_peer_link.py",
