@@ -146,6 +146,7 @@ MODULES: dict[str, MutatedModule] = {
     "node_commit": MutatedModule(
         "services/broker/replication/node.py",
         (
+            "tests/unit/broker/replication/test_node_commit_checks.py",
             "tests/unit/broker/replication/test_replication_safety.py",
             "tests/unit/broker/replication/test_replication_fsync.py",
             "tests/unit/broker/replication/test_replica_fetch_commit_wake.py",
