@@ -53,6 +53,11 @@ def registry(tmp_path):
         process.wait(timeout=5)
 
 
+def _environment_mapped(pid: int) -> bool:
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        return environ.read(1) != b""
+
+
 def _register_sleeper(registry, name, **kwargs):
     registry.register(ServiceSpec(name, ("sleep", "60"), cwd="/", **kwargs))
 
@@ -175,6 +180,9 @@ def test_an_instance_whose_pid_file_was_never_written_is_still_found_and_killed(
     registry.write_pid("svc", first.pid)
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=5)
+    # Popen returns once exec closed the child's descriptors, a moment before the kernel maps
+    # its new environment (/proc/<pid>/environ reads empty until then): wait for that.
+    wait_until(lambda: _environment_mapped(second.pid), 5)
     assert registry.instances("svc") == [second.pid]
     assert registry.live_pid("svc") == second.pid, "found, and the pid file repaired"
     assert registry.read_pid("svc").pid == second.pid
