@@ -42,6 +42,7 @@ from services.broker.replication import raft
 from services.broker.replication.journal import TopicId
 from services.broker.replication.wire.replica_fetch import EntryHeader, EntryKind
 from services.broker.storage.log import PARTITIONS_MAX
+from tests.unit.broker.replication.test_lease_backpressure import lapse_lease
 from tests.unit.broker.replication.test_replication_lease import Handlers
 from tests.unit.broker.replication.test_replication_safety import (
     WAIT_S,
@@ -315,9 +316,7 @@ def test_an_unnamed_delete_still_deletes_the_live_incarnation(leader):
 def test_already_exists_is_told_by_a_leader_whose_lease_lapsed(leader):
     """Topic writes wait for their commit, so they never need the lease (`lease=False`):
     a lapsed lease must not turn TOPIC_ALREADY_EXISTS of a committed topic into NOT_LEADER."""
-    node = leader.node
-    leader.clock.now_s += node.raft_config.lease_timeout_s + 0.05
-    assert node.state.role is raft.Role.LEADER and not node.holds_lease()
+    lapse_lease(leader)
     with pytest.raises(TopicAlreadyExistsError):
         leader.manager.create_topic("t", 1)
 
@@ -377,12 +376,6 @@ def test_a_create_whose_name_is_freed_before_its_third_attempt_creates_it(leader
 # -- a delete at a leader whose lease lapsed, raced, or deposed ------------------------------------
 
 
-def _lapse_lease(leader) -> None:
-    node = leader.node
-    leader.clock.now_s += node.raft_config.lease_timeout_s + 0.05
-    assert node.state.role is raft.Role.LEADER and not node.holds_lease()
-
-
 def test_a_delete_is_carried_out_by_a_leader_whose_lease_lapsed(leader, in_thread):
     """As a create: a delete waits for its commit, so late confirmations (a lapsed lease)
     must not turn it into NOT_LEADER; nor the data group's close of a deleted incarnation
@@ -390,7 +383,7 @@ def test_a_delete_is_carried_out_by_a_leader_whose_lease_lapsed(leader, in_threa
     node, manager = leader.node, leader.manager
     with follower_keeping_up(node):
         manager.create_topic("d", 1)
-    _lapse_lease(leader)
+    lapse_lease(leader)
     end = node.journal.end
     deleted = in_thread(lambda: manager.delete_topic("d", lambda _name: None))
     _wait_for(lambda: deleted.done() or node.journal.end == end + 1, "the delete journaled")
@@ -398,7 +391,7 @@ def test_a_delete_is_carried_out_by_a_leader_whose_lease_lapsed(leader, in_threa
     with follower_keeping_up(node):
         entry = deleted.result(WAIT_S)
     assert entry.kind is EntryKind.DELETE_TOPIC and "d" not in manager.committed_topics()
-    _lapse_lease(leader)
+    lapse_lease(leader)
     closed = manager.journal_delete("t")
     assert closed.kind is EntryKind.DELETE_TOPIC and manager.pending_deletes() == ["t"]
 
@@ -447,7 +440,7 @@ def test_the_topic_list_counts_a_lease_refusal_only_where_the_lease_lapsed(leade
     """`kaska_leader_lease_refusals_total` counts a leader refusing for want of its lease, not
     a follower sending LIST_TOPICS to the leader it names."""
     node, handlers = leader.node, leader.handlers
-    _lapse_lease(leader)
+    lapse_lease(leader)
     with pytest.raises(NotLeaderError, match="no leader lease"):
         handlers.listed()
     assert handlers.counters.lease_refusals == 1
